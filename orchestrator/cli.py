@@ -1,0 +1,232 @@
+"""The ``initorch`` command line: the one boundary that turns errors into exit codes.
+
+Exit codes: 0 ok; 1 a step failed at run time; 2 invalid input or usage.
+Invalid input prints one line per problem (``file:line:col: what (how to fix)``)
+and no traceback unless ``--debug`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from orchestrator.api import load_plan
+from orchestrator.errors import EXIT_INVALID_INPUT, EXIT_OK, EXIT_STEP_FAILED, InitorchError
+from orchestrator.plan import Plan
+from orchestrator.plugins import Registry
+from orchestrator.render import GRAPH_FORMATS, explain_text, plan_text
+from orchestrator.report import RunReport
+
+EPILOG = """exit codes: 0 ok, 1 a step failed at run time, 2 invalid input or usage.
+Profiles are built-in names (see 'initorch profiles') or paths to YAML files."""
+
+Command = Callable[[argparse.Namespace, Registry], int]
+
+
+def _selection_options() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("profile selection")
+    group.add_argument("-p", "--profile", action="append", default=[], metavar="NAME|FILE",
+                       help="profile to apply; repeat to layer later over earlier")
+    group.add_argument("-d", "--device", metavar="TYPE[:INDEX]",
+                       help="device, e.g. npu:0; selects its profile if none sets a device")
+    group.add_argument("-s", "--set", action="append", default=[], metavar="KEY=VALUE",
+                       dest="settings", help="override a setting (value typed as YAML)")
+    return parent
+
+
+def _plan(args: argparse.Namespace, registry: Registry) -> Plan:
+    return load_plan(args.profile, device=args.device, settings=args.settings,
+                     registry=registry)
+
+
+def _emit(text: str) -> None:
+    sys.stdout.write(text + "\n")
+
+
+def cmd_plan(args: argparse.Namespace, registry: Registry) -> int:
+    plan = _plan(args, registry)
+    _emit(json.dumps(plan.to_dict(), indent=2) if args.json else plan_text(plan))
+    return EXIT_OK
+
+
+def cmd_graph(args: argparse.Namespace, registry: Registry) -> int:
+    _emit(GRAPH_FORMATS[args.format](_plan(args, registry)))
+    return EXIT_OK
+
+
+def cmd_explain(args: argparse.Namespace, registry: Registry) -> int:
+    plan = _plan(args, registry)
+    _emit(explain_text(args.first, args.second, plan.explain(args.first, args.second)))
+    return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace, registry: Registry) -> int:
+    from orchestrator.validate import validate_all, validate_selection
+
+    if args.profile or args.device:
+        problems = validate_selection(registry, args.profile, args.device, args.settings)
+    else:
+        problems = validate_all(registry)
+    for label, error in problems:
+        _report(error, prefix=f"{label}: ")
+    if problems:
+        return EXIT_INVALID_INPUT
+    _emit("ok: no problems found")
+    return EXIT_OK
+
+
+def cmd_profiles(args: argparse.Namespace, registry: Registry) -> int:
+    from orchestrator.listing import profile_rows
+
+    rows = profile_rows(registry)
+    if args.json:
+        _emit(json.dumps(rows, indent=2))
+    else:
+        width = max(len(r["name"]) for r in rows) if rows else 4
+        for row in rows:
+            device = row["device"] or ("overlay" if not row["extends"] else "-")
+            _emit(f"{row['name']:<{width}}  {device:<8}  {row['description']}")
+    return EXIT_OK
+
+
+def cmd_steps(args: argparse.Namespace, registry: Registry) -> int:
+    from orchestrator.listing import step_rows
+
+    rows = step_rows(registry)
+    if args.json:
+        _emit(json.dumps(rows, indent=2))
+    else:
+        width = max(len(r["name"]) for r in rows) if rows else 4
+        for row in rows:
+            deps = ", ".join(f"{k} {','.join(row[k])}" for k in ("requires", "wants", "after",
+                                                                 "before") if row[k])
+            _emit(f"{row['name']:<{width}}  {row['description']}")
+            if deps or row["when"]:
+                when = f"  when {row['when']}" if row["when"] else ""
+                _emit(f"{'':<{width}}    {deps}{when}")
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
+    from orchestrator.context import RankInfo
+    from orchestrator.logs import configure_logging
+    from orchestrator.render import run_summary_text
+    from orchestrator.run import Run, RunInterrupted
+
+    configure_logging(args.log_format)
+    plan = _plan(args, registry)
+    try:
+        rank = RankInfo.from_env()
+    except ValueError as exc:
+        raise InitorchError(str(exc), hint="check the variables torchrun exports") from None
+    run = Run(plan, executor=args.executor, workers=args.workers, diagnoses=registry.diagnoses,
+              rank=rank, handle_signals=True, teardown_at_exit=True)
+    try:
+        report = run.start()
+        run.teardown()  # the CLI only proves start-up works; a server keeps the run alive
+    except RunInterrupted as interrupt:
+        sys.stderr.write(f"initorch: {interrupt}; completed steps were torn down\n")
+        return interrupt.exit_code
+    finally:
+        _write_outputs(run, args)
+    _emit(run_summary_text(report))
+    if report.ok:
+        return EXIT_OK
+    sys.stdout.flush()
+    sys.stderr.write(failure_line(report) + "\n")
+    return EXIT_STEP_FAILED
+
+
+def _write_outputs(run: Any, args: argparse.Namespace) -> None:
+    for path, data in ((args.report, run.report.to_dict), (args.trace, run.report.trace_events)):
+        if path:
+            with open(path, "w", encoding="utf-8") as handle:
+                json.dump(data(), handle, indent=2)
+
+
+def failure_line(report: RunReport) -> str:
+    """The last line of a failed run: the diagnosis, or the error as it is."""
+    first = report.failed[0]
+    if first.finding is not None:
+        return first.finding.summary()
+    return (f"initorch: step '{first.name}' failed: {type(first.error).__name__}: {first.error} "
+            "(no known diagnosis)")
+
+
+def cmd_schema(args: argparse.Namespace, registry: Registry) -> int:
+    from orchestrator.schema import profile_schema
+
+    _emit(json.dumps(profile_schema(), indent=2))
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="initorch", epilog=EPILOG,
+        description="Declarative start-up orchestration for LLM inference servers.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--debug", action="store_true",
+                        help="show tracebacks for errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    selection = _selection_options()
+
+    def add(name: str, handler: Command, help_text: str, *parents: argparse.ArgumentParser
+            ) -> argparse.ArgumentParser:
+        command = sub.add_parser(name, help=help_text, description=help_text,
+                                 parents=list(parents), epilog=EPILOG)
+        command.set_defaults(handler=handler)
+        return command
+
+    plan = add("plan", cmd_plan, "dry run: show the resolved start-up order", selection)
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    add("validate", cmd_validate,
+        "lint profiles (all available ones when none is selected)", selection)
+    graph = add("graph", cmd_graph, "print the step graph", selection)
+    graph.add_argument("--format", choices=sorted(GRAPH_FORMATS), default="dot")
+    explain = add("explain", cmd_explain, "explain why step FIRST runs before SECOND",
+                  selection)
+    explain.add_argument("first", metavar="FIRST")
+    explain.add_argument("second", metavar="SECOND")
+    for name, handler, text in (("profiles", cmd_profiles, "list available profiles"),
+                                ("steps", cmd_steps, "list registered steps")):
+        listing = add(name, handler, text)
+        listing.add_argument("--json", action="store_true", help="print as JSON")
+    add("schema", cmd_schema, "print the JSON Schema of profile files")
+    run = add("run", cmd_run, "run the plan for real (then tear it down)", selection)
+    run.add_argument("--executor", choices=["sequential", "parallel", "dry-run"],
+                     default="sequential", help="how steps are scheduled (default sequential)")
+    run.add_argument("--workers", type=int, default=4, help="parallel executor threads")
+    run.add_argument("--report", metavar="FILE", help="write the run report as JSON")
+    run.add_argument("--trace", metavar="FILE",
+                     help="write a Chrome trace-event file (open it in Perfetto)")
+    run.add_argument("--log-format", choices=["console", "json"], default="console",
+                     help="console for people (default), json for one event per line")
+    return parser
+
+
+def _report(error: InitorchError, prefix: str = "") -> None:
+    problems = error.problems
+    if len(problems) == 1:
+        sys.stderr.write(f"initorch: error: {prefix}{problems[0]}\n")
+        return
+    sys.stderr.write(f"initorch: error: {prefix}{error.args[0]}\n")
+    for problem in problems:
+        sys.stderr.write(f"  {problem}\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (the console script exits with it)."""
+    args = build_parser().parse_args(argv)
+    try:
+        registry = Registry.with_plugins()
+        code: int = args.handler(args, registry)
+        return code
+    except InitorchError as error:
+        if args.debug:
+            raise
+        _report(error)
+        return error.exit_code

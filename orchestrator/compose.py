@@ -1,0 +1,171 @@
+"""Composing profiles: ``extends`` (inheritance) and ``--profile`` layering.
+
+Documents are applied in one order: each profile's parents depth-first and
+left to right, then the profile itself; layered profiles follow one another.
+A document shared by several paths is applied once, at its first occurrence.
+Later documents override earlier ones, setting by setting.
+
+One rule keeps layering honest: ``device.type`` may only be changed by a
+profile that descends from the one that set it.  ``--profile npu --profile
+musa`` therefore fails, naming both files, instead of silently running NPU
+steps with MUSA settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.catalog import ProfileCatalog
+from orchestrator.errors import ConflictError, Problem, ProfileError
+from orchestrator.location import COMMAND_LINE, SourceLocation
+from orchestrator.profile import ProfileDocument, Setting, StepEntry
+from orchestrator.suggest import closest
+
+
+@dataclass(frozen=True, slots=True)
+class ComposedProfile:
+    """The result of applying every document in order, plus ``--set`` overrides."""
+
+    documents: tuple[ProfileDocument, ...]
+    settings: Mapping[str, Setting]
+    step_entries: Mapping[str, tuple[StepEntry, ...]] = field(default_factory=dict)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(doc.name for doc in self.documents)
+
+    def value(self, key: str, default: Any = None) -> Any:
+        setting = self.settings.get(key)
+        return default if setting is None else setting.value
+
+    def values(self) -> dict[str, Any]:
+        """Flat ``{dotted key: value}`` of every setting."""
+        return {key: setting.value for key, setting in self.settings.items()}
+
+
+def compose(
+    catalog: ProfileCatalog,
+    refs: Sequence[str],
+    overrides: Iterable[tuple[str, Any]] = (),
+) -> ComposedProfile:
+    """Load ``refs`` (layered left to right) with their parents, then apply ``overrides``."""
+    documents: list[ProfileDocument] = []
+    ancestors: dict[str, set[str]] = {}
+    for ref in refs:
+        _expand(catalog, ref, None, COMMAND_LINE, (), documents, ancestors)
+    settings: dict[str, Setting] = {}
+    entries: dict[str, list[StepEntry]] = {}
+    for doc in documents:
+        _apply_settings(doc, settings, ancestors)
+        for entry in doc.steps:
+            entries.setdefault(entry.name, []).append(entry)
+    _apply_overrides(settings, overrides)
+    return ComposedProfile(
+        tuple(documents), settings, {name: tuple(e) for name, e in entries.items()}
+    )
+
+
+def _expand(
+    catalog: ProfileCatalog,
+    ref: str,
+    referrer: ProfileDocument | None,
+    location: SourceLocation,
+    chain: tuple[str, ...],
+    documents: list[ProfileDocument],
+    ancestors: dict[str, set[str]],
+) -> str:
+    doc = catalog.load(ref, relative_to=referrer.path if referrer else None, location=location)
+    if doc.path in chain:
+        loop = " -> ".join((*chain[chain.index(doc.path):], doc.path))
+        raise ProfileError(f"'extends' loop: {loop}", location=location,
+                           hint="a profile cannot extend itself, directly or through parents")
+    if doc.path not in ancestors:
+        parents: set[str] = set()
+        for parent_ref, parent_at in doc.extends:
+            parent = _expand(catalog, parent_ref, doc, parent_at, (*chain, doc.path), documents,
+                             ancestors)
+            parents |= {parent, *ancestors[parent]}
+        ancestors[doc.path] = parents
+        documents.append(doc)
+    return doc.path
+
+
+def _apply_settings(doc: ProfileDocument, settings: dict[str, Setting],
+                    ancestors: Mapping[str, set[str]]) -> None:
+    for setting in doc.settings:
+        previous = settings.get(setting.key)
+        if setting.key == "device.type" and previous is not None \
+                and previous.value != setting.value \
+                and previous.location.path not in ancestors[doc.path]:
+            raise ConflictError(
+                "profiles disagree on device.type",
+                problems=(
+                    Problem(f"profile '{setting.source}' sets device.type "
+                            f"'{setting.value}'", setting.location,
+                            f"but '{previous.source}' already set '{previous.value}' at "
+                            f"{previous.location}; layer only overlays that set no device, "
+                            "or extend the other profile"),
+                ),
+            )
+        settings[setting.key] = setting
+
+
+def _apply_overrides(settings: dict[str, Setting], overrides: Iterable[tuple[str, Any]]) -> None:
+    for key, value in overrides:
+        previous = settings.get(key)
+        if previous is None:
+            guess = closest(key, settings)
+            raise ProfileError(
+                f"--set {key}: no such setting",
+                location=COMMAND_LINE,
+                hint=f"did you mean '{guess}'?" if guess else "see 'initorch plan --json' settings",
+            )
+        if key == "device.type":
+            raise ProfileError("--set cannot change device.type", location=COMMAND_LINE,
+                               hint="select the device with --device or --profile")
+        check_same_kind(previous, value)
+        settings[key] = Setting(key, value, COMMAND_LINE, "--set")
+
+
+def check_same_kind(declared: Setting, value: Any) -> None:
+    """An override keeps the kind of value a profile declared (bool, number, text, list)."""
+    def kind(v: Any) -> str | None:
+        if v is None:
+            return None
+        if isinstance(v, bool):
+            return "true/false"
+        if isinstance(v, (int, float)):
+            return "a number"
+        if isinstance(v, str):
+            return "text"
+        return "a list" if isinstance(v, list) else type(v).__name__
+
+    expected, got = kind(declared.value), kind(value)
+    if expected is not None and got is not None and expected != got:
+        raise ProfileError(
+            f"{declared.key} expects {expected}, got {value!r}",
+            location=COMMAND_LINE,
+            hint=f"declared as {declared.value!r} at {declared.location}",
+        )
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """Parse ``key=value`` from ``--set``; the value is typed the way YAML types it."""
+    import yaml
+
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ProfileError(f"--set {text!r}: expected KEY=VALUE", location=COMMAND_LINE,
+                           hint="e.g. --set hicache.host_pool_mb=128")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"--set {key}: cannot read value {raw!r}: {exc}",
+                           location=COMMAND_LINE, hint="quote strings that contain ':'") from None
+    if isinstance(value, dict):
+        raise ProfileError(f"--set {key}: value must be a scalar or a list",
+                           location=COMMAND_LINE, hint="set nested keys one by one")
+    return key, value

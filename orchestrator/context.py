@@ -1,0 +1,134 @@
+"""What a running step sees: its rank, the plan's settings, earlier outputs.
+
+Steps share results through the run context, not globals: the transfer engine
+created by one step is ``ctx.output("init_shared_mooncake_transfer_engine")``
+for the step that registers memory with it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.devices import DeviceRef
+from orchestrator.plan import Plan
+
+DeviceBinding = Callable[[], None]
+"""What a ``binds_device`` step returns: applies this rank's device context on
+the calling thread.  Executors call it before every ``device_bound`` step."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankInfo:
+    """This process's place in the job, as torchrun describes it."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RankInfo:
+        """Read ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` (torchrun's variables)."""
+        env = os.environ if env is None else env
+
+        def number(name: str, default: int) -> int:
+            raw = env.get(name, "")
+            if not raw.strip():
+                return default
+            try:
+                return int(raw)
+            except ValueError:
+                raise ValueError(f"environment variable {name}={raw!r} is not a whole number") \
+                    from None
+
+        info = cls(number("RANK", 0), number("LOCAL_RANK", 0), number("WORLD_SIZE", 1))
+        if not 0 <= info.rank < info.world_size:
+            raise ValueError(f"RANK={info.rank} is outside WORLD_SIZE={info.world_size}")
+        return info
+
+
+class RunState:
+    """State shared by all steps of one run; thread-safe."""
+
+    def __init__(self, plan: Plan, rank: RankInfo) -> None:
+        self.plan = plan
+        self.rank = rank
+        self._outputs: dict[str, Any] = {}
+        self._binding: DeviceBinding | None = None
+        self._lock = threading.Lock()
+
+    def record_output(self, step: str, value: Any, *, binds_device: bool) -> None:
+        if binds_device:
+            if not callable(value):
+                raise TypeError(f"step '{step}' binds the device but returned {value!r}, "
+                                "not a callable that binds it on the calling thread")
+            self._binding = value
+        with self._lock:
+            self._outputs[step] = value
+
+    def output(self, step: str) -> Any:
+        with self._lock:
+            if step not in self._outputs:
+                raise LookupError(f"step '{step}' has no output: it has not completed in this run")
+            return self._outputs[step]
+
+    def has_output(self, step: str) -> bool:
+        with self._lock:
+            return step in self._outputs
+
+    def forget(self, step: str) -> Any:
+        """Drop and return a step's output, so teardown releases the last reference."""
+        with self._lock:
+            return self._outputs.pop(step, None)
+
+    def bind_device(self) -> None:
+        """Apply the device context on the calling thread (before a device_bound step)."""
+        binding = self._binding
+        if binding is None:
+            # Resolution orders every device_bound step after the binder, so this is
+            # reachable only by running steps outside an executor.
+            raise RuntimeError("no device binding yet: the binds_device step has not run")
+        binding()
+
+    @property
+    def has_binding(self) -> bool:
+        return self._binding is not None
+
+
+@dataclass(frozen=True, slots=True)
+class StepContext:
+    """The view of a run that one step gets."""
+
+    state: RunState
+    step: str
+    log: Any
+
+    @property
+    def plan(self) -> Plan:
+        return self.state.plan
+
+    @property
+    def device(self) -> DeviceRef:
+        return self.state.plan.device
+
+    @property
+    def rank(self) -> RankInfo:
+        return self.state.rank
+
+    def setting(self, key: str) -> Any:
+        """A setting by dotted key (``hicache.layout``, ``device.collective_backend``)."""
+        try:
+            return self.state.plan.settings[key].value
+        except KeyError:
+            raise KeyError(f"step '{self.step}' reads setting '{key}', which no profile "
+                           "declares") from None
+
+    def output(self, step: str) -> Any:
+        """The output of a completed step this one depends on."""
+        return self.state.output(step)
+
+    def has_output(self, step: str) -> bool:
+        return self.state.has_output(step)

@@ -1,0 +1,81 @@
+"""Device strings, normalised in exactly one place.
+
+``"musa:0"``, ``"NPU:3"``, ``"cuda"`` and a ``torch.device`` all become a
+:class:`DeviceRef` ``(type, index)``.  The set of known types is not written
+here: it is whatever the available profiles declare (``device.type`` plus
+``device.aliases``), so the core stays ignorant of any particular vendor.  An
+unknown type is an error that lists the known ones; there is deliberately no
+fallback, because falling back to another vendor's code path is exactly how the
+MUSA host-pool crash happened.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from orchestrator.errors import DeviceError
+from orchestrator.suggest import closest
+
+_DEVICE_STRING = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?::\s*(\d+)\s*)?$")
+
+
+@runtime_checkable
+class _TorchDeviceLike(Protocol):
+    """What we read from a ``torch.device`` without importing torch."""
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def index(self) -> int | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRef:
+    """A normalised device: canonical lower-case ``type`` and optional ``index``."""
+
+    type: str
+    index: int | None = None
+
+    def __str__(self) -> str:
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+
+def parse_device(value: object, known: Mapping[str, str]) -> DeviceRef:
+    """Normalise ``value`` against ``known`` (a map from type or alias to canonical type).
+
+    Accepts ``"type"``, ``"type:index"`` (any case, surrounding blanks ignored),
+    a :class:`DeviceRef`, or any object with ``.type`` and ``.index`` such as
+    ``torch.device``.
+    """
+    if isinstance(value, DeviceRef):
+        raw_type, index = value.type, value.index
+    elif isinstance(value, str):
+        match = _DEVICE_STRING.match(value)
+        if not match:
+            raise DeviceError(
+                f"malformed device string {value!r}",
+                hint="write it as TYPE or TYPE:INDEX, e.g. 'npu:0'",
+            )
+        raw_type = match.group(1)
+        index = int(match.group(2)) if match.group(2) is not None else None
+    elif isinstance(value, _TorchDeviceLike):
+        raw_type, index = str(value.type), value.index
+    else:
+        raise DeviceError(
+            f"cannot read a device from {type(value).__name__} {value!r}",
+            hint="pass a string like 'cuda:0' or a torch.device",
+        )
+    canonical = known.get(raw_type.lower())
+    if canonical is None:
+        names = sorted(set(known.values()))
+        guess = closest(raw_type.lower(), known)
+        hint = f"did you mean '{guess}'? " if guess else ""
+        raise DeviceError(
+            f"unknown device type '{raw_type}'; known types: {', '.join(names)}",
+            hint=f"{hint}a profile declares each type with device.type (and device.aliases)",
+        )
+    return DeviceRef(canonical, index)

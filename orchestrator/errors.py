@@ -1,0 +1,148 @@
+"""The one error hierarchy of initorch.
+
+Every error carries the data it is about (a location, a cycle, a step name) and
+the exit code the CLI turns it into, so that exactly one boundary (``cli.main``)
+decides how it is printed.  Embedders catch :class:`InitorchError` and read the
+attributes instead of parsing messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import ClassVar
+
+from orchestrator.location import SourceLocation
+
+EXIT_OK = 0
+EXIT_STEP_FAILED = 1
+EXIT_INVALID_INPUT = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with the input: what, where, and how to fix it."""
+
+    message: str
+    location: SourceLocation | None = None
+    hint: str | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.location}: " if self.location else ""
+        tail = f" ({self.hint})" if self.hint else ""
+        return f"{where}{self.message}{tail}"
+
+
+class InitorchError(Exception):
+    """Base of every error initorch raises on purpose.
+
+    ``problems`` holds one or more :class:`Problem`; validation collects all of
+    them before raising so that a user fixes a profile in one pass.
+    """
+
+    exit_code: ClassVar[int] = EXIT_INVALID_INPUT
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        location: SourceLocation | None = None,
+        hint: str | None = None,
+        problems: Iterable[Problem] = (),
+    ) -> None:
+        self.problems: tuple[Problem, ...] = tuple(problems) or (
+            Problem(message, location, hint),
+        )
+        super().__init__(str(self.problems[0]) if len(self.problems) == 1 else message)
+
+    @property
+    def location(self) -> SourceLocation | None:
+        return self.problems[0].location
+
+
+class ProfileError(InitorchError):
+    """A profile could not be found, parsed or validated."""
+
+
+class ConflictError(ProfileError):
+    """Two profiles that are layered or inherited side by side disagree."""
+
+
+class DeviceError(InitorchError):
+    """A device string names no known device type."""
+
+
+class ConditionError(InitorchError):
+    """A ``when`` expression is malformed or names an unknown setting."""
+
+
+class StepDefinitionError(InitorchError):
+    """A step declaration in Python is invalid (bad name, duplicate, bad field)."""
+
+
+class UnknownStepError(InitorchError):
+    """A step name that no plugin registered."""
+
+    def __init__(
+        self, name: str, *, location: SourceLocation | None = None, suggestion: str | None = None
+    ) -> None:
+        self.name = name
+        self.suggestion = suggestion
+        hint = f"did you mean '{suggestion}'?" if suggestion else "see 'initorch steps'"
+        super().__init__(f"unknown step '{name}'", location=location, hint=hint)
+
+
+class ResolveError(InitorchError):
+    """The selected steps cannot form a valid plan."""
+
+
+class CycleError(ResolveError):
+    """The ordering constraints contain cycles.
+
+    ``cycles`` lists every cycle, each a tuple of step names rotated to start at
+    its smallest name, in sorted order; ``edges`` maps each cycle to the edges
+    (with where they were declared) that close it.
+    """
+
+    def __init__(self, cycles: tuple[tuple[str, ...], ...], problems: Iterable[Problem]) -> None:
+        self.cycles = cycles
+        count = len(cycles)
+        super().__init__(
+            f"{count} ordering cycle{'s' if count != 1 else ''} among steps",
+            problems=problems,
+        )
+
+
+class StepFailedError(InitorchError):
+    """A step failed at run time; raised by runs after teardown has happened."""
+
+    exit_code: ClassVar[int] = EXIT_STEP_FAILED
+
+    def __init__(self, step: str, message: str, report: object | None = None) -> None:
+        self.step = step
+        self.report = report
+        super().__init__(message)
+
+
+class StepError(Exception):
+    """Raised by step code for a failure it can describe.
+
+    Not an :class:`InitorchError`: it happens at run time, inside a step, and the
+    executor records it (and diagnoses it) instead of printing it as bad input.
+    ``vendor_code`` is the vendor's numeric error (e.g. ACL 107002, CUDA 712);
+    ``native_log`` holds what native code printed while failing (glog lines from
+    Mooncake, say), so that diagnosis can match on it.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        vendor_code: int | str | None = None,
+        native_log: str = "",
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.vendor_code = vendor_code
+        self.native_log = native_log
+        self.hint = hint

@@ -1,0 +1,52 @@
+"""Where a piece of configuration or code was declared.
+
+Locations travel with every edge, setting and error so that a message can say
+``profiles/npu.yaml:12:5`` instead of "somewhere in your profiles".
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SourceLocation:
+    """A 1-based line and column in a file; ``column`` 0 means "whole line"."""
+
+    path: str
+    line: int = 0
+    column: int = 0
+
+    def __str__(self) -> str:
+        if not self.line:
+            return self.path
+        if not self.column:
+            return f"{self.path}:{self.line}"
+        return f"{self.path}:{self.line}:{self.column}"
+
+
+COMMAND_LINE = SourceLocation("<command line>")
+
+
+def display_path(path: str | os.PathLike[str]) -> str:
+    """``path`` relative to the working directory when it lies below it."""
+    text = os.fspath(path)
+    try:
+        relative = os.path.relpath(text)
+    except ValueError:
+        return text
+    return text if relative.startswith("..") else relative
+
+
+def caller_location(depth: int = 2) -> SourceLocation:
+    """Location of the code ``depth`` frames up (used to record where a step was declared)."""
+    frame = inspect.currentframe()
+    for _ in range(depth):
+        if frame is None:
+            break
+        frame = frame.f_back
+    if frame is None:
+        return SourceLocation("<unknown>")
+    return SourceLocation(display_path(frame.f_code.co_filename), frame.f_lineno)

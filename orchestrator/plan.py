@@ -1,0 +1,152 @@
+"""A resolved plan: exactly what will run, in which order, and why.
+
+A :class:`Plan` is what ``initorch plan`` prints and what executors run; its
+``fingerprint`` (sha256 over a canonical JSON of the steps, their effective
+fields, the order and the settings) lets a launcher check that what runs is
+what was reviewed, like a saved Terraform plan.  File paths are left out of the
+fingerprint so that the same profiles give the same fingerprint on every
+machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.devices import DeviceRef
+from orchestrator.errors import ResolveError
+from orchestrator.graph import Edge, StepGraph
+from orchestrator.profile import Setting
+from orchestrator.step import EDGE_KINDS, Step
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedStep:
+    """A step that will run: its effective declaration, wave, and why it is in the plan."""
+
+    step: Step
+    wave: int
+    reasons: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.step.name
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedStep:
+    """A step that was considered and will not run, with the reason."""
+
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The outcome of resolution.  Immutable; executors never change it."""
+
+    profiles: tuple[str, ...]
+    device: DeviceRef
+    settings: Mapping[str, Setting]
+    steps: tuple[PlannedStep, ...]
+    skipped: tuple[SkippedStep, ...]
+    graph: StepGraph
+    fingerprint: str
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        return tuple(planned.name for planned in self.steps)
+
+    @property
+    def waves(self) -> tuple[tuple[str, ...], ...]:
+        waves: dict[int, list[str]] = {}
+        for planned in self.steps:
+            waves.setdefault(planned.wave, []).append(planned.name)
+        return tuple(tuple(sorted(waves[i])) for i in sorted(waves))
+
+    def step(self, name: str) -> PlannedStep:
+        for planned in self.steps:
+            if planned.name == name:
+                return planned
+        raise KeyError(name)
+
+    def config(self) -> dict[str, Any]:
+        """Flat ``{dotted key: value}`` of every setting (what steps read)."""
+        return {key: setting.value for key, setting in self.settings.items()}
+
+    def explain(self, first: str, second: str) -> list[Edge]:
+        """The chain of edges that makes ``first`` run before ``second``.
+
+        Raises :class:`ResolveError` when either step is not in the plan or no
+        constraint orders them (then they may run in the same wave).
+        """
+        for name in (first, second):
+            if name not in self.order:
+                skipped = next((s for s in self.skipped if s.name == name), None)
+                why = f": skipped ({skipped.reason})" if skipped else ""
+                raise ResolveError(f"step '{name}' is not in the plan{why}",
+                                   hint=f"planned steps: {', '.join(self.order)}")
+        chain = self.graph.path(first, second)
+        if chain is None:
+            reverse = self.graph.path(second, first)
+            hint = (f"the reverse holds: try 'explain {second} {first}'" if reverse
+                    else "no constraint orders them; they may run concurrently")
+            raise ResolveError(f"nothing makes '{first}' run before '{second}'", hint=hint)
+        return chain
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape of ``initorch plan --json`` (stable keys)."""
+        return {
+            "profiles": list(self.profiles),
+            "device": self.device.type,
+            "device_index": self.device.index,
+            "order": list(self.order),
+            "waves": [list(w) for w in self.waves],
+            "steps": [
+                {
+                    "name": p.name,
+                    "wave": p.wave,
+                    "description": p.step.description,
+                    "why": list(p.reasons),
+                    **_step_fields(p.step),
+                }
+                for p in self.steps
+            ],
+            "skipped": [{"step": s.name, "reason": s.reason} for s in self.skipped],
+            "settings": {key: s.value for key, s in sorted(self.settings.items())},
+            "fingerprint": self.fingerprint,
+        }
+
+
+def _step_fields(step: Step) -> dict[str, Any]:
+    return {
+        **{kind: list(step.edges(kind)) for kind in EDGE_KINDS},
+        "when": step.when,
+        "device_bound": step.device_bound,
+        "binds_device": step.binds_device,
+        "timeout": step.timeout,
+        "retries": step.retries,
+        "teardown": step.teardown is not None,
+    }
+
+
+def fingerprint(
+    profiles: tuple[str, ...],
+    device: DeviceRef,
+    settings: Mapping[str, Setting],
+    steps: tuple[PlannedStep, ...],
+    skipped: tuple[SkippedStep, ...],
+) -> str:
+    """sha256 of everything that determines what runs, independent of file paths."""
+    canonical = {
+        "profiles": list(profiles),
+        "device": [device.type, device.index],
+        "settings": {key: s.value for key, s in sorted(settings.items())},
+        "steps": [{"name": p.name, "wave": p.wave, **_step_fields(p.step)} for p in steps],
+        "skipped": sorted(s.name for s in skipped),
+    }
+    blob = json.dumps(canonical, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(blob.encode()).hexdigest()

@@ -1,0 +1,108 @@
+"""The step registry: the one place step declarations are validated.
+
+Steps are registered by name from Python (built-ins and plugins).  Profiles
+only ever *name* registered steps; nothing named in a profile is imported.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from orchestrator.conditions import parse_condition
+from orchestrator.errors import StepDefinitionError, UnknownStepError
+from orchestrator.location import SourceLocation
+from orchestrator.step import EDGE_KINDS, Step, StepDefinition
+from orchestrator.suggest import closest
+
+STEP_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class StepRegistry:
+    """Registered steps by name, in registration order."""
+
+    def __init__(self) -> None:
+        self._steps: dict[str, Step] = {}
+
+    def add(self, definition: StepDefinition | Step) -> Step:
+        """Validate ``definition`` and register it; return the frozen :class:`Step`."""
+        record = definition if isinstance(definition, Step) else _freeze(definition)
+        _validate(record)
+        existing = self._steps.get(record.name)
+        if existing is not None:
+            raise StepDefinitionError(
+                f"step '{record.name}' is registered twice: first at {existing.defined_at}",
+                location=record.defined_at,
+                hint="step names are global; rename one of them",
+            )
+        self._steps[record.name] = record
+        return record
+
+    def get(self, name: str, location: SourceLocation | None = None) -> Step:
+        """The step called ``name``; :class:`UnknownStepError` with a suggestion otherwise."""
+        try:
+            return self._steps[name]
+        except KeyError:
+            raise UnknownStepError(
+                name, location=location, suggestion=closest(name, self._steps)
+            ) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._steps
+
+    def __iter__(self) -> Iterator[Step]:
+        return iter(self._steps.values())
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+
+def _freeze(definition: StepDefinition) -> Step:
+    fields: dict[str, Any] = dict(definition.fields)
+    return Step(
+        action=definition.action,
+        teardown=definition.teardown_fn,
+        defined_at=definition.defined_at,
+        **fields,
+    )
+
+
+def _fail(step: Step, message: str, hint: str) -> None:
+    raise StepDefinitionError(f"step '{step.name}': {message}", location=step.defined_at,
+                              hint=hint)
+
+
+def _validate(step: Step) -> None:
+    if not isinstance(step.name, str) or not STEP_NAME.match(step.name):
+        _fail(step, "invalid name", "use lower_snake_case starting with a letter")
+    if not step.description:
+        _fail(step, "no description", "pass description= or give the function a docstring")
+    if not callable(step.action):
+        _fail(step, "action is not callable", "decorate a function with @step")
+    for kind in EDGE_KINDS:
+        for target in step.edges(kind):
+            if not isinstance(target, str) or not STEP_NAME.match(target):
+                _fail(step, f"{kind} entry {target!r} is not a step name",
+                      "list step names as strings")
+            if target == step.name:
+                _fail(step, f"lists itself under {kind}", "remove the self-reference")
+    if step.when is not None:
+        parse_condition(step.when, step.defined_at)
+    if step.timeout is not None and not step.timeout > 0:
+        _fail(step, f"timeout must be positive, got {step.timeout!r}", "omit it for no timeout")
+    if not isinstance(step.retries, int) or step.retries < 0:
+        _fail(step, f"retries must be a whole number >= 0, got {step.retries!r}",
+              "use 0 for no retries")
+    if step.retries and not step.retry_on:
+        _fail(step, "retries given but no retry_on exception types",
+              "declare which errors are transient with retry_on=(...)")
+    for exc_type in step.retry_on:
+        if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
+            _fail(step, f"retry_on entry {exc_type!r} is not an exception type",
+                  "list exception classes")
+    if step.device_bound and step.binds_device:
+        _fail(step, "cannot be both device_bound and binds_device",
+              "the step that binds the device runs before the device context exists")
+    if step.teardown is not None and not callable(step.teardown):
+        _fail(step, "teardown is not callable", "use @<step>.teardown on a function")

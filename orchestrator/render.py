@@ -1,0 +1,134 @@
+"""Turning plans into text for people and formats for tools (dot, mermaid, JSON)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from orchestrator.graph import Edge
+from orchestrator.plan import Plan
+from orchestrator.report import RunReport
+
+_EDGE_STYLE = {
+    "requires": "solid",
+    "wants": "dashed",
+    "after": "dotted",
+    "before": "dotted",
+    "device": "bold",
+}
+
+
+def plan_text(plan: Plan) -> str:
+    """The human dry run: ordered steps with waves and reasons, then skipped steps."""
+    width = max([len(p.name) for p in plan.steps] + [len(s.name) for s in plan.skipped] + [4])
+    lines = [
+        f"profiles: {' -> '.join(plan.profiles)}",
+        f"device:   {plan.device}",
+        f"plan:     {len(plan.steps)} steps in {len(plan.waves)} waves, "
+        f"{len(plan.skipped)} skipped",
+        "",
+        f"  #  wave  {'step':<{width}}  why",
+    ]
+    for number, planned in enumerate(plan.steps, 1):
+        details = []
+        if planned.step.device_bound:
+            details.append("device-bound")
+        if planned.step.timeout:
+            details.append(f"timeout {planned.step.timeout:g}s")
+        if planned.step.retries:
+            details.append(f"retries {planned.step.retries}")
+        suffix = f"  [{', '.join(details)}]" if details else ""
+        lines.append(f"{number:>3}  {planned.wave:>4}  {planned.name:<{width}}  "
+                     f"{'; '.join(planned.reasons)}{suffix}")
+    if plan.skipped:
+        lines += ["", "skipped:"]
+        lines += [f"  {s.name:<{width}}  {s.reason}" for s in plan.skipped]
+    lines += ["", f"fingerprint: {plan.fingerprint}"]
+    return "\n".join(lines)
+
+
+def explain_text(first: str, second: str, chain: list[Edge]) -> str:
+    """Why ``first`` runs before ``second``, one edge per line."""
+    lines = [f"{first} runs before {second} because:"]
+    lines += [f"  {i}. {edge.describe()}" for i, edge in enumerate(chain, 1)]
+    return "\n".join(lines)
+
+
+def graph_dot(plan: Plan) -> str:
+    """Graphviz source; one node per planned step, one edge per ordering constraint."""
+    lines = ["digraph initorch {", "  rankdir=LR;", "  node [shape=box];"]
+    for planned in plan.steps:
+        lines.append(f'  "{planned.name}" [label="{planned.name}\\nwave {planned.wave}"];')
+    for source, target, kinds in _merged_edges(plan):
+        style = _EDGE_STYLE[kinds[0]]
+        lines.append(f'  "{source}" -> "{target}" [label="{",".join(kinds)}", style={style}];')
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def graph_mermaid(plan: Plan) -> str:
+    """Mermaid flowchart source (renders in GitHub markdown)."""
+    lines = ["flowchart LR"]
+    for planned in plan.steps:
+        lines.append(f'  {planned.name}["{planned.name} (wave {planned.wave})"]')
+    for source, target, kinds in _merged_edges(plan):
+        arrow = "-.->" if kinds == ["wants"] else "-->"
+        lines.append(f"  {source} {arrow}|{','.join(kinds)}| {target}")
+    return "\n".join(lines)
+
+
+def graph_json(plan: Plan) -> str:
+    """Nodes and edges with the location of every declaration."""
+    data: dict[str, Any] = {
+        "fingerprint": plan.fingerprint,
+        "nodes": [{"name": p.name, "wave": p.wave} for p in plan.steps],
+        "edges": [
+            {"from": e.source, "to": e.target, "kind": e.kind,
+             "declared_at": str(e.declared_at), "declared_by": e.declared_by}
+            for e in plan.graph.edges()
+        ],
+    }
+    return json.dumps(data, indent=2)
+
+
+def _merged_edges(plan: Plan) -> list[tuple[str, str, list[str]]]:
+    merged: dict[tuple[str, str], list[str]] = {}
+    for edge in plan.graph.edges():
+        kinds = merged.setdefault((edge.source, edge.target), [])
+        if edge.kind not in kinds:
+            kinds.append(edge.kind)
+    return [(s, t, kinds) for (s, t), kinds in merged.items()]
+
+
+GRAPH_FORMATS = {"dot": graph_dot, "mermaid": graph_mermaid, "json": graph_json}
+
+
+def run_summary_text(report: RunReport) -> str:
+    """Per-step table, critical chain and blame list of a finished run."""
+    plan = report.plan
+    width = max(len(name) for name in report.outcomes) if report.outcomes else 4
+    state = "ok" if report.ok else f"FAILED ({len(report.failed)} step(s))"
+    lines = [
+        f"run: {state} in {report.wall_time:.3f}s "
+        f"({report.executor}, rank {report.rank}, device {plan.device}, "
+        f"fingerprint {plan.fingerprint[:12]})",
+        f"  {'step':<{width}}  {'status':<9}  attempts  {'start':>8}  {'duration':>8}",
+    ]
+    for outcome in (report.outcomes[name] for name in report.step_order()):
+        start = f"+{outcome.started:.3f}s" if outcome.started is not None else "-"
+        duration = f"{outcome.duration:.3f}s" if outcome.started is not None else "-"
+        note = f"  {outcome.reason}" if outcome.reason else ""
+        lines.append(f"  {outcome.name:<{width}}  {outcome.status:<9}  {outcome.attempts:>8}  "
+                     f"{start:>8}  {duration:>8}{note}")
+    chain = report.critical_chain()
+    if chain:
+        lines += ["", "critical chain:"]
+        for depth, outcome in enumerate(chain):
+            branch = "  " * depth + ("└─" if depth else "")
+            lines.append(f"  {branch}{outcome.name} @{outcome.finished or 0.0:.3f}s "
+                         f"+{outcome.duration:.3f}s")
+    blame = report.blame()
+    if blame:
+        lines += ["", "blame:"]
+        lines += [f"  {o.duration:>8.3f}s  {o.name}" for o in blame]
+    return "\n".join(lines)

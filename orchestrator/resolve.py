@@ -1,0 +1,273 @@
+"""Resolution: composed profiles + registered steps -> a validated :class:`Plan`.
+
+The stages, each collecting every problem before raising:
+
+1. *Selection*: the steps the profiles list, plus everything they ``requires``
+   or ``wants``, transitively (systemd's pull-in).
+2. *Effective declarations*: profile overrides applied to each step (edges
+   added or removed, timeout, retries, ``when``, ``enabled``).
+3. *Conditions*: disabled steps and false ``when`` conditions are skipped with
+   a reason; a hard requirement on a skipped step is an error.
+4. *Device context*: every ``device_bound`` step gets an implicit edge from the
+   one step that ``binds_device``.  This edge cannot be removed by a profile —
+   it is what makes "engine init on a thread without device context" (Ascend
+   error 107002) impossible by construction.
+5. *Ordering*: the graph is checked for cycles (all of them are reported, each
+   edge with where it was declared) and ordered deterministically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from orchestrator.compose import ComposedProfile
+from orchestrator.conditions import parse_condition
+from orchestrator.devices import DeviceRef
+from orchestrator.errors import ConditionError, CycleError, InitorchError, Problem, ResolveError
+from orchestrator.graph import Edge, StepGraph
+from orchestrator.location import SourceLocation
+from orchestrator.plan import Plan, PlannedStep, SkippedStep, fingerprint
+from orchestrator.profile import Setting, StepEntry
+from orchestrator.registry import StepRegistry
+from orchestrator.step import EDGE_KINDS, EdgeKind, Step
+
+
+@dataclass(slots=True)
+class _Candidate:
+    """A selected step while it is being resolved."""
+
+    step: Step
+    reasons: list[str] = field(default_factory=list)
+    edge_sources: dict[tuple[str, str], tuple[SourceLocation, str]] = field(default_factory=dict)
+    disabled: Setting | None = None
+    disabled_reason: str = ""
+    when_location: SourceLocation | None = None
+
+
+def resolve(composed: ComposedProfile, steps: StepRegistry,
+            device_index: int | None = None) -> Plan:
+    """Resolve ``composed`` against ``steps``; raise an :class:`InitorchError` subclass
+    listing every problem when the result would not be a valid plan."""
+    device_type = composed.settings.get("device.type")
+    if device_type is None:
+        raise ResolveError(
+            f"no device type: profile(s) {', '.join(composed.names) or '(none)'} "
+            "set no device.type",
+            hint="add a device profile, e.g. --profile cpu, or pass --device",
+        )
+    problems: list[Problem] = []
+    candidates = _select(composed, steps, problems)
+    _raise_if(problems)
+    skipped = _evaluate_conditions(candidates, composed.settings, problems)
+    _raise_if(problems)
+    active = {name: c for name, c in candidates.items() if name not in skipped}
+    _check_requirements(active, skipped, problems)
+    edges = _edges(active, steps, problems)
+    _raise_if(problems)
+    graph = StepGraph(active, edges)
+    cycles = graph.cycles()
+    if cycles:
+        raise CycleError(tuple(cycles), [_cycle_problem(graph, c) for c in cycles])
+    waves = {name: index for index, wave in enumerate(graph.waves()) for name in wave}
+    planned = tuple(
+        PlannedStep(active[name].step, waves[name], _merge_reasons(active[name].reasons))
+        for name in graph.order()
+    )
+    skipped_steps = tuple(SkippedStep(name, skipped[name]) for name in sorted(skipped))
+    device = DeviceRef(device_type.value, device_index)
+    return Plan(
+        profiles=composed.names,
+        device=device,
+        settings=dict(composed.settings),
+        steps=planned,
+        skipped=skipped_steps,
+        graph=graph,
+        fingerprint=fingerprint(composed.names, device, composed.settings, planned,
+                                skipped_steps),
+    )
+
+
+def _merge_reasons(reasons: list[str]) -> tuple[str, ...]:
+    """``required by a``, ``required by b`` -> ``required by a, b`` (first-seen order)."""
+    merged: dict[str, list[str]] = {}
+    for reason in reasons:
+        for verb in ("required by ", "wanted by "):
+            if reason.startswith(verb):
+                merged.setdefault(verb, []).append(reason.removeprefix(verb))
+                break
+        else:
+            merged.setdefault(reason, [])
+    return tuple(key + ", ".join(names) for key, names in merged.items())
+
+
+def _raise_if(problems: list[Problem]) -> None:
+    if problems:
+        raise ResolveError(f"{len(problems)} problem(s) in the selected profiles",
+                           problems=problems)
+
+
+def _select(composed: ComposedProfile, registry: StepRegistry,
+            problems: list[Problem]) -> dict[str, _Candidate]:
+    """Listed steps with overrides applied, plus the closure of requires/wants."""
+    candidates: dict[str, _Candidate] = {}
+    queue: list[tuple[str, str, SourceLocation | None]] = []
+    for name, entries in composed.step_entries.items():
+        first = entries[0]
+        queue.append((name, f"listed by profile {first.source} ({first.location})",
+                      first.location))
+    while queue:
+        name, reason, location = queue.pop(0)
+        if name in candidates:
+            candidates[name].reasons.append(reason)
+            continue
+        try:
+            declared = registry.get(name, location)
+        except InitorchError as exc:
+            problems.extend(exc.problems)
+            continue
+        candidate = _apply_overrides(declared, composed.step_entries.get(name, ()), problems)
+        candidate.reasons.append(reason)
+        candidates[name] = candidate
+        pulls: tuple[tuple[EdgeKind, str], ...] = (("requires", "required"), ("wants", "wanted"))
+        for kind, verb in pulls:
+            for target in candidate.step.edges(kind):
+                where, _ = candidate.edge_sources[(kind, target)]
+                queue.append((target, f"{verb} by {name}", where))
+    return candidates
+
+
+def _apply_overrides(step: Step, entries: tuple[StepEntry, ...],
+                     problems: list[Problem]) -> _Candidate:
+    """Fold every profile entry for ``step`` into one effective declaration."""
+    edges: dict[str, list[str]] = {kind: list(step.edges(kind)) for kind in EDGE_KINDS}
+    sources = {(kind, t): (step.defined_at, f"step {step.name}")
+               for kind in EDGE_KINDS for t in edges[kind]}
+    fields: dict[str, object] = {}
+    candidate = _Candidate(step)
+    for entry in entries:
+        for change in entry.changes:
+            targets = edges[change.kind]
+            if change.add and change.target not in targets:
+                targets.append(change.target)
+                sources[(change.kind, change.target)] = (change.location,
+                                                          f"profile {change.source}")
+            elif not change.add:
+                if change.target not in targets:
+                    problems.append(Problem(
+                        f"cannot remove {change.kind} '{change.target}' from step "
+                        f"'{step.name}': it is not declared",
+                        change.location,
+                        f"declared {change.kind}: {', '.join(targets) or 'none'}"))
+                    continue
+                targets.remove(change.target)
+        for override in entry.overrides:
+            if override.key == "enabled":
+                candidate.disabled = None if override.value else override
+            elif override.key == "reason":
+                candidate.disabled_reason = override.value
+            else:
+                fields[override.key] = override.value
+                if override.key == "when":
+                    candidate.when_location = override.location
+                if override.key == "retries" and override.value and not step.retry_on:
+                    problems.append(Problem(
+                        f"step '{step.name}' declares no transient errors, so it cannot be "
+                        "retried", override.location,
+                        "retries apply only to errors a step lists in retry_on"))
+    candidate.step = dataclasses.replace(
+        step, **{kind: tuple(edges[kind]) for kind in EDGE_KINDS}, **fields  # type: ignore[arg-type]
+    )
+    candidate.edge_sources = {key: sources[key] for key in sources
+                              if key[1] in edges[key[0]]}
+    return candidate
+
+
+def _evaluate_conditions(candidates: dict[str, _Candidate], located: Mapping[str, Setting],
+                         problems: list[Problem]) -> dict[str, str]:
+    """Skip reasons by step name, for disabled steps and false conditions."""
+    settings = {key: s.value for key, s in located.items()}
+    origins = {key: s.location for key, s in located.items()}
+    skipped: dict[str, str] = {}
+    for name, candidate in sorted(candidates.items()):
+        if candidate.disabled is not None:
+            why = f": {candidate.disabled_reason}" if candidate.disabled_reason else ""
+            skipped[name] = (f"disabled by profile {candidate.disabled.source} "
+                             f"({candidate.disabled.location}){why}")
+            continue
+        source = candidate.step.when
+        if source is None:
+            continue
+        try:
+            condition = parse_condition(source, candidate.when_location
+                                        or candidate.step.defined_at)
+            condition.check_names(settings)
+            if not condition.evaluate(settings):
+                values = condition.describe(settings, origins)
+                skipped[name] = f"condition '{source}' is false ({values})"
+        except ConditionError as exc:
+            problems.extend(exc.problems)
+    return skipped
+
+
+def _check_requirements(active: dict[str, _Candidate], skipped: dict[str, str],
+                        problems: list[Problem]) -> None:
+    for name, candidate in sorted(active.items()):
+        for target in candidate.step.requires:
+            if target in skipped:
+                where, _ = candidate.edge_sources[("requires", target)]
+                problems.append(Problem(
+                    f"step '{name}' requires '{target}', which is skipped: {skipped[target]}",
+                    where,
+                    f"skip '{name}' under the same condition, or enable '{target}'"))
+
+
+def _edges(active: dict[str, _Candidate], registry: StepRegistry,
+           problems: list[Problem]) -> list[Edge]:
+    """Ordering edges among active steps, including the implicit device-context edges."""
+    edges: list[Edge] = []
+    for name, candidate in active.items():
+        for kind in EDGE_KINDS:
+            for target in candidate.step.edges(kind):
+                where, by = candidate.edge_sources[(kind, target)]
+                if target not in registry:
+                    try:
+                        registry.get(target, where)
+                    except InitorchError as exc:
+                        problems.extend(exc.problems)
+                    continue
+                if target not in active:
+                    continue  # ordering-only edges bind only steps that are both planned
+                source, dest = (name, target) if kind == "before" else (target, name)
+                edges.append(Edge(source, dest, kind, where, by))
+    edges.extend(_device_edges(active, problems))
+    return edges
+
+
+def _device_edges(active: dict[str, _Candidate], problems: list[Problem]) -> list[Edge]:
+    bound = sorted(name for name, c in active.items() if c.step.device_bound)
+    binders = sorted(name for name, c in active.items() if c.step.binds_device)
+    if len(binders) > 1:
+        problems.append(Problem(
+            f"several steps bind the device: {', '.join(binders)}",
+            active[binders[1]].step.defined_at, "exactly one step may declare binds_device"))
+        return []
+    if bound and not binders:
+        problems.append(Problem(
+            f"steps {', '.join(bound)} are device_bound, but no planned step binds the device",
+            active[bound[0]].step.defined_at,
+            "include the step that sets the device (set_device) and do not skip it"))
+        return []
+    return [
+        Edge(binders[0], name, "device", active[name].step.defined_at, f"step {name}")
+        for name in bound
+    ]
+
+
+def _cycle_problem(graph: StepGraph, cycle: tuple[str, ...]) -> Problem:
+    hops = graph.cycle_edges(cycle)
+    loop = " -> ".join((*cycle, cycle[0]))
+    detail = "; ".join(edge.describe() for edge in hops)
+    return Problem(f"ordering cycle {loop}: {detail}", hops[0].declared_at,
+                   "remove or reverse one of these constraints")

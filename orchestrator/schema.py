@@ -1,0 +1,94 @@
+"""The JSON Schema of profile files (``initorch schema``), for editors and CI.
+
+Built from the same field tables the parser uses (:mod:`orchestrator.profile`),
+so the schema and the validator cannot drift apart.  The parser remains the
+authority (it also checks step names, conditions and cross-file rules).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.profile import DEVICE_FIELDS, STEP_OVERRIDES
+from orchestrator.registry import STEP_NAME
+from orchestrator.step import EDGE_KINDS
+
+SCHEMA_ID = "https://initorch.dev/schema/profile.json"
+
+_NAMES: dict[str, Any] = {
+    "oneOf": [
+        {"type": "string", "pattern": STEP_NAME.pattern},
+        {"type": "array", "items": {"type": "string", "pattern": STEP_NAME.pattern}},
+    ]
+}
+
+_OVERRIDE_TYPES: dict[str, Any] = {
+    "enabled": {"type": "boolean"},
+    "reason": {"type": "string"},
+    "when": {"type": ["string", "null"]},
+    "timeout": {"type": ["number", "null"], "exclusiveMinimum": 0},
+    "retries": {"type": "integer", "minimum": 0},
+    **{kind: _NAMES for kind in EDGE_KINDS},
+    "remove": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {kind: _NAMES for kind in EDGE_KINDS},
+    },
+}
+
+
+def _config_node() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "propertyNames": {"pattern": "^[a-z_][a-z0-9_]*$"},
+        "additionalProperties": {
+            "oneOf": [
+                {"$ref": "#/$defs/config"},
+                {"type": ["string", "number", "boolean", "null", "array"]},
+            ]
+        },
+    }
+
+
+def profile_schema() -> dict[str, Any]:
+    """The schema as a JSON-compatible dict (draft 2020-12)."""
+    device_properties: dict[str, Any] = {
+        name: {"type": "string", "minLength": 1, "description": text}
+        for name, text in DEVICE_FIELDS.items()
+    }
+    device_properties["aliases"] = {
+        "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+        "description": DEVICE_FIELDS["aliases"],
+    }
+    device_properties["type"]["pattern"] = "^[a-zA-Z_][a-zA-Z0-9_]*$"
+    step_properties = {
+        name: {**_OVERRIDE_TYPES[name], "description": text}
+        for name, text in STEP_OVERRIDES.items()
+    }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID,
+        "title": "initorch profile",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "description": {"type": "string"},
+            "extends": {
+                "description": "parent profiles (names or relative paths), applied depth-first",
+                "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+            },
+            "device": {"type": "object", "additionalProperties": False,
+                       "properties": device_properties},
+            "config": {"$ref": "#/$defs/config", "not": {"required": ["device"]}},
+            "steps": {
+                "type": "object",
+                "propertyNames": {"pattern": STEP_NAME.pattern},
+                "additionalProperties": {
+                    "type": ["object", "null"],
+                    "additionalProperties": False,
+                    "properties": step_properties,
+                },
+            },
+        },
+        "$defs": {"config": _config_node()},
+    }

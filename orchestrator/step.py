@@ -1,0 +1,137 @@
+"""The step model: what a start-up action declares about itself.
+
+A :class:`Step` is an immutable record.  Authors write a plain function and
+decorate it with :func:`step`, which only stamps a :class:`StepDefinition`
+(a small builder that also collects the optional teardown); the
+:class:`~orchestrator.registry.StepRegistry` validates definitions once and
+freezes them into :class:`Step` records.
+
+Edge vocabulary follows systemd, because operators already know it:
+
+``requires``  pull the other step in and run after it; if it fails or is skipped,
+              this step cannot run.
+``wants``     pull it in and run after it, but its failure does not block us.
+``after``     ordering only: if both steps are in the plan, run after it.
+``before``    ordering only, the other way round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from orchestrator.location import SourceLocation, caller_location
+
+if TYPE_CHECKING:
+    from orchestrator.context import StepContext
+
+EdgeKind = Literal["requires", "wants", "after", "before"]
+EDGE_KINDS: tuple[EdgeKind, ...] = ("requires", "wants", "after", "before")
+
+StepAction = Callable[["StepContext"], Any]
+StepTeardown = Callable[["StepContext", Any], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """A validated, immutable step declaration.
+
+    ``action`` receives the run's :class:`~orchestrator.context.StepContext` and
+    returns the step's output (kept for later steps and for the teardown).
+    ``device_bound`` steps always run with this rank's device context set on the
+    thread that runs them; ``binds_device`` marks the single step whose output
+    re-establishes that context (``set_device``).  ``retry_on`` lists the
+    exception types the step itself considers transient: only those are retried.
+    """
+
+    name: str
+    description: str
+    action: StepAction
+    requires: tuple[str, ...] = ()
+    wants: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+    before: tuple[str, ...] = ()
+    when: str | None = None
+    device_bound: bool = False
+    binds_device: bool = False
+    timeout: float | None = None
+    retries: int = 0
+    retry_on: tuple[type[BaseException], ...] = ()
+    retry_backoff: float = 0.5
+    teardown: StepTeardown | None = None
+    defined_at: SourceLocation = field(default=SourceLocation("<unknown>"), compare=False)
+
+    def edges(self, kind: EdgeKind) -> tuple[str, ...]:
+        """The names this step lists under ``kind``."""
+        result: tuple[str, ...] = getattr(self, kind)
+        return result
+
+
+@dataclass(slots=True)
+class StepDefinition:
+    """What the :func:`step` decorator produces: the function plus its declared fields.
+
+    It is deliberately mutable only until registration (so that
+    ``@my_step.teardown`` can attach a teardown below the step function); the
+    registry turns it into a frozen :class:`Step`.
+    """
+
+    action: StepAction
+    fields: dict[str, Any]
+    defined_at: SourceLocation
+    teardown_fn: StepTeardown | None = None
+
+    def teardown(self, fn: StepTeardown) -> StepTeardown:
+        """Decorator: ``fn(ctx, output)`` undoes the step; runs in reverse order."""
+        self.teardown_fn = fn
+        return fn
+
+    def __call__(self, ctx: StepContext) -> Any:
+        return self.action(ctx)
+
+
+def step(
+    name: str | None = None,
+    *,
+    description: str | None = None,
+    requires: tuple[str, ...] | list[str] = (),
+    wants: tuple[str, ...] | list[str] = (),
+    after: tuple[str, ...] | list[str] = (),
+    before: tuple[str, ...] | list[str] = (),
+    when: str | None = None,
+    device_bound: bool = False,
+    binds_device: bool = False,
+    timeout: float | None = None,
+    retries: int = 0,
+    retry_on: tuple[type[BaseException], ...] = (),
+    retry_backoff: float = 0.5,
+) -> Callable[[StepAction], StepDefinition]:
+    """Declare a step.  The name defaults to the function name, the description
+    to the first line of its docstring.  Nothing is validated here; see
+    :meth:`StepRegistry.add`."""
+    where = caller_location()
+
+    def decorate(fn: StepAction) -> StepDefinition:
+        doc_line = (fn.__doc__ or "").strip().splitlines()
+        return StepDefinition(
+            action=fn,
+            fields={
+                "name": name or getattr(fn, "__name__", ""),
+                "description": description or (doc_line[0] if doc_line else ""),
+                "requires": tuple(requires),
+                "wants": tuple(wants),
+                "after": tuple(after),
+                "before": tuple(before),
+                "when": when,
+                "device_bound": device_bound,
+                "binds_device": binds_device,
+                "timeout": timeout,
+                "retries": retries,
+                "retry_on": tuple(retry_on),
+                "retry_backoff": retry_backoff,
+            },
+            defined_at=where,
+        )
+
+    return decorate

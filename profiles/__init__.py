@@ -1,0 +1,1 @@
+"""Built-in YAML profiles (data only); found through the ``builtin`` plugin."""

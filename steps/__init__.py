@@ -1,0 +1,27 @@
+"""initorch's built-in steps, profiles and failure diagnoses: the ``builtin`` plugin.
+
+Importing this package is cheap: step modules import torch, vendor plugins and
+Mooncake only inside the steps, so ``initorch plan`` never loads them.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from orchestrator import Registry
+
+__all__ = ["register"]
+
+
+def register(registry: Registry) -> None:
+    """Entry point of the ``builtin`` plugin (``initorch.plugins`` group)."""
+    from steps import backend, device, distributed, host_pool, transfer_engine, verify
+    from steps.diagnoses import BUILTIN_DIAGNOSES
+
+    for module in (backend, device, distributed, transfer_engine, host_pool, verify):
+        for definition in module.STEPS:
+            registry.steps.add(definition)
+    registry.profiles.add_directory(files("profiles"), plugin="builtin")
+    registry.diagnoses.extend(BUILTIN_DIAGNOSES)

@@ -1,0 +1,108 @@
+"""Shared fixtures: registries, profile files, synthetic plans, CLI runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator import Registry, StepContext, compose, resolve, step
+from orchestrator.cli import main
+from orchestrator.plan import Plan
+from orchestrator.step import StepDefinition
+
+REPO = Path(__file__).resolve().parent.parent
+SIMULATED_SITE = REPO / "tests" / "simulated" / "site"
+
+
+@pytest.fixture(scope="session")
+def builtin_registry() -> Registry:
+    """The registry with every installed plugin (read-only use)."""
+    return Registry.with_plugins()
+
+
+@pytest.fixture
+def registry() -> Registry:
+    """A fresh registry with the installed plugins; tests may add steps to it."""
+    return Registry.with_plugins()
+
+
+@pytest.fixture
+def write_profile(tmp_path: Path) -> Callable[[str, str], Path]:
+    """Write ``text`` (dedented) to ``tmp_path/name`` and return the path."""
+
+    def write(name: str, text: str) -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+        return path
+
+    return write
+
+
+@pytest.fixture
+def run_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+            ) -> Callable[..., tuple[int, str, str]]:
+    """Call ``initorch`` in-process; returns (exit code, stdout, stderr)."""
+
+    def run(*argv: str, cwd: Path | None = None) -> tuple[int, str, str]:
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        code = main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def noop(ctx: StepContext) -> None:
+    """A step action that does nothing (for ordering tests)."""
+
+
+def define(name: str, action: Callable[[StepContext], Any] = noop, **fields: Any
+           ) -> StepDefinition:
+    """A step definition for synthetic plans."""
+    return step(name, description=f"synthetic step {name}", **fields)(action)
+
+
+def synthetic_plan(definitions: Iterable[StepDefinition], tmp_path: Path,
+                   extra_yaml: str = "") -> Plan:
+    """Resolve ``definitions`` as the only steps of a cpu-typed profile in ``tmp_path``."""
+    registry = Registry()
+    names = []
+    for definition in definitions:
+        registry.steps.add(definition)
+        names.append(definition.fields["name"])
+    profile = tmp_path / "synthetic.yaml"
+    steps_yaml = "\n".join(f"  {name}: {{}}" for name in names)
+    profile.write_text(f"device:\n  type: cpu\nsteps:\n{steps_yaml}\n{extra_yaml}",
+                       encoding="utf-8")
+    return resolve(compose(registry.profiles, [str(profile)]), registry.steps)
+
+
+def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float = 120,
+               simulated: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter (optionally with the simulated vendor stack)."""
+    full_env = {**os.environ, **(env or {})}
+    if simulated:
+        full_env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(SIMULATED_SITE), full_env.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def initorch_command(*args: str, env: dict[str, str] | None = None, timeout: float = 180,
+                     simulated: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``initorch`` console script as a user would."""
+    full_env = {**os.environ, **(env or {})}
+    if simulated:
+        full_env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(SIMULATED_SITE), full_env.get("PYTHONPATH")]))
+    script = Path(sys.executable).parent / "initorch"
+    return subprocess.run([str(script), *args], env=full_env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
