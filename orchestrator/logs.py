@@ -1,0 +1,82 @@
+"""Structured logging: structlog on top of the stdlib ``initorch`` logger.
+
+Library code only calls :func:`get_logger` and binds fields (profile, rank,
+step).  Events go to the stdlib logger named ``initorch`` with their fields as
+record attributes, so a host server's ``logging`` configuration captures them
+with no initorch-specific setup.  Only the CLI calls :func:`configure_logging`,
+which renders the same events for people (console) or machines (JSON lines).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import MutableMapping
+from typing import Any, Literal, TextIO
+
+import structlog
+
+LOGGER_NAME = "initorch"
+LogFormat = Literal["console", "json"]
+_HANDLER_MARK = "_initorch_cli_handler"
+
+
+# Attributes every LogRecord has; an event field with one of these names would make
+# stdlib logging raise ("Attempt to overwrite 'module' in LogRecord").
+_RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
+    "message", "asctime"}
+
+
+def _protect_record_attributes(logger: Any, method: str, event: MutableMapping[str, Any]
+                               ) -> MutableMapping[str, Any]:
+    """Rename fields that collide with LogRecord attributes (``module`` -> ``module_``)."""
+    for key in [k for k in event if k in _RECORD_ATTRIBUTES and k != "event"]:
+        event[f"{key}_"] = event.pop(key)
+    return event
+
+
+def get_logger(**fields: Any) -> Any:
+    """A structlog logger writing to the stdlib ``initorch`` logger, with ``fields`` bound.
+
+    This wraps a stdlib logger per call instead of configuring structlog
+    globally, so embedding initorch never changes the host's structlog setup.
+    """
+    return structlog.wrap_logger(
+        logging.getLogger(LOGGER_NAME),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        processors=[structlog.stdlib.filter_by_level, _protect_record_attributes,
+                    structlog.stdlib.render_to_log_kwargs],
+    ).bind(**fields)
+
+
+def configure_logging(fmt: LogFormat = "console", stream: TextIO | None = None,
+                      level: int = logging.INFO) -> logging.Handler:
+    """Attach one handler rendering initorch events to ``stream`` (stderr by default).
+
+    Console output is coloured only on a TTY.  Calling it again replaces the
+    previous CLI handler instead of duplicating lines.
+    """
+    stream = stream or sys.stderr
+    renderer: Any
+    if fmt == "json":
+        renderer = structlog.processors.JSONRenderer(sort_keys=False)
+    else:
+        renderer = structlog.dev.ConsoleRenderer(colors=stream.isatty(), sort_keys=False)
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.ExtraAdder(),
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+        ],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    )
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(formatter)
+    setattr(handler, _HANDLER_MARK, True)
+    logger = logging.getLogger(LOGGER_NAME)
+    for old in [h for h in logger.handlers if getattr(h, _HANDLER_MARK, False)]:
+        logger.removeHandler(old)
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
+    return handler

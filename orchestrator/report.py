@@ -1,0 +1,153 @@
+"""What happened in a run: per-step outcomes, critical chain, blame, trace.
+
+``RunReport.to_dict`` is the ``--report`` JSON; ``trace_events`` is the
+``--trace`` file in Chrome trace-event format (opens in Perfetto and
+chrome://tracing, like torch profiler traces), one track per thread so that
+overlap in the parallel executor is visible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from orchestrator.diagnosis import Finding, failure_text, vendor_code_of
+from orchestrator.plan import Plan
+
+Status = Literal["pending", "succeeded", "failed", "skipped", "would_run"]
+
+
+@dataclass(slots=True)
+class StepOutcome:
+    """One step's fate; times are seconds since the run started."""
+
+    name: str
+    status: Status = "pending"
+    attempts: int = 0
+    started: float | None = None
+    finished: float | None = None
+    thread: str | None = None
+    thread_id: int | None = None
+    error: BaseException | None = None
+    finding: Finding | None = None
+    reason: str | None = None
+
+    @property
+    def duration(self) -> float:
+        if self.started is None or self.finished is None:
+            return 0.0
+        return self.finished - self.started
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "step": self.name,
+            "status": self.status,
+            "attempts": self.attempts,
+            "start_offset_s": _round(self.started),
+            "duration_s": _round(self.duration) if self.started is not None else None,
+            "thread": self.thread,
+        }
+        if self.reason:
+            data["reason"] = self.reason
+        if self.error is not None:
+            data["error"] = {
+                "type": type(self.error).__name__,
+                "message": str(self.error),
+                "vendor_code": vendor_code_of(self.error),
+                "text": failure_text(self.error),
+            }
+            data["diagnosis"] = self.finding.as_dict() if self.finding else None
+        return data
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+@dataclass(slots=True)
+class RunReport:
+    """The outcome of a run, in plan order."""
+
+    plan: Plan
+    executor: str
+    rank: int
+    outcomes: dict[str, StepOutcome]
+    started_at: str
+    wall_time: float = 0.0
+    teardown: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[StepOutcome]:
+        return [o for o in self.outcomes.values() if o.status == "failed"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def critical_chain(self) -> list[StepOutcome]:
+        """Like ``systemd-analyze critical-chain``: from the step that finished last,
+        walk back through the predecessor that finished last."""
+        ran = {n: o for n, o in self.outcomes.items() if o.finished is not None}
+        if not ran:
+            return []
+        current = max(ran.values(), key=lambda o: o.finished or 0.0)
+        chain = [current]
+        while True:
+            before = [ran[p] for p in self.plan.graph.predecessors(current.name) if p in ran]
+            if not before:
+                return chain
+            current = max(before, key=lambda o: o.finished or 0.0)
+            chain.append(current)
+
+    def blame(self) -> list[StepOutcome]:
+        """Steps that ran, longest first (``systemd-analyze blame``)."""
+        ran = [o for o in self.outcomes.values() if o.started is not None]
+        return sorted(ran, key=lambda o: o.duration, reverse=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.plan.fingerprint,
+            "profiles": list(self.plan.profiles),
+            "device": str(self.plan.device),
+            "rank": self.rank,
+            "executor": self.executor,
+            "started_at": self.started_at,
+            "wall_time_s": _round(self.wall_time),
+            "ok": self.ok,
+            "steps": [self.outcomes[name].to_dict() for name in self.step_order()],
+            "critical_chain": [o.name for o in self.critical_chain()],
+            "blame": [{"step": o.name, "duration_s": _round(o.duration)} for o in self.blame()],
+            "teardown": self.teardown,
+        }
+
+    def step_order(self) -> list[str]:
+        """Planned steps in plan order, then plan-time skipped steps by name."""
+        planned = list(self.plan.order)
+        return planned + sorted(n for n in self.outcomes if n not in planned)
+
+    def trace_events(self) -> dict[str, Any]:
+        """Chrome trace-event JSON: complete ("X") events in microseconds."""
+        events: list[dict[str, Any]] = [
+            {"name": "process_name", "ph": "M", "pid": self.rank, "tid": 0,
+             "args": {"name": f"initorch rank {self.rank} ({' + '.join(self.plan.profiles)})"}},
+        ]
+        threads: dict[int, str] = {}
+        for outcome in self.outcomes.values():
+            if outcome.started is None or outcome.thread_id is None:
+                continue
+            threads.setdefault(outcome.thread_id, outcome.thread or str(outcome.thread_id))
+            events.append({
+                "name": outcome.name,
+                "cat": "initorch.step",
+                "ph": "X",
+                "ts": round(outcome.started * 1e6, 3),
+                "dur": round(outcome.duration * 1e6, 3),
+                "pid": self.rank,
+                "tid": outcome.thread_id,
+                "args": {"status": outcome.status, "attempts": outcome.attempts,
+                         "wave": self.plan.step(outcome.name).wave},
+            })
+        events += [{"name": "thread_name", "ph": "M", "pid": self.rank, "tid": tid,
+                    "args": {"name": name}} for tid, name in sorted(threads.items())]
+        return {"traceEvents": events, "displayTimeUnit": "ms",
+                "otherData": {"fingerprint": self.plan.fingerprint}}

@@ -1,0 +1,245 @@
+"""A run: one execution of a plan, torn down exactly once.
+
+>>> with Run(plan) as run:            # runs the plan; raises StepFailedError on failure
+...     serve(run.output("init_shared_mooncake_transfer_engine"))
+...                                   # leaving the block tears everything down
+
+Teardown runs the teardowns of completed steps in reverse completion order
+when the run fails, when the context manager exits, on SIGINT/SIGTERM (with
+``handle_signals``) and, optionally, at interpreter exit.  A failing teardown
+is logged and the others still run.  A step's failure skips everything that
+hard-depends on it (``requires``, or the device binding), reported once as
+"upstream failed" with the root cause; ``wants`` and ordering-only dependents
+still run.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime
+import signal
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType, TracebackType
+from typing import Any
+
+from orchestrator.context import RankInfo, RunState, StepContext
+from orchestrator.diagnosis import DiagnosisBook
+from orchestrator.errors import StepFailedError
+from orchestrator.executors import Executor, make_executor
+from orchestrator.invoke import invoke_step
+from orchestrator.logs import get_logger
+from orchestrator.plan import Plan, PlannedStep
+from orchestrator.report import RunReport, StepOutcome
+
+HARD_EDGE_KINDS = frozenset({"requires", "device"})
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class RunInterrupted(BaseException):
+    """SIGINT or SIGTERM arrived while a run was alive; teardown has happened."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+class Run:
+    """Executes a plan and owns the resources its steps produced."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        executor: str | Executor = "sequential",
+        workers: int = 4,
+        diagnoses: DiagnosisBook | None = None,
+        rank: RankInfo | None = None,
+        handle_signals: bool = False,
+        teardown_at_exit: bool = False,
+        clock: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._plan = plan
+        self.executor = make_executor(executor, workers) if isinstance(executor, str) \
+            else executor
+        self.diagnoses = diagnoses if diagnoses is not None else DiagnosisBook()
+        self.state = RunState(plan, rank or RankInfo.from_env())
+        self.log = get_logger(profile="+".join(plan.profiles), rank=self.state.rank.rank)
+        self._handle_signals = handle_signals
+        self._teardown_at_exit = teardown_at_exit
+        self._clock, self._sleep = clock, sleep
+        self._t0 = 0.0
+        self._lock = threading.Lock()
+        self._completed: list[str] = []
+        self._started = self._closing = self._torn_down = False
+        self._saved_handlers: dict[int, Any] = {}
+        outcomes = {name: StepOutcome(name) for name in plan.order}
+        for skipped in plan.skipped:
+            outcomes[skipped.name] = StepOutcome(skipped.name, "skipped", reason=skipped.reason)
+        self.report = RunReport(plan, self.executor.name, self.state.rank.rank, outcomes,
+                                started_at="")
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    @property
+    def plan(self) -> Plan:
+        return self._plan
+
+    def start(self) -> RunReport:
+        """Run every step; on failure tear down before returning the report."""
+        if self._started:
+            raise RuntimeError("a Run is single-use; create a new one")
+        self._started = True
+        self._install_signal_handlers()
+        if self._teardown_at_exit:
+            atexit.register(self.teardown)
+        self.report.started_at = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        self._t0 = self._clock()
+        self.log.info("run_started", executor=self.executor.name, steps=len(self._plan.steps),
+                      skipped=len(self._plan.skipped), fingerprint=self._plan.fingerprint)
+        for skipped in self._plan.skipped:
+            self.log.info("step_skipped", step=skipped.name, reason=skipped.reason)
+        try:
+            self.executor.execute(self)
+        except BaseException:
+            self.teardown()
+            raise
+        self.report.wall_time = self._clock() - self._t0
+        if self.state.has_binding:
+            self.state.bind_device()  # leave the caller's thread on this rank's device
+        failed = [o.name for o in self.report.failed]
+        self.log.info("run_finished", ok=not failed, failed=failed,
+                      wall_time_s=round(self.report.wall_time, 6))
+        if failed:
+            self.teardown()
+        return self.report
+
+    def teardown(self) -> None:
+        """Undo completed steps in reverse completion order; safe to call many times."""
+        with self._lock:
+            if self._torn_down:
+                return
+            self._torn_down = self._closing = True
+            order = list(reversed(self._completed))
+        try:
+            for name in order:
+                self._teardown_step(name)
+        finally:
+            self._restore_signal_handlers()
+            if self._teardown_at_exit:
+                atexit.unregister(self.teardown)
+
+    def output(self, step: str) -> Any:
+        """The output of a completed step (e.g. the transfer engine)."""
+        return self.state.output(step)
+
+    def __enter__(self) -> Run:
+        report = self.start()
+        if not report.ok:
+            raise failure_error(report)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.teardown()
+
+    # -- the RunDriver interface used by executors -----------------------------------
+
+    def blocked_by(self, planned: PlannedStep) -> str | None:
+        for name in self._plan.graph.predecessors(planned.name):
+            edges = self._plan.graph.edges_between(name, planned.name)
+            if not any(edge.kind in HARD_EDGE_KINDS for edge in edges):
+                continue
+            outcome = self.report.outcomes[name]
+            if outcome.status == "failed":
+                return name
+            if outcome.status == "skipped" and outcome.reason and \
+                    outcome.reason.startswith("upstream failed: "):
+                return outcome.reason.removeprefix("upstream failed: ")
+        return None
+
+    def skip(self, planned: PlannedStep, root_cause: str) -> None:
+        outcome = self.report.outcomes[planned.name]
+        outcome.status, outcome.reason = "skipped", f"upstream failed: {root_cause}"
+        self.log.info("step_skipped", step=planned.name, reason=outcome.reason,
+                      root_cause=root_cause)
+
+    def run_step(self, planned: PlannedStep) -> None:
+        outcome = self.report.outcomes[planned.name]
+        invoke_step(planned, self.state, outcome, self.diagnoses, self.log,
+                    self._elapsed, self._sleep)
+        if outcome.status != "succeeded":
+            return
+        with self._lock:
+            late = self._closing
+            if not late:
+                self._completed.append(planned.name)
+        if late:  # finished after teardown began (parallel run interrupted)
+            self._teardown_step(planned.name)
+
+    def would_run(self, planned: PlannedStep) -> None:
+        outcome = self.report.outcomes[planned.name]
+        outcome.status = "would_run"
+        self.log.info("step_would_run", step=planned.name, wave=planned.wave,
+                      device_bound=planned.step.device_bound, timeout=planned.step.timeout)
+
+    # -- internals -------------------------------------------------------------------
+
+    def _elapsed(self) -> float:
+        return self._clock() - self._t0
+
+    def _teardown_step(self, name: str) -> None:
+        planned = self._plan.step(name)
+        output = self.state.forget(name)
+        teardown = planned.step.teardown
+        if teardown is None:
+            return
+        log = self.log.bind(step=name)
+        log.info("teardown_started")
+        began = self._clock()
+        entry: dict[str, Any] = {"step": name}
+        try:
+            if planned.step.device_bound and self.state.has_binding:
+                self.state.bind_device()
+            teardown(StepContext(self.state, name, log), output)
+        except Exception as exc:
+            entry.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+            log.error("teardown_failed", error_type=type(exc).__name__, error=str(exc))
+        else:
+            entry["status"] = "succeeded"
+            log.info("teardown_succeeded", duration_s=round(self._clock() - began, 6))
+        self.report.teardown.append(entry)
+
+    def _install_signal_handlers(self) -> None:
+        if not self._handle_signals or threading.current_thread() is not threading.main_thread():
+            return
+
+        def interrupt(signum: int, frame: FrameType | None) -> None:
+            self.log.warning("signal_received", signal=signal.Signals(signum).name)
+            raise RunInterrupted(signum)
+
+        for signum in HANDLED_SIGNALS:
+            self._saved_handlers[signum] = signal.signal(signum, interrupt)
+
+    def _restore_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        while self._saved_handlers:
+            signum, handler = self._saved_handlers.popitem()
+            signal.signal(signum, handler)
+
+
+def failure_error(report: RunReport) -> StepFailedError:
+    """The error a failed run raises: names the first failed step and its diagnosis."""
+    first = report.failed[0]
+    error = first.error
+    text = f"step '{first.name}' failed: {type(error).__name__}: {error}"
+    if first.finding is not None:
+        text += f"\n{first.finding.summary()}"
+    return StepFailedError(first.name, text, report)
