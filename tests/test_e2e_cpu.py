@@ -1,0 +1,96 @@
+"""The real start-up on this machine's CPU: gloo, Mooncake over TCP loopback,
+a registered host pool and bytes verified; then nothing left behind."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import initorch_command, run_python
+
+pytestmark = pytest.mark.e2e
+
+ALL_STEPS = ("import_backend", "set_device", "alloc_host_mem_pool",
+             "init_shared_mooncake_transfer_engine", "init_torch_distributed",
+             "register_mem_pool_host", "verify_transfer")
+
+LEAK_CHECK = """
+import json, os, threading
+from orchestrator import Registry, load_plan
+from orchestrator.run import Run
+
+def listening_sockets():
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    found = []
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with open(table) as handle:
+            next(handle)
+            for line in handle:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # 0A = LISTEN
+                    found.append(fields[1])
+    return found
+
+registry = Registry.with_plugins()
+plan = load_plan(["cpu"], settings={"checks.verify_transfer": True}, registry=registry)
+run = Run(plan, executor="__EXECUTOR__", diagnoses=registry.diagnoses)
+report = run.start()
+during = listening_sockets()
+run.teardown()
+print(json.dumps({
+    "ok": report.ok,
+    "statuses": {n: o.status for n, o in report.outcomes.items()},
+    "teardown": [t["step"] for t in report.teardown],
+    "listening_during": len(during),
+    "listening_after": listening_sockets(),
+    "non_daemon_threads": [t.name for t in threading.enumerate() if not t.daemon],
+}))
+"""
+
+
+@pytest.mark.parametrize("executor", ["sequential", "parallel"])
+def test_real_cpu_run_tears_everything_down(executor: str) -> None:
+    result = run_python(LEAK_CHECK.replace("__EXECUTOR__", executor))
+    assert result.returncode == 0, result.stderr[-3000:]
+    facts = json.loads(result.stdout.strip().splitlines()[-1])
+    assert facts["ok"]
+    assert set(facts["statuses"].values()) == {"succeeded"}
+    assert facts["listening_during"] >= 1  # the engine and the gloo store really listened
+    assert facts["listening_after"] == []
+    assert facts["non_daemon_threads"] == ["MainThread"]
+    assert facts["teardown"][0] == "register_mem_pool_host"
+    assert facts["teardown"].index("init_shared_mooncake_transfer_engine") < \
+        facts["teardown"].index("alloc_host_mem_pool")
+
+
+def test_cli_run_cpu_with_report(tmp_path) -> None:
+    report_path, trace_path = tmp_path / "run.json", tmp_path / "trace.json"
+    result = initorch_command("run", "--profile", "cpu", "--set", "checks.verify_transfer=true",
+                              "--report", str(report_path), "--trace", str(trace_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "run: ok" in result.stdout
+    report = json.loads(report_path.read_text())
+    statuses = {s["step"]: s["status"] for s in report["steps"]}
+    assert statuses == dict.fromkeys(ALL_STEPS, "succeeded")
+    assert report["critical_chain"][0] == "verify_transfer"
+    assert [t["status"] for t in report["teardown"]] == ["succeeded"] * 4
+    trace = json.loads(trace_path.read_text())
+    assert {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"} == set(statuses)
+
+
+def test_cli_run_without_mooncake_skips_its_steps() -> None:
+    result = initorch_command("run", "--profile", "cpu", "--set", "mooncake.enabled=false",
+                              "--log-format", "json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    skipped = {e["step"] for e in events if e["event"] == "step_skipped"}
+    assert skipped == {"init_shared_mooncake_transfer_engine", "register_mem_pool_host",
+                       "verify_transfer"}

@@ -1,0 +1,147 @@
+"""Faults in the real CPU start-up, one step at a time.
+
+Each step is made to fail — by an injected exception in-process, and by a real
+misconfiguration through the CLI — and the run must skip exactly the steps
+that need it, tear down what completed in reverse order, print the diagnosis
+as its last line and exit 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator import Registry, StepContext, load_plan
+from orchestrator.plan import Plan
+from orchestrator.run import Run
+from tests.conftest import initorch_command
+
+pytestmark = pytest.mark.e2e
+
+CPU_STEPS = ("import_backend", "set_device", "alloc_host_mem_pool",
+             "init_shared_mooncake_transfer_engine", "init_torch_distributed",
+             "register_mem_pool_host", "verify_transfer")
+
+
+class InjectedFault(RuntimeError):
+    """Stands for any unexpected failure inside a step."""
+
+
+def registry_failing_at(step_name: str) -> Registry:
+    """The installed registry, with ``step_name``'s action replaced by one that raises."""
+    real = Registry.with_plugins()
+    faulty = Registry()
+    faulty.profiles, faulty.diagnoses = real.profiles, real.diagnoses
+
+    def explode(ctx: StepContext) -> None:
+        raise InjectedFault(f"injected fault in {ctx.step}")
+
+    for declared in real.steps:
+        faulty.steps.add(dataclasses.replace(declared, action=explode)
+                         if declared.name == step_name else declared)
+    return faulty
+
+
+def hard_dependents(plan: Plan, name: str) -> set[str]:
+    """Every step that transitively requires ``name`` (or needs its device binding)."""
+    found: set[str] = set()
+    frontier = [name]
+    while frontier:
+        current = frontier.pop()
+        for successor in plan.graph.successors(current):
+            edges = plan.graph.edges_between(current, successor)
+            if successor not in found and any(e.kind in ("requires", "device") for e in edges):
+                found.add(successor)
+                frontier.append(successor)
+    return found
+
+
+@pytest.mark.parametrize("failing", CPU_STEPS)
+def test_injected_fault_skips_dependents_and_tears_down_in_reverse(failing: str) -> None:
+    registry = registry_failing_at(failing)
+    plan = load_plan(["cpu"], settings={"checks.verify_transfer": True}, registry=registry)
+    run = Run(plan, diagnoses=registry.diagnoses)
+    report = run.start()  # a failed run tears itself down before returning
+
+    statuses = {name: o.status for name, o in report.outcomes.items()}
+    dependents = hard_dependents(plan, failing)
+    assert statuses[failing] == "failed"
+    assert isinstance(report.outcomes[failing].error, InjectedFault)
+    for name in CPU_STEPS:
+        if name in dependents:
+            assert statuses[name] == "skipped"
+            assert report.outcomes[name].reason == f"upstream failed: {failing}"
+        elif name != failing:
+            assert statuses[name] == "succeeded", name
+    completed = [o.name for o in sorted(report.outcomes.values(), key=lambda o: o.finished or 0)
+                 if o.status == "succeeded"]
+    with_teardown = [n for n in reversed(completed) if plan.step(n).step.teardown is not None]
+    assert [t["step"] for t in report.teardown] == with_teardown
+    assert all(t["status"] == "succeeded" for t in report.teardown)
+
+
+@pytest.fixture
+def occupied_port() -> Iterator[int]:
+    """A loopback port some other program is already listening on."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
+def run_failing(tmp_path: Path, profile: str, *settings: str, simulated: bool = False,
+                env: dict[str, str] | None = None) -> tuple[list[str], dict[str, object]]:
+    report_path = tmp_path / "run.json"
+    args = ["run", "--profile", profile, "--report", str(report_path)]
+    for setting in settings:
+        args += ["--set", setting]
+    result = initorch_command(*args, simulated=simulated, env=env)
+    assert result.returncode == 1, result.stderr[-3000:]
+    return result.stderr.strip().splitlines(), json.loads(report_path.read_text())
+
+
+@pytest.mark.parametrize(
+    ("failing", "profile", "settings", "simulated", "env", "diagnosis"),
+    [
+        ("import_backend", "npu", (), True, {"INITORCH_SIM_CANN_MISSING": "1"},
+         "ascend-cann-not-loaded"),
+        ("init_shared_mooncake_transfer_engine", "cpu",
+         ("mooncake.metadata_server=http://127.0.0.1:1/metadata",), False, None,
+         "mooncake-engine-init-failed"),
+        ("alloc_host_mem_pool", "musa", ("device.host_allocator=cuda_host_register",), True,
+         None, "cuda-host-register-on-non-cuda"),
+        ("register_mem_pool_host", "cpu", ("hicache.layout=page_frist",), False, None,
+         "host-pool-layout-unsupported"),
+    ],
+)
+def test_misconfiguration_fails_with_diagnosis_last(
+        tmp_path: Path, failing: str, profile: str, settings: tuple[str, ...], simulated: bool,
+        env: dict[str, str] | None, diagnosis: str) -> None:
+    lines, report = run_failing(tmp_path, profile, *settings, simulated=simulated, env=env)
+    assert lines[-1].startswith(f"diagnosis {diagnosis}:"), lines[-5:]
+    steps = {s["step"]: s for s in report["steps"]}  # type: ignore[union-attr]
+    assert steps[failing]["status"] == "failed"
+    assert steps[failing]["diagnosis"]["id"] == diagnosis
+
+
+def test_master_port_in_use_is_diagnosed(tmp_path: Path, occupied_port: int) -> None:
+    lines, report = run_failing(tmp_path, "cpu", f"distributed.master_port={occupied_port}")
+    assert lines[-1].startswith("diagnosis master-port-in-use:"), lines[-5:]
+    steps = {s["step"]: s for s in report["steps"]}  # type: ignore[union-attr]
+    assert steps["init_torch_distributed"]["status"] == "failed"
+    # Steps that do not need the process group still ran and were torn down.
+    assert steps["register_mem_pool_host"]["status"] == "succeeded"
+    torn = [t["step"] for t in report["teardown"]]  # type: ignore[union-attr]
+    assert torn == ["register_mem_pool_host", "init_shared_mooncake_transfer_engine",
+                    "alloc_host_mem_pool"]
+
+
+def test_unknown_failure_is_reported_as_it_is(tmp_path: Path) -> None:
+    lines, _ = run_failing(tmp_path, "cpu", "device.collective_backend=nccl")
+    assert lines[-1].startswith("initorch: step 'init_torch_distributed' failed: ")
+    assert "NCCL" in lines[-1] and lines[-1].endswith("(no known diagnosis)")

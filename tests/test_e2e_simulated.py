@@ -1,0 +1,138 @@
+"""Regressions for the two seed bugs, on the simulated Ascend and MUSA stacks.
+
+The simulations (tests/simulated) keep a per-thread device context and fail
+exactly as the real stacks do.  For each bug: the old behaviour reproduces the
+failure and the diagnosis names it; the shipped profile passes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import initorch_command, run_python
+
+pytestmark = pytest.mark.e2e
+
+OLD_ORDER = """
+import json, threading
+from orchestrator import Registry, StepContext, load_plan
+from orchestrator.context import RankInfo, RunState
+from orchestrator.errors import StepError
+
+registry = Registry.with_plugins()
+plan = load_plan(["npu"], registry=registry)
+state = RunState(plan, RankInfo())
+
+def call(name):
+    planned = plan.step(name)
+    output = planned.step.action(StepContext(state, name, __import__("structlog").get_logger()))
+    state.record_output(name, output, binds_device=planned.step.binds_device)
+    return output
+
+def engine_init():
+    try:
+        call("init_shared_mooncake_transfer_engine")
+    except StepError as exc:
+        finding = registry.diagnoses.match(exc)
+        return {"error": str(exc), "native_log": exc.native_log,
+                "diagnosis": finding.diagnosis.id if finding else None,
+                "vendor_code": finding.vendor_code if finding else None}
+    return {"error": None}
+
+call("import_backend")
+results = {}
+if "__MODE__" == "before_set_device":
+    # The old hand-written order: the engine before set_device on this thread.
+    results = engine_init()
+else:
+    # set_device on the main thread, engine init on a helper thread (to add a deadline).
+    call("set_device")
+    box = {}
+    helper = threading.Thread(target=lambda: box.update(engine_init()))
+    helper.start(); helper.join()
+    results = box
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.parametrize("mode", ["before_set_device", "helper_thread"])
+def test_old_npu_order_reproduces_107002_and_is_diagnosed(mode: str) -> None:
+    result = run_python(OLD_ORDER.replace("__MODE__", mode), simulated=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    facts = json.loads(result.stdout.strip().splitlines()[-1])
+    assert "TransferEngine.initialize" in facts["error"]
+    assert "Call aclrtGetDevice failed, ret: 107002" in facts["native_log"]
+    assert facts["diagnosis"] == "ascend-context-null"
+    assert facts["vendor_code"] == "107002"
+
+
+@pytest.mark.parametrize("executor", ["sequential", "parallel"])
+def test_shipped_npu_profile_passes(executor: str, tmp_path: Path) -> None:
+    # A timeout moves the engine init onto a helper thread: it must still have context.
+    overlay = tmp_path / "deadline.yaml"
+    overlay.write_text("steps:\n  init_shared_mooncake_transfer_engine:\n    timeout: 60\n",
+                       encoding="utf-8")
+    result = initorch_command(
+        "run", "--profile", "npu", "--profile", str(overlay), "--executor", executor,
+        "--set", "checks.verify_transfer=true", "--log-format", "json",
+        simulated=True, env={"ASCEND_RT_VISIBLE_DEVICES": "4,5"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    ready = next(e for e in events if e["event"] == "transfer_engine_ready")
+    assert ready["protocol"] == "ascend"
+    assert ready["hostname"].endswith(":npu_4")  # LOCAL_RANK 0 -> physical device 4
+    assert any(e["event"] == "transfer_verified" for e in events)
+
+
+def test_profile_cannot_reintroduce_the_old_order(tmp_path: Path) -> None:
+    old = tmp_path / "old-order.yaml"
+    old.write_text("extends: npu\nsteps:\n  init_shared_mooncake_transfer_engine:\n"
+                   "    before: [set_device]\n", encoding="utf-8")
+    result = initorch_command("plan", "--profile", str(old))
+    assert result.returncode == 2
+    assert "ordering cycle" in result.stderr
+    assert "device_bound, so it runs after set_device" in result.stderr
+    assert "old-order.yaml:4:14" in result.stderr
+
+
+MUSA_PROBE = """
+import json
+from initorch_simulation.pinned import PINNED
+from orchestrator import Registry, load_plan
+from orchestrator.run import Run
+
+registry = Registry.with_plugins()
+plan = load_plan(["musa"], settings=__SETTINGS__, registry=registry)
+run = Run(plan, diagnoses=registry.diagnoses)
+report = run.start()
+pool = run.output("alloc_host_mem_pool") if report.ok else None
+failed = report.failed[0] if report.failed else None
+print(json.dumps({
+    "ok": report.ok,
+    "pinned": PINNED.is_pinned(pool.ptr) if pool else None,
+    "error": f"{type(failed.error).__name__}: {failed.error}" if failed else None,
+    "diagnosis": failed.finding.diagnosis.id if failed and failed.finding else None,
+}))
+run.teardown()
+"""
+
+
+def test_old_musa_allocator_reproduces_the_crash_and_is_diagnosed() -> None:
+    code = MUSA_PROBE.replace("__SETTINGS__", '{"device.host_allocator": "cuda_host_register"}')
+    result = run_python(code, simulated=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    facts = json.loads(result.stdout.strip().splitlines()[-1])
+    assert not facts["ok"]
+    assert facts["error"] == "AttributeError: 'NoneType' object has no attribute 'cudaHostRegister'"
+    assert facts["diagnosis"] == "cuda-host-register-on-non-cuda"
+
+
+def test_shipped_musa_profile_pins_the_pool() -> None:
+    result = run_python(MUSA_PROBE.replace("__SETTINGS__", '{"checks.verify_transfer": True}'),
+                        simulated=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    facts = json.loads(result.stdout.strip().splitlines()[-1])
+    assert facts == {"ok": True, "pinned": True, "error": None, "diagnosis": None}
