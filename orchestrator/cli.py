@@ -1,6 +1,7 @@
 """The ``initorch`` command line: the one boundary that turns errors into exit codes.
 
-Exit codes: 0 ok; 1 a step failed at run time; 2 invalid input or usage.
+Exit codes: 0 ok; 1 a step failed at run time; 2 invalid input or usage; 70 an
+internal error (a bug); 128+N interrupted by signal N.
 Invalid input prints one line per problem (``file:line:col: what (how to fix)``)
 and no traceback unless ``--debug`` is given.
 """
@@ -14,13 +15,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from orchestrator.api import load_plan
-from orchestrator.errors import EXIT_INVALID_INPUT, EXIT_OK, EXIT_STEP_FAILED, InitorchError
+from orchestrator.errors import (
+    EXIT_INTERNAL_ERROR,
+    EXIT_INVALID_INPUT,
+    EXIT_OK,
+    EXIT_STEP_FAILED,
+    InitorchError,
+)
 from orchestrator.plan import Plan
 from orchestrator.plugins import Registry
 from orchestrator.render import GRAPH_FORMATS, explain_text, plan_text
 from orchestrator.report import RunReport
 
-EPILOG = """exit codes: 0 ok, 1 a step failed at run time, 2 invalid input or usage.
+EPILOG = """exit codes: 0 ok, 1 a step failed at run time, 2 invalid input or usage,
+70 internal error (a bug; please report it), 128+N interrupted by signal N.
 Profiles are built-in names (see 'initorch profiles') or paths to YAML files."""
 
 Command = Callable[[argparse.Namespace, Registry], int]
@@ -72,7 +80,8 @@ def cmd_validate(args: argparse.Namespace, registry: Registry) -> int:
     else:
         problems = validate_all(registry)
     for label, error in problems:
-        _report(error, prefix=f"{label}: ")
+        # Problems that carry a file location already say where they are.
+        _report(error, prefix="" if error.location else f"{label}: ")
     if problems:
         return EXIT_INVALID_INPUT
     _emit("ok: no problems found")
@@ -88,8 +97,7 @@ def cmd_profiles(args: argparse.Namespace, registry: Registry) -> int:
     else:
         width = max(len(r["name"]) for r in rows) if rows else 4
         for row in rows:
-            device = row["device"] or ("overlay" if not row["extends"] else "-")
-            _emit(f"{row['name']:<{width}}  {device:<8}  {row['description']}")
+            _emit(f"{row['name']:<{width}}  {row['device'] or '-':<8}  {row['description']}")
     return EXIT_OK
 
 
@@ -169,15 +177,17 @@ def build_parser() -> argparse.ArgumentParser:
         prog="initorch", epilog=EPILOG,
         description="Declarative start-up orchestration for LLM inference servers.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--debug", action="store_true",
-                        help="show tracebacks for errors")
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show tracebacks for errors")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     selection = _selection_options()
 
     def add(name: str, handler: Command, help_text: str, *parents: argparse.ArgumentParser
             ) -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=help_text, description=help_text,
-                                 parents=list(parents), epilog=EPILOG)
+                                 parents=[*parents, debug], epilog=EPILOG)
         command.set_defaults(handler=handler)
         return command
 
@@ -230,3 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         _report(error)
         return error.exit_code
+    except Exception as error:  # a bug: never let it pass for "a step failed" (exit 1)
+        if args.debug:
+            raise
+        sys.stderr.write(f"initorch: internal error: {type(error).__name__}: {error} "
+                         "(rerun with --debug for the traceback, and please report it)\n")
+        return EXIT_INTERNAL_ERROR

@@ -144,10 +144,12 @@ def check_same_kind(declared: Setting, value: Any) -> None:
 
     expected, got = kind(declared.value), kind(value)
     if expected is not None and got is not None and expected != got:
+        # YAML reads `no` as false and `1:30` as a number; text must then be quoted.
+        quote = " — quote it to pass text" if expected == "text" else ""
         raise ProfileError(
             f"{declared.key} expects {expected}, got {value!r}",
             location=COMMAND_LINE,
-            hint=f"declared as {declared.value!r} at {declared.location}",
+            hint=f"declared as {declared.value!r} at {declared.location}{quote}",
         )
 
 
@@ -163,8 +165,10 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
-        raise ProfileError(f"--set {key}: cannot read value {raw!r}: {exc}",
-                           location=COMMAND_LINE, hint="quote strings that contain ':'") from None
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise ProfileError(f"--set {key}: cannot read value {raw!r}: {problem}",
+                           location=COMMAND_LINE,
+                           hint=f"quote it to pass text: --set {key}='\"{raw}\"'") from None
     if isinstance(value, dict):
         raise ProfileError(f"--set {key}: value must be a scalar or a list",
                            location=COMMAND_LINE, hint="set nested keys one by one")

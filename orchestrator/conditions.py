@@ -90,7 +90,8 @@ class Condition:
             values = (self._eval(v, settings) for v in node.values)
             return all(values) if isinstance(node.op, ast.And) else any(values)
         if isinstance(node, ast.UnaryOp):
-            return not self._eval(node.operand, settings)
+            operand = self._eval(node.operand, settings)
+            return -operand if isinstance(node.op, ast.USub) else not operand
         if isinstance(node, ast.Compare):
             left = self._eval(node.left, settings)
             for op, right_node in zip(node.ops, node.comparators, strict=True):
@@ -110,24 +111,41 @@ class Condition:
         return settings[name]
 
 
+def _is_number(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
+        and not isinstance(node.value, bool)
+
+
 def _show(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return "null" if value is None else repr(value) if isinstance(value, str) else str(value)
 
 
+# A condition is one line of intent; anything longer is a mistake or an attack
+# on the parser (deep nesting exhausts the recursion limit).
+MAX_CONDITION_LENGTH = 500
+
+
 def parse_condition(source: str, location: SourceLocation | None = None) -> Condition:
     """Parse and validate ``source``; raise :class:`ConditionError` on anything unsafe."""
+    if len(source) > MAX_CONDITION_LENGTH:
+        raise ConditionError(f"condition is {len(source)} characters long",
+                             location=location,
+                             hint=f"keep conditions under {MAX_CONDITION_LENGTH} characters")
     try:
         tree = ast.parse(source.strip(), mode="eval").body
+        names: set[str] = set()
+        _validate(tree, source, location, names)
     except SyntaxError as exc:
         raise ConditionError(
             f"condition {source!r} is not a valid expression: {exc.msg}",
             location=location,
             hint="use names, literals, and/or/not, ==, !=, <, >, in",
         ) from None
-    names: set[str] = set()
-    _validate(tree, source, location, names)
+    except (RecursionError, MemoryError):
+        raise ConditionError(f"condition {source[:40]!r}... nests too deeply",
+                             location=location, hint="simplify the expression") from None
     return Condition(source, frozenset(names), tree, location)
 
 
@@ -137,6 +155,9 @@ def _validate(node: ast.expr, source: str, location: SourceLocation | None,
         children: list[ast.expr] = list(node.values)
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         children = [node.operand]
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) \
+            and _is_number(node.operand):
+        return
     elif isinstance(node, ast.Compare) and all(type(op) in _COMPARISONS for op in node.ops):
         children = [node.left, *node.comparators]
     elif isinstance(node, (ast.List, ast.Tuple, ast.Set)):

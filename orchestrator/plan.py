@@ -21,6 +21,7 @@ from orchestrator.errors import ResolveError
 from orchestrator.graph import Edge, StepGraph
 from orchestrator.profile import Setting
 from orchestrator.step import EDGE_KINDS, Step
+from orchestrator.suggest import closest
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +87,16 @@ class Plan:
         for name in (first, second):
             if name not in self.order:
                 skipped = next((s for s in self.skipped if s.name == name), None)
-                why = f": skipped ({skipped.reason})" if skipped else ""
-                raise ResolveError(f"step '{name}' is not in the plan{why}",
-                                   hint=f"planned steps: {', '.join(self.order)}")
+                if skipped is not None:
+                    raise ResolveError(f"step '{name}' is not in the plan: skipped "
+                                       f"({skipped.reason})")
+                guess = closest(name, self.order)
+                raise ResolveError(f"step '{name}' is not in the plan",
+                                   hint=f"did you mean '{guess}'?" if guess
+                                   else f"planned steps: {', '.join(self.order)}")
+        if first == second:
+            raise ResolveError(f"explain needs two different steps, got '{first}' twice",
+                               hint="e.g. explain set_device init_torch_distributed")
         chain = self.graph.path(first, second)
         if chain is None:
             reverse = self.graph.path(second, first)

@@ -143,7 +143,8 @@ def parse_profile(text: str, path: str, name: str) -> ProfileDocument:
     )
     steps = _parse_steps(out, data.get("steps"), name)
     if out.problems:
-        raise ProfileError(f"{len(out.problems)} problem(s) in {path}", problems=out.problems)
+        in_file_order = sorted(out.problems, key=lambda p: (p.location or SourceLocation(path)))
+        raise ProfileError(f"{len(out.problems)} problem(s) in {path}", problems=in_file_order)
     return ProfileDocument(name, path, description, extends, settings, steps)
 
 
@@ -215,12 +216,25 @@ def _parse_config(out: _Collector, value: Any, source: str) -> tuple[Setting, ..
                 continue
             if isinstance(item, dict):
                 walk(item, keys)
+            elif not _plain(item):
+                out.add(f"config value {'.'.join(keys)} is a {type(item).__name__}, which "
+                        "settings cannot hold", out.doc.where("config", *keys),
+                        "use a string, number, boolean, null or list; quote dates")
             else:
                 settings.append(Setting(".".join(keys), item, out.doc.where("config", *keys),
                                         source))
 
     walk(value, ())
     return tuple(settings)
+
+
+def _plain(value: Any) -> bool:
+    """True for values that JSON (and so --json, fingerprints, conditions) can carry."""
+    if isinstance(value, list):
+        return all(_plain(item) for item in value)
+    if isinstance(value, dict):
+        return all(_plain(item) for item in value.values())
+    return isinstance(value, (str, int, float, bool, type(None)))
 
 
 def _parse_steps(out: _Collector, value: Any, source: str) -> tuple[StepEntry, ...]:
@@ -260,7 +274,8 @@ def _parse_step_entry(out: _Collector, name: str, body: dict[str, Any],
         else:
             problem = _override_problem(name, key, item, item_where)
             if problem is None:
-                overrides.append(Setting(key, item, item_where, source))
+                value = int(item) if key == "retries" else item  # JSON's 1.0 is 1
+                overrides.append(Setting(key, value, item_where, source))
             else:
                 out.problems.append(problem)
     return StepEntry(name, where, source, tuple(overrides), tuple(changes))
@@ -286,7 +301,7 @@ def _override_problem(name: str, key: str, item: Any, where: SourceLocation) -> 
         return wrong("a string")
     if key == "timeout" and item is not None and not (number and item > 0):
         return wrong("a positive number of seconds, or null for none")
-    if key == "retries" and not (isinstance(item, int) and number and item >= 0):
+    if key == "retries" and not (number and float(item).is_integer() and item >= 0):
         return wrong("a whole number >= 0")
     if key == "when" and item is not None:
         if not isinstance(item, str):

@@ -88,10 +88,16 @@ def _validate(step: Step) -> None:
             if target == step.name:
                 _fail(step, f"lists itself under {kind}", "remove the self-reference")
     if step.when is not None:
+        if not isinstance(step.when, str):
+            _fail(step, f"when must be a condition string, got {step.when!r}",
+                  "e.g. when=\"mooncake.enabled\"")
         parse_condition(step.when, step.defined_at)
-    if step.timeout is not None and not step.timeout > 0:
-        _fail(step, f"timeout must be positive, got {step.timeout!r}", "omit it for no timeout")
-    if not isinstance(step.retries, int) or step.retries < 0:
+    timeout_ok = isinstance(step.timeout, (int, float)) and not isinstance(step.timeout, bool) \
+        and step.timeout > 0
+    if step.timeout is not None and not timeout_ok:
+        _fail(step, f"timeout must be a positive number of seconds, got {step.timeout!r}",
+              "omit it for no timeout")
+    if not isinstance(step.retries, int) or isinstance(step.retries, bool) or step.retries < 0:
         _fail(step, f"retries must be a whole number >= 0, got {step.retries!r}",
               "use 0 for no retries")
     if step.retries and not step.retry_on:

@@ -26,7 +26,7 @@ from orchestrator.compose import ComposedProfile
 from orchestrator.conditions import parse_condition
 from orchestrator.devices import DeviceRef
 from orchestrator.errors import ConditionError, CycleError, InitorchError, Problem, ResolveError
-from orchestrator.graph import Edge, StepGraph
+from orchestrator.graph import MAX_CYCLES_REPORTED, Edge, StepGraph
 from orchestrator.location import SourceLocation
 from orchestrator.plan import Plan, PlannedStep, SkippedStep, fingerprint
 from orchestrator.profile import Setting, StepEntry
@@ -39,7 +39,8 @@ class _Candidate:
     """A selected step while it is being resolved."""
 
     step: Step
-    reasons: list[str] = field(default_factory=list)
+    # (why, by whom): ("listed by profile base (...)", None) or ("required by", "x")
+    reasons: list[tuple[str, str | None]] = field(default_factory=list)
     edge_sources: dict[tuple[str, str], tuple[SourceLocation, str]] = field(default_factory=dict)
     disabled: Setting | None = None
     disabled_reason: str = ""
@@ -64,15 +65,19 @@ def resolve(composed: ComposedProfile, steps: StepRegistry,
     _raise_if(problems)
     active = {name: c for name, c in candidates.items() if name not in skipped}
     _check_requirements(active, skipped, problems)
-    edges = _edges(active, steps, problems)
+    edges = _edges(active, steps, problems) + _device_edges(candidates, skipped, problems)
     _raise_if(problems)
     graph = StepGraph(active, edges)
     cycles = graph.cycles()
     if cycles:
-        raise CycleError(tuple(cycles), [_cycle_problem(graph, c) for c in cycles])
+        reported = [_cycle_problem(graph, c) for c in cycles]
+        if len(cycles) >= MAX_CYCLES_REPORTED:
+            reported.append(Problem(f"(only the first {MAX_CYCLES_REPORTED} cycles are shown)"))
+        raise CycleError(tuple(cycles), reported)
     waves = {name: index for index, wave in enumerate(graph.waves()) for name in wave}
     planned = tuple(
-        PlannedStep(active[name].step, waves[name], _merge_reasons(active[name].reasons))
+        PlannedStep(active[name].step, waves[name],
+                    _merge_reasons(active[name].reasons, skipped))
         for name in graph.order()
     )
     skipped_steps = tuple(SkippedStep(name, skipped[name]) for name in sorted(skipped))
@@ -89,16 +94,16 @@ def resolve(composed: ComposedProfile, steps: StepRegistry,
     )
 
 
-def _merge_reasons(reasons: list[str]) -> tuple[str, ...]:
-    """``required by a``, ``required by b`` -> ``required by a, b`` (first-seen order)."""
+def _merge_reasons(reasons: list[tuple[str, str | None]],
+                   skipped: Mapping[str, str]) -> tuple[str, ...]:
+    """``required by a``, ``required by b`` -> ``required by a, b`` (first-seen order);
+    steps that are skipped pull nothing in, so they are left out."""
     merged: dict[str, list[str]] = {}
-    for reason in reasons:
-        for verb in ("required by ", "wanted by "):
-            if reason.startswith(verb):
-                merged.setdefault(verb, []).append(reason.removeprefix(verb))
-                break
-        else:
-            merged.setdefault(reason, [])
+    for why, who in reasons:
+        if who is None:
+            merged.setdefault(why, [])
+        elif who not in skipped:
+            merged.setdefault(f"{why} ", []).append(who)
     return tuple(key + ", ".join(names) for key, names in merged.items())
 
 
@@ -112,10 +117,10 @@ def _select(composed: ComposedProfile, registry: StepRegistry,
             problems: list[Problem]) -> dict[str, _Candidate]:
     """Listed steps with overrides applied, plus the closure of requires/wants."""
     candidates: dict[str, _Candidate] = {}
-    queue: list[tuple[str, str, SourceLocation | None]] = []
+    queue: list[tuple[str, tuple[str, str | None], SourceLocation | None]] = []
     for name, entries in composed.step_entries.items():
         first = entries[0]
-        queue.append((name, f"listed by profile {first.source} ({first.location})",
+        queue.append((name, (f"listed by profile {first.source} ({first.location})", None),
                       first.location))
     while queue:
         name, reason, location = queue.pop(0)
@@ -134,7 +139,7 @@ def _select(composed: ComposedProfile, registry: StepRegistry,
         for kind, verb in pulls:
             for target in candidate.step.edges(kind):
                 where, _ = candidate.edge_sources[(kind, target)]
-                queue.append((target, f"{verb} by {name}", where))
+                queue.append((target, (f"{verb} by", name), where))
     return candidates
 
 
@@ -241,11 +246,13 @@ def _edges(active: dict[str, _Candidate], registry: StepRegistry,
                     continue  # ordering-only edges bind only steps that are both planned
                 source, dest = (name, target) if kind == "before" else (target, name)
                 edges.append(Edge(source, dest, kind, where, by))
-    edges.extend(_device_edges(active, problems))
     return edges
 
 
-def _device_edges(active: dict[str, _Candidate], problems: list[Problem]) -> list[Edge]:
+def _device_edges(candidates: dict[str, _Candidate], skipped: Mapping[str, str],
+                  problems: list[Problem]) -> list[Edge]:
+    """An edge from the one active binder to every active device_bound step."""
+    active = {name: c for name, c in candidates.items() if name not in skipped}
     bound = sorted(name for name, c in active.items() if c.step.device_bound)
     binders = sorted(name for name, c in active.items() if c.step.binds_device)
     if len(binders) > 1:
@@ -254,10 +261,20 @@ def _device_edges(active: dict[str, _Candidate], problems: list[Problem]) -> lis
             active[binders[1]].step.defined_at, "exactly one step may declare binds_device"))
         return []
     if bound and not binders:
-        problems.append(Problem(
-            f"steps {', '.join(bound)} are device_bound, but no planned step binds the device",
-            active[bound[0]].step.defined_at,
-            "include the step that sets the device (set_device) and do not skip it"))
+        idle = sorted(n for n, c in candidates.items() if c.step.binds_device and n in skipped)
+        if idle:
+            candidate = candidates[idle[0]]
+            where = (candidate.disabled.location if candidate.disabled
+                     else candidate.when_location or candidate.step.defined_at)
+            problems.append(Problem(
+                f"'{idle[0]}' binds the device but is skipped ({skipped[idle[0]]}), and "
+                f"{', '.join(bound)} need it", where,
+                f"do not skip '{idle[0]}': device_bound steps run after it on their thread"))
+        else:
+            problems.append(Problem(
+                f"steps {', '.join(bound)} are device_bound, but no planned step binds the "
+                "device", active[bound[0]].step.defined_at,
+                "include the step that sets the device (set_device)"))
         return []
     return [
         Edge(binders[0], name, "device", active[name].step.defined_at, f"step {name}")

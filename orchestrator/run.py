@@ -107,12 +107,12 @@ class Run:
             self.log.info("step_skipped", step=skipped.name, reason=skipped.reason)
         try:
             self.executor.execute(self)
+            if self.report.ok and self.state.has_binding:
+                self.state.bind_device()  # leave the caller's thread on this rank's device
         except BaseException:
             self.teardown()
             raise
         self.report.wall_time = self._clock() - self._t0
-        if self.state.has_binding:
-            self.state.bind_device()  # leave the caller's thread on this rank's device
         failed = [o.name for o in self.report.failed]
         self.log.info("run_finished", ok=not failed, failed=failed,
                       wall_time_s=round(self.report.wall_time, 6))

@@ -53,14 +53,15 @@ def _config_node() -> dict[str, Any]:
 def profile_schema() -> dict[str, Any]:
     """The schema as a JSON-compatible dict (draft 2020-12)."""
     device_properties: dict[str, Any] = {
-        name: {"type": "string", "minLength": 1, "description": text}
+        name: {"type": "string", "pattern": r"\S", "description": text}
         for name, text in DEVICE_FIELDS.items()
     }
     device_properties["aliases"] = {
         "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
         "description": DEVICE_FIELDS["aliases"],
     }
-    device_properties["type"]["pattern"] = "^[a-zA-Z_][a-zA-Z0-9_]*$"
+    # The parser strips blanks and lower-cases the type.
+    device_properties["type"]["pattern"] = r"^\s*[a-zA-Z_][a-zA-Z0-9_]*\s*$"
     step_properties = {
         name: {**_OVERRIDE_TYPES[name], "description": text}
         for name, text in STEP_OVERRIDES.items()
@@ -75,13 +76,16 @@ def profile_schema() -> dict[str, Any]:
             "description": {"type": "string"},
             "extends": {
                 "description": "parent profiles (names or relative paths), applied depth-first",
-                "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+                "oneOf": [{"type": ["string", "null"]},
+                          {"type": "array", "items": {"type": "string"}}],
             },
-            "device": {"type": "object", "additionalProperties": False,
+            # An empty section (`device:` with nothing under it) is null in YAML.
+            "device": {"type": ["object", "null"], "additionalProperties": False,
                        "properties": device_properties},
-            "config": {"$ref": "#/$defs/config", "not": {"required": ["device"]}},
+            "config": {"oneOf": [{"type": "null"},
+                                 {"$ref": "#/$defs/config", "not": {"required": ["device"]}}]},
             "steps": {
-                "type": "object",
+                "type": ["object", "null"],
                 "propertyNames": {"pattern": STEP_NAME.pattern},
                 "additionalProperties": {
                     "type": ["object", "null"],

@@ -61,8 +61,9 @@ def compose_selection(catalog: ProfileCatalog, refs: Sequence[str], device: Devi
     if device is None:
         return compose(catalog, refs, overrides)
     if refs:
-        composed = compose(catalog, refs, overrides)
-        declared = composed.settings.get("device.type")
+        # Settings may name keys that only the device profile declares: check the
+        # device type before applying them.
+        declared = compose(catalog, refs).settings.get("device.type")
         if declared is not None and declared.value != device.type:
             raise ConflictError(
                 "--device conflicts with the profile",
@@ -72,5 +73,5 @@ def compose_selection(catalog: ProfileCatalog, refs: Sequence[str], device: Devi
                     "drop --device, or choose a profile for that device"),),
             )
         if declared is not None:
-            return composed
+            return compose(catalog, refs, overrides)
     return compose(catalog, [profile_for_device(catalog, device.type), *refs], overrides)

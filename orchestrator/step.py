@@ -91,14 +91,19 @@ class StepDefinition:
         return self.action(ctx)
 
 
+def _names(value: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """One step name or several (``requires="a"`` means ``requires=["a"]``)."""
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
 def step(
     name: str | None = None,
     *,
     description: str | None = None,
-    requires: tuple[str, ...] | list[str] = (),
-    wants: tuple[str, ...] | list[str] = (),
-    after: tuple[str, ...] | list[str] = (),
-    before: tuple[str, ...] | list[str] = (),
+    requires: str | tuple[str, ...] | list[str] = (),
+    wants: str | tuple[str, ...] | list[str] = (),
+    after: str | tuple[str, ...] | list[str] = (),
+    before: str | tuple[str, ...] | list[str] = (),
     when: str | None = None,
     device_bound: bool = False,
     binds_device: bool = False,
@@ -119,10 +124,10 @@ def step(
             fields={
                 "name": name or getattr(fn, "__name__", ""),
                 "description": description or (doc_line[0] if doc_line else ""),
-                "requires": tuple(requires),
-                "wants": tuple(wants),
-                "after": tuple(after),
-                "before": tuple(before),
+                "requires": _names(requires),
+                "wants": _names(wants),
+                "after": _names(after),
+                "before": _names(before),
                 "when": when,
                 "device_bound": device_bound,
                 "binds_device": binds_device,

@@ -66,20 +66,68 @@ def parse_yaml(text: str, path: str) -> YamlDocument:
             raise ProfileError(f"invalid YAML: {exc}", location=SourceLocation(path)) from None
         document = YamlDocument(path, None)
         if root is not None:
-            object.__setattr__(document, "data", _build(loader, root, (), document))
+            object.__setattr__(document, "data", _Builder(loader, document).build(root, ()))
         return document
     finally:
         loader.dispose()
 
 
-def _build(loader: Any, node: yaml.Node, keys: KeyPath, doc: YamlDocument) -> Any:
-    doc.value_marks[keys] = _location(doc.path, node.start_mark)
-    if isinstance(node, yaml.MappingNode):
-        loader.flatten_mapping(node)
+# Aliases can make a tiny file expand enormously ("billion laughs"); a profile is
+# small, so anything past this many nodes is refused rather than built.
+MAX_NODES = 20_000
+
+
+class _Builder:
+    """Builds plain values from a node tree, recording positions and refusing
+    unknown tags, recursive aliases and runaway alias expansion."""
+
+    def __init__(self, loader: Any, doc: YamlDocument) -> None:
+        self.loader = loader
+        self.doc = doc
+        self.nodes = 0
+        self.active: set[int] = set()
+
+    def build(self, node: yaml.Node, keys: KeyPath) -> Any:
+        where = _location(self.doc.path, node.start_mark)
+        self.doc.value_marks[keys] = where
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise ProfileError(f"profile expands to more than {MAX_NODES} values",
+                               location=where, hint="aliases nest too deeply; write it out")
+        if id(node) in self.active:
+            raise ProfileError("recursive alias: a value contains itself", location=where,
+                               hint="remove the alias that refers to its own anchor")
+        self.active.add(id(node))
+        try:
+            if isinstance(node, yaml.MappingNode):
+                return self._mapping(node, keys)
+            if isinstance(node, yaml.SequenceNode):
+                return [self.build(item, (*keys, i)) for i, item in enumerate(node.value)]
+            return self._scalar(node, where)
+        finally:
+            self.active.discard(id(node))
+
+    def _scalar(self, node: yaml.Node, where: SourceLocation) -> Any:
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except yaml.MarkedYAMLError as exc:
+            raise ProfileError(f"unsupported YAML value: {exc.problem}", location=where,
+                               hint="profiles hold plain strings, numbers, booleans, lists "
+                                    "and mappings; quote the value") from None
+
+    def _mapping(self, node: yaml.MappingNode, keys: KeyPath) -> dict[str, Any]:
+        explicit = {id(pair) for pair in node.value}
+        try:
+            self.loader.flatten_mapping(node)
+        except yaml.MarkedYAMLError as exc:
+            raise ProfileError(f"invalid merge key: {exc.problem}",
+                               location=_location(self.doc.path, node.start_mark)) from None
         result: dict[str, Any] = {}
-        for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
-            key_mark = _location(doc.path, key_node.start_mark)
+        merged_keys: set[str] = set()
+        for pair in node.value:
+            key_node, value_node = pair
+            key_mark = _location(self.doc.path, key_node.start_mark)
+            key = self._scalar(key_node, key_mark)
             if not isinstance(key, str):
                 raise ProfileError(
                     f"mapping keys must be strings, not {type(key).__name__} {key!r}",
@@ -87,16 +135,17 @@ def _build(loader: Any, node: yaml.Node, keys: KeyPath, doc: YamlDocument) -> An
                     hint="quote the key",
                 )
             path = (*keys, key)
-            if key in result:
-                first = doc.key_marks[path]
+            # Keys merged in with '<<' may be overridden by the mapping's own keys.
+            if key in result and key not in merged_keys:
+                first = self.doc.key_marks[path]
                 raise ProfileError(
                     f"duplicate key '{key}' (first given at line {first.line})",
                     location=key_mark,
                     hint="remove one of them",
                 )
-            doc.key_marks[path] = key_mark
-            result[key] = _build(loader, value_node, path, doc)
+            merged_keys.discard(key)
+            if id(pair) not in explicit:
+                merged_keys.add(key)
+            self.doc.key_marks[path] = key_mark
+            result[key] = self.build(value_node, path)
         return result
-    if isinstance(node, yaml.SequenceNode):
-        return [_build(loader, item, (*keys, i), doc) for i, item in enumerate(node.value)]
-    return loader.construct_object(node, deep=True)

@@ -53,6 +53,13 @@ def visible_devices(ctx: StepContext) -> list[str] | None:
 
 def device_index(ctx: StepContext) -> int:
     """The local device index: ``--device TYPE:N`` if given, else ``LOCAL_RANK``."""
+    if ctx.device.index is not None and ctx.rank.local_rank != 0:
+        raise StepError(
+            f"--device {ctx.device} pins every rank to device {ctx.device.index}, but this is "
+            f"local rank {ctx.rank.local_rank}",
+            hint="drop the index (--device " + ctx.device.type + ") so that LOCAL_RANK picks "
+                 "each rank's device",
+        )
     index = ctx.device.index if ctx.device.index is not None else ctx.rank.local_rank
     visible = visible_devices(ctx)
     if visible is not None and index >= len(visible):
