@@ -1,0 +1,86 @@
+"""The dry run never imports torch, torch_npu, torch_musa or mooncake.
+
+Two guards, like click's import test: the CLI runs with those names made
+unimportable (packages of the same name, first on PYTHONPATH, whose import
+raises), and a fresh interpreter that loads a plan has none of them in
+``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.conftest import initorch_command, run_python
+from tests.helpers_foundation import VENDOR_MODULES, make_blockers
+
+
+@pytest.fixture(scope="module")
+def blocked_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    blockers = make_blockers(tmp_path_factory.mktemp("blocked"))
+    path = os.pathsep.join(filter(None, [str(blockers), os.environ.get("PYTHONPATH")]))
+    return {"PYTHONPATH": path}
+
+
+def test_blockers_really_block(blocked_env):
+    result = run_python("import torch", env=blocked_env)
+    assert result.returncode != 0
+    assert "torch is blocked" in result.stderr
+
+
+def test_plan_runs_without_the_vendor_stack(blocked_env):
+    result = initorch_command("plan", "--profile", "npu", env=blocked_env)
+    assert result.returncode == 0, result.stderr
+    assert "init_shared_mooncake_transfer_engine" in result.stdout
+    assert result.stderr == ""
+
+
+def test_plan_json_runs_without_the_vendor_stack(blocked_env):
+    result = initorch_command("plan", "--profile", "npu", "--profile", "mooncake-ep", "--json",
+                              env=blocked_env)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["device"] == "npu"
+    assert "init_torch_distributed" in data["order"]
+
+
+def test_every_dry_command_runs_without_the_vendor_stack(blocked_env):
+    code = """
+        import sys
+        from orchestrator.cli import main
+        commands = [
+            ["plan", "-d", "musa:0"],
+            ["graph", "-p", "npu", "--format", "mermaid"],
+            ["explain", "-p", "npu", "set_device", "init_shared_mooncake_transfer_engine"],
+            ["validate"],
+            ["profiles"],
+            ["steps", "--json"],
+            ["schema"],
+        ]
+        codes = [main(argv) for argv in commands]
+        vendor = sorted(m for m in sys.modules if m.split(".")[0] in VENDOR)
+        print("RESULT", codes, vendor)
+        """.replace("VENDOR", repr(set(VENDOR_MODULES)))
+    result = run_python(code, env=blocked_env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "RESULT [0, 0, 0, 0, 0, 0, 0] []"
+
+
+def test_loading_a_plan_imports_no_vendor_module():
+    # Without blockers: torch and mooncake are installed here, so this is the real check
+    # that nothing imports them (not merely that the import would fail).
+    code = f"""
+        import sys
+        import orchestrator, steps
+        from orchestrator import load_plan
+        for profiles in (["npu"], ["npu", "mooncake-ep"], ["musa"], ["cpu"]):
+            load_plan(profiles)
+        load_plan(device="musa:0")
+        vendor = sorted(m for m in sys.modules if m.split(".")[0] in {set(VENDOR_MODULES)!r})
+        print(vendor)
+        """
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

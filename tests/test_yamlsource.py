@@ -1,0 +1,158 @@
+"""orchestrator.yamlsource: safe YAML that keeps positions and rejects duplicate keys."""
+
+from __future__ import annotations
+
+import contextlib
+import textwrap
+
+import pytest
+
+from orchestrator.errors import ProfileError
+from orchestrator.location import SourceLocation
+from orchestrator.yamlsource import parse_yaml
+
+DOC = textwrap.dedent("""\
+    top: 1
+    device:
+      type: npu
+      list:
+        - a
+        - b
+    flow: {x: 1, y: [2, 3]}
+    """)
+
+
+def parse_error(text: str) -> ProfileError:
+    with pytest.raises(ProfileError) as caught:
+        parse_yaml(textwrap.dedent(text), "f.yaml")
+    return caught.value
+
+
+def test_plain_data_is_the_safe_loader_result():
+    doc = parse_yaml(DOC, "f.yaml")
+    assert doc.data == {"top": 1, "device": {"type": "npu", "list": ["a", "b"]},
+                        "flow": {"x": 1, "y": [2, 3]}}
+    assert doc.path == "f.yaml"
+
+
+@pytest.mark.parametrize(("keys", "where"), [
+    ((), "f.yaml:1:1"),
+    (("top",), "f.yaml:1:6"),
+    (("device",), "f.yaml:3:3"),
+    (("device", "type"), "f.yaml:3:9"),
+    (("device", "list", 1), "f.yaml:6:7"),
+    (("flow", "y", 0), "f.yaml:7:18"),
+])
+def test_value_positions_are_one_based(keys, where):
+    assert str(parse_yaml(DOC, "f.yaml").where(*keys)) == where
+
+
+@pytest.mark.parametrize(("keys", "where"), [
+    (("device",), "f.yaml:2:1"),
+    (("device", "type"), "f.yaml:3:3"),
+    (("flow", "y"), "f.yaml:7:14"),
+])
+def test_key_positions(keys, where):
+    assert str(parse_yaml(DOC, "f.yaml").key_where(*keys)) == where
+
+
+def test_where_falls_back_to_the_nearest_enclosing_value():
+    doc = parse_yaml(DOC, "f.yaml")
+    assert doc.where("device", "missing", "deeper") == doc.where("device")
+    # a key that was never written falls back to its value's (or its parent's) position
+    assert doc.key_where("device", "missing") == doc.where("device")
+
+
+def test_empty_document_has_no_data():
+    doc = parse_yaml("# only a comment\n", "f.yaml")
+    assert doc.data is None
+    assert doc.where("anything") == SourceLocation("f.yaml")
+
+
+@pytest.mark.parametrize(("text", "key", "at", "first_line"), [
+    ("a: 1\nb: 2\na: 3\n", "a", "f.yaml:3:1", 1),
+    ("device:\n  type: cpu\n  type: cuda\n", "type", "f.yaml:3:3", 2),
+    ("flow: {b: 1, b: 2}\n", "b", "f.yaml:1:14", 1),
+    ("steps:\n  x:\n    after: [a]\n    after: [b]\n", "after", "f.yaml:4:5", 3),
+])
+def test_duplicate_keys_are_rejected_naming_both_lines(text, key, at, first_line):
+    error = parse_error(text)
+    assert str(error.location) == at
+    assert f"duplicate key '{key}'" in str(error)
+    assert f"first given at line {first_line}" in str(error)
+    assert error.problems[0].hint
+
+
+def test_same_key_in_different_mappings_is_fine():
+    assert parse_yaml("a: {x: 1}\nb: {x: 2}\n", "f.yaml").data == {"a": {"x": 1}, "b": {"x": 2}}
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    ("1: x\n", "int"),
+    ("true: x\n", "bool"),
+    ("null: x\n", "NoneType"),
+    ("[a]: x\n", "list"),
+])
+def test_mapping_keys_must_be_strings(text, kind):
+    error = parse_error(text)
+    assert f"mapping keys must be strings, not {kind}" in str(error)
+    assert str(error.location) == "f.yaml:1:1"
+    assert "quote the key" in str(error)
+
+
+@pytest.mark.parametrize(("text", "at"), [
+    ("device:\n  type: [cpu\n", "f.yaml:3:1"),
+    ("a:\n\tb: 1\n", "f.yaml:2:1"),
+    ("a: 1\n---\nb: 2\n", "f.yaml:2:1"),
+    ("a: 'open\n", "f.yaml:2:1"),
+    ("a: b: c\n", "f.yaml:1:5"),
+])
+def test_invalid_yaml_reports_a_position(text, at):
+    error = parse_error(text)
+    assert str(error).startswith(f"{at}: invalid YAML: ")
+    assert "\n" not in str(error)
+
+
+def test_python_tags_never_construct_objects(tmp_path):
+    marker = tmp_path / "pwned"
+    text = f"a: !!python/object/apply:os.system ['touch {marker}']\n"
+    with contextlib.suppress(ProfileError):
+        parse_yaml(text, "f.yaml")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("text", [
+    "a: !!python/name:os.system\n",
+    "a: !custom value\n",
+])
+def test_unknown_tags_are_a_profile_error_with_position(text):
+    # BUG: yamlsource._build calls loader.construct_object outside the try, so the
+    # safe loader's ConstructorError escapes as a traceback instead of a ProfileError.
+    error = parse_error(text)
+    assert str(error.location) == "f.yaml:1:4"
+
+
+def test_recursive_alias_is_a_profile_error():
+    # BUG: _build follows aliases without memo, so a self-referencing anchor recurses
+    # until RecursionError (a traceback from 'initorch plan').
+    error = parse_error("a: &x [*x]\n")
+    assert error.location is not None
+    assert error.location.path == "f.yaml"
+
+
+def test_aliases_are_expanded():
+    doc = parse_yaml("base: &b [1, 2]\ncopy: *b\n", "f.yaml")
+    assert doc.data["copy"] == [1, 2]
+
+
+def test_merge_key_overrides_are_not_duplicates():
+    # YAML merge keys: an explicit key overrides the merged one.  BUG: flatten_mapping
+    # puts the merged pairs first, and _build reports the override as a duplicate
+    # ("duplicate key 'y' (first given at line 1)"), pointing at the anchor.
+    doc = parse_yaml("base: &b {x: 1, y: 2}\nd:\n  <<: *b\n  y: 3\n", "f.yaml")
+    assert doc.data["d"] == {"x": 1, "y": 3}
+
+
+def test_merge_key_without_override_works():
+    doc = parse_yaml("base: &b {x: 1}\nd:\n  <<: *b\n  z: 3\n", "f.yaml")
+    assert doc.data["d"] == {"x": 1, "z": 3}
