@@ -25,7 +25,10 @@ from orchestrator.graph import Edge, StepGraph
 from orchestrator.plan import Plan, PlannedStep, SkippedStep
 from orchestrator.plugins import Registry
 from orchestrator.registry import StepRegistry
+from orchestrator.report import RunReport, StepOutcome
 from orchestrator.resolve import resolve
+from orchestrator.run import Run
+from orchestrator.signals import RunInterrupted
 from orchestrator.step import Step, StepDefinition, step
 
 __all__ = [
@@ -47,6 +50,9 @@ __all__ = [
     "RankInfo",
     "Registry",
     "ResolveError",
+    "Run",
+    "RunInterrupted",
+    "RunReport",
     "SkippedStep",
     "Step",
     "StepContext",
@@ -55,6 +61,7 @@ __all__ = [
     "StepError",
     "StepFailedError",
     "StepGraph",
+    "StepOutcome",
     "StepRegistry",
     "UnknownStepError",
     "compose",

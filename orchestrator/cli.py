@@ -123,7 +123,8 @@ def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
     from orchestrator.context import RankInfo
     from orchestrator.logs import configure_logging
     from orchestrator.render import run_summary_text
-    from orchestrator.run import Run, RunInterrupted
+    from orchestrator.run import Run
+    from orchestrator.signals import RunInterrupted
 
     configure_logging(args.log_format)
     plan = _plan(args, registry)
@@ -172,6 +173,16 @@ def cmd_schema(args: argparse.Namespace, registry: Registry) -> int:
     return EXIT_OK
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="initorch", epilog=EPILOG,
@@ -209,7 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = add("run", cmd_run, "run the plan for real (then tear it down)", selection)
     run.add_argument("--executor", choices=["sequential", "parallel", "dry-run"],
                      default="sequential", help="how steps are scheduled (default sequential)")
-    run.add_argument("--workers", type=int, default=4, help="parallel executor threads")
+    run.add_argument("--workers", type=_positive_int, default=4,
+                     help="parallel executor threads (default 4)")
     run.add_argument("--report", metavar="FILE", help="write the run report as JSON")
     run.add_argument("--trace", metavar="FILE",
                      help="write a Chrome trace-event file (open it in Perfetto)")

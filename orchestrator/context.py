@@ -35,18 +35,20 @@ class RankInfo:
         env = os.environ if env is None else env
 
         def number(name: str, default: int) -> int:
-            raw = env.get(name, "")
-            if not raw.strip():
+            raw = env.get(name, "").strip()
+            if not raw:
                 return default
-            try:
-                return int(raw)
-            except ValueError:
-                raise ValueError(f"environment variable {name}={raw!r} is not a whole number") \
-                    from None
+            if not raw.isdigit():  # also refuses -1 ("not distributed") and 1_0
+                raise ValueError(f"environment variable {name}={raw!r} is not a whole number "
+                                 ">= 0")
+            return int(raw)
 
         info = cls(number("RANK", 0), number("LOCAL_RANK", 0), number("WORLD_SIZE", 1))
-        if not 0 <= info.rank < info.world_size:
-            raise ValueError(f"RANK={info.rank} is outside WORLD_SIZE={info.world_size}")
+        if info.world_size < 1:
+            raise ValueError(f"WORLD_SIZE={info.world_size} must be at least 1")
+        for name, value in (("RANK", info.rank), ("LOCAL_RANK", info.local_rank)):
+            if value >= info.world_size:
+                raise ValueError(f"{name}={value} is outside WORLD_SIZE={info.world_size}")
         return info
 
 

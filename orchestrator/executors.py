@@ -16,7 +16,8 @@ Terraform's graph walker).  Three executors:
 from __future__ import annotations
 
 import graphlib
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+import queue
+import threading
 from typing import Protocol
 
 from orchestrator.plan import Plan, PlannedStep
@@ -72,7 +73,12 @@ class DryRunExecutor:
 
 
 class ParallelExecutor:
-    """Each step as soon as everything ordered before it is done, on ``workers`` threads."""
+    """Each step as soon as everything ordered before it is done, on ``workers`` threads.
+
+    The workers are daemon threads, not a ``ThreadPoolExecutor``: Python waits
+    for a pool's threads at exit, so one hung step would keep an interrupted
+    server from ever exiting.
+    """
 
     name = "parallel"
 
@@ -86,28 +92,46 @@ class ParallelExecutor:
         sorter: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter(
             {name: plan.graph.predecessors(name) for name in plan.order})
         sorter.prepare()
-        pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="initorch-worker")
-        running: dict[Future[None], str] = {}
+        tasks: queue.SimpleQueue[PlannedStep | None] = queue.SimpleQueue()
+        finished: queue.SimpleQueue[tuple[str, BaseException | None]] = queue.SimpleQueue()
+
+        def work() -> None:
+            while (planned := tasks.get()) is not None:
+                try:
+                    driver.run_step(planned)
+                except BaseException as exc:  # run_step records failures; this is a bug
+                    finished.put((planned.name, exc))
+                else:
+                    finished.put((planned.name, None))
+
+        workers = [threading.Thread(target=work, name=f"initorch-worker-{i}", daemon=True)
+                   for i in range(min(self.workers, len(plan.steps)))]
+        for worker in workers:
+            worker.start()
+        running = 0
         try:
             while sorter.is_active():
                 for name in sorted(sorter.get_ready()):
                     planned = plan.step(name)
                     root = driver.blocked_by(planned)
                     if root is None:
-                        running[pool.submit(driver.run_step, planned)] = name
+                        tasks.put(planned)
+                        running += 1
                     else:
                         driver.skip(planned, root)
                         sorter.done(name)
                 if not running:
                     continue
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    future.result()  # run_step records failures; anything else is a bug
-                    sorter.done(running.pop(future))
+                name, error = finished.get()
+                running -= 1
+                if error is not None:
+                    raise error
+                sorter.done(name)
         finally:
-            # On an interrupt, do not wait for steps still running: the run tears
-            # down whatever they produce when they finish.
-            pool.shutdown(wait=not running, cancel_futures=True)
+            # Idle workers exit; busy ones finish their step (the run tears down what
+            # it produces) or, if hung, die with the interpreter.
+            for _ in workers:
+                tasks.put(None)
 
 
 EXECUTORS = ("sequential", "parallel", "dry-run")

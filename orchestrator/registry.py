@@ -104,9 +104,9 @@ def _validate(step: Step) -> None:
         _fail(step, "retries given but no retry_on exception types",
               "declare which errors are transient with retry_on=(...)")
     for exc_type in step.retry_on:
-        if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
-            _fail(step, f"retry_on entry {exc_type!r} is not an exception type",
-                  "list exception classes")
+        if not (isinstance(exc_type, type) and issubclass(exc_type, Exception)):
+            _fail(step, f"retry_on entry {exc_type!r} is not an Exception subclass",
+                  "list exception classes; KeyboardInterrupt and the like are never retried")
     if step.device_bound and step.binds_device:
         _fail(step, "cannot be both device_bound and binds_device",
               "the step that binds the device runs before the device context exists")

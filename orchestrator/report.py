@@ -14,7 +14,7 @@ from typing import Any, Literal
 from orchestrator.diagnosis import Finding, failure_text, vendor_code_of
 from orchestrator.plan import Plan
 
-Status = Literal["pending", "succeeded", "failed", "skipped", "would_run"]
+Status = Literal["pending", "succeeded", "failed", "skipped", "would_run", "interrupted"]
 
 
 @dataclass(slots=True)
@@ -31,6 +31,13 @@ class StepOutcome:
     error: BaseException | None = None
     finding: Finding | None = None
     reason: str | None = None
+
+    @property
+    def vendor_code(self) -> str | None:
+        """The vendor's error code: what the diagnosis extracted, else what the error carries."""
+        if self.finding is not None and self.finding.vendor_code is not None:
+            return self.finding.vendor_code
+        return vendor_code_of(self.error) if self.error is not None else None
 
     @property
     def duration(self) -> float:
@@ -53,7 +60,7 @@ class StepOutcome:
             data["error"] = {
                 "type": type(self.error).__name__,
                 "message": str(self.error),
-                "vendor_code": vendor_code_of(self.error),
+                "vendor_code": self.vendor_code,
                 "text": failure_text(self.error),
             }
             data["diagnosis"] = self.finding.as_dict() if self.finding else None

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import atexit
 import datetime
-import signal
 import threading
 import time
 from collections.abc import Callable
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any
 
 from orchestrator.context import RankInfo, RunState, StepContext
@@ -31,22 +30,11 @@ from orchestrator.executors import Executor, make_executor
 from orchestrator.invoke import invoke_step
 from orchestrator.logs import get_logger
 from orchestrator.plan import Plan, PlannedStep
+from orchestrator.plugins import Registry
 from orchestrator.report import RunReport, StepOutcome
+from orchestrator.signals import SignalGuard
 
 HARD_EDGE_KINDS = frozenset({"requires", "device"})
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class RunInterrupted(BaseException):
-    """SIGINT or SIGTERM arrived while a run was alive; teardown has happened."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
-        self.signum = signum
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum
 
 
 class Run:
@@ -68,7 +56,8 @@ class Run:
         self._plan = plan
         self.executor = make_executor(executor, workers) if isinstance(executor, str) \
             else executor
-        self.diagnoses = diagnoses if diagnoses is not None else DiagnosisBook()
+        self.diagnoses = diagnoses if diagnoses is not None \
+            else Registry.with_plugins().diagnoses
         self.state = RunState(plan, rank or RankInfo.from_env())
         self.log = get_logger(profile="+".join(plan.profiles), rank=self.state.rank.rank)
         self._handle_signals = handle_signals
@@ -76,9 +65,10 @@ class Run:
         self._clock, self._sleep = clock, sleep
         self._t0 = 0.0
         self._lock = threading.Lock()
+        self._teardown_lock = threading.Lock()  # a second caller waits for the first
         self._completed: list[str] = []
         self._started = self._closing = self._torn_down = False
-        self._saved_handlers: dict[int, Any] = {}
+        self._signals = SignalGuard(self.log)
         outcomes = {name: StepOutcome(name) for name in plan.order}
         for skipped in plan.skipped:
             outcomes[skipped.name] = StepOutcome(skipped.name, "skipped", reason=skipped.reason)
@@ -93,23 +83,28 @@ class Run:
 
     def start(self) -> RunReport:
         """Run every step; on failure tear down before returning the report."""
-        if self._started:
+        if self._started or self._torn_down:
             raise RuntimeError("a Run is single-use; create a new one")
         self._started = True
-        self._install_signal_handlers()
-        if self._teardown_at_exit:
-            atexit.register(self.teardown)
-        self.report.started_at = datetime.datetime.now(datetime.timezone.utc).isoformat()
-        self._t0 = self._clock()
-        self.log.info("run_started", executor=self.executor.name, steps=len(self._plan.steps),
-                      skipped=len(self._plan.skipped), fingerprint=self._plan.fingerprint)
-        for skipped in self._plan.skipped:
-            self.log.info("step_skipped", step=skipped.name, reason=skipped.reason)
         try:
+            if self._handle_signals:
+                self._signals.install()
+            if self._teardown_at_exit:
+                atexit.register(self.teardown)
+            self.report.started_at = datetime.datetime.now(datetime.timezone.utc).isoformat()
+            self._t0 = self._clock()
+            self.log.info("run_started", executor=self.executor.name,
+                          steps=len(self._plan.steps), skipped=len(self._plan.skipped),
+                          fingerprint=self._plan.fingerprint)
+            for skipped in self._plan.skipped:
+                self.log.info("step_skipped", step=skipped.name, reason=skipped.reason)
             self.executor.execute(self)
             if self.report.ok and self.state.has_binding:
                 self.state.bind_device()  # leave the caller's thread on this rank's device
         except BaseException:
+            for outcome in self.report.outcomes.values():
+                if outcome.status == "pending" and outcome.started is not None:
+                    outcome.status = "interrupted"
             self.teardown()
             raise
         self.report.wall_time = self._clock() - self._t0
@@ -121,19 +116,22 @@ class Run:
         return self.report
 
     def teardown(self) -> None:
-        """Undo completed steps in reverse completion order; safe to call many times."""
-        with self._lock:
-            if self._torn_down:
-                return
-            self._torn_down = self._closing = True
-            order = list(reversed(self._completed))
-        try:
-            for name in order:
-                self._teardown_step(name)
-        finally:
-            self._restore_signal_handlers()
-            if self._teardown_at_exit:
-                atexit.unregister(self.teardown)
+        """Undo completed steps in reverse completion order; safe to call many times
+        and from any thread (a concurrent caller returns once teardown is done)."""
+        with self._teardown_lock:
+            with self._lock:
+                if self._torn_down:
+                    return
+                self._torn_down = self._closing = True
+                order = list(reversed(self._completed))
+            self._signals.quiet()
+            try:
+                for name in order:
+                    self._teardown_output(name, self.state.forget(name))
+            finally:
+                self._signals.release()
+                if self._teardown_at_exit:
+                    atexit.unregister(self.teardown)
 
     def output(self, step: str) -> Any:
         """The output of a completed step (e.g. the transfer engine)."""
@@ -172,8 +170,11 @@ class Run:
 
     def run_step(self, planned: PlannedStep) -> None:
         outcome = self.report.outcomes[planned.name]
+        if self._closing:  # torn down from another thread while the walk went on
+            outcome.status, outcome.reason = "skipped", "the run was torn down"
+            return
         invoke_step(planned, self.state, outcome, self.diagnoses, self.log,
-                    self._elapsed, self._sleep)
+                    self._elapsed, self._late_result, self._sleep)
         if outcome.status != "succeeded":
             return
         with self._lock:
@@ -181,7 +182,7 @@ class Run:
             if not late:
                 self._completed.append(planned.name)
         if late:  # finished after teardown began (parallel run interrupted)
-            self._teardown_step(planned.name)
+            self._teardown_output(planned.name, self.state.forget(planned.name))
 
     def would_run(self, planned: PlannedStep) -> None:
         outcome = self.report.outcomes[planned.name]
@@ -194,9 +195,13 @@ class Run:
     def _elapsed(self) -> float:
         return self._clock() - self._t0
 
-    def _teardown_step(self, name: str) -> None:
+    def _late_result(self, planned: PlannedStep, output: Any) -> None:
+        """A step the run stopped waiting for finished after all: undo it now."""
+        self.log.warning("step_finished_late", step=planned.name)
+        self._teardown_output(planned.name, output)
+
+    def _teardown_output(self, name: str, output: Any) -> None:
         planned = self._plan.step(name)
-        output = self.state.forget(name)
         teardown = planned.step.teardown
         if teardown is None:
             return
@@ -215,24 +220,6 @@ class Run:
             entry["status"] = "succeeded"
             log.info("teardown_succeeded", duration_s=round(self._clock() - began, 6))
         self.report.teardown.append(entry)
-
-    def _install_signal_handlers(self) -> None:
-        if not self._handle_signals or threading.current_thread() is not threading.main_thread():
-            return
-
-        def interrupt(signum: int, frame: FrameType | None) -> None:
-            self.log.warning("signal_received", signal=signal.Signals(signum).name)
-            raise RunInterrupted(signum)
-
-        for signum in HANDLED_SIGNALS:
-            self._saved_handlers[signum] = signal.signal(signum, interrupt)
-
-    def _restore_signal_handlers(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        while self._saved_handlers:
-            signum, handler = self._saved_handlers.popitem()
-            signal.signal(signum, handler)
 
 
 def failure_error(report: RunReport) -> StepFailedError:

@@ -116,7 +116,7 @@ BUILTIN_DIAGNOSES: tuple[Diagnosis, ...] = (
             "pin_memory allocator."
         ),
         prevention=(
-            "Size config.hicache.host_pool_mb from the host's available memory, run with "
+            "Size hicache.host_pool_mb from the host's available memory, run with "
             "an unlimited memlock limit, and keep device.host_allocator: cuda_host_register "
             "only in the cuda and rocm profiles."
         ),
@@ -225,10 +225,10 @@ BUILTIN_DIAGNOSES: tuple[Diagnosis, ...] = (
             "pip install mooncake-transfer-engine on CUDA hosts, or "
             "mooncake-transfer-engine-non-cuda on CPU and other devices (one of them, "
             "never both); on Ascend use a Mooncake build with Ascend support. Or set "
-            "config.mooncake.enabled: false to skip every Mooncake step."
+            "mooncake.enabled: false to skip every Mooncake step."
         ),
         prevention=(
-            "Set config.mooncake.enabled: false in deployments without Mooncake, and install "
+            "Set mooncake.enabled: false in deployments without Mooncake, and install "
             "the matching extra ('mooncake' or 'mooncake-cpu') everywhere else."
         ),
         pattern=r"No module named '?mooncake\b",
@@ -245,7 +245,7 @@ BUILTIN_DIAGNOSES: tuple[Diagnosis, ...] = (
         ),
         remedy=(
             "Read the Mooncake log lines before the failure. On CPU or loopback use protocol "
-            "tcp; for rdma set config.mooncake.device_name to an existing HCA (see "
+            "tcp; for rdma set mooncake.device_name to an existing HCA (see "
             "ibv_devices) and MC_GID_INDEX if needed; on Ascend use protocol ascend, the "
             "npu_<physical id> hostname form and a Mooncake build with Ascend support."
         ),
@@ -272,12 +272,12 @@ BUILTIN_DIAGNOSES: tuple[Diagnosis, ...] = (
             "warning, backends that only know the correct spelling reject it."
         ),
         remedy=(
-            "Set config.hicache.layout to one the backend accepts: page_first_direct on NPU "
+            "Set hicache.layout to one the backend accepts: page_first_direct on NPU "
             "(page_first_kv_split for MLA models), page_first on CUDA; write "
             "page_first_kv_split, not page_first_kv_spilt."
         ),
         prevention=(
-            "Take config.hicache.layout from the device profile (page_first in base, "
+            "Take hicache.layout from the device profile (page_first in base, "
             "page_first_direct in npu) and validate overrides against the backend's "
             "accepted layouts when the profile is loaded."
         ),
@@ -296,12 +296,12 @@ BUILTIN_DIAGNOSES: tuple[Diagnosis, ...] = (
             "another job on the same node, or two processes both acting as rank 0."
         ),
         remedy=(
-            "Pick a free MASTER_PORT, or set config.distributed.master_port: 0 so that "
+            "Pick a free MASTER_PORT, or set distributed.master_port: 0 so that "
             "initorch chooses a free one; or stop the process holding it (ss -ltnp "
             "'sport = :<port>'). Give every job sharing a node its own port."
         ),
         prevention=(
-            "Keep config.distributed.master_port: 0 (the base default: a free port per run) "
+            "Keep distributed.master_port: 0 (the base default: a free port per run) "
             "in shared profiles; pin a port only in site-specific overlays."
         ),
         pattern=(
@@ -365,7 +365,7 @@ BUILTIN_DIAGNOSES: tuple[Diagnosis, ...] = (
         remedy=(
             "Check that exactly WORLD_SIZE ranks were launched with distinct RANKs and the "
             "same MASTER_ADDR/MASTER_PORT, and read the other ranks' logs for an earlier "
-            "failure. Raise config.distributed.timeout_s only when ranks legitimately "
+            "failure. Raise distributed.timeout_s only when ranks legitimately "
             "start far apart."
         ),
         prevention=(
