@@ -1,0 +1,227 @@
+"""Running one step: timeouts with the hung thread's stack, retries with backoff."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from orchestrator.errors import StepError
+from orchestrator.invoke import StepTimeoutError
+from orchestrator.run import Run
+from tests.conftest import define
+from tests.helpers_run import (
+    EXECUTORS,
+    WAIT,
+    TeardownLog,
+    captured_records,
+    load_acl,
+    plan_of,
+    with_teardown,
+)
+
+HUNG_TIMEOUT = 0.05
+
+
+@pytest.fixture
+def peer() -> Iterator[threading.Event]:
+    """Released at the end of the test, so a hung helper thread always ends."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def wait_for_the_peer(event: threading.Event) -> str:
+    """Where the hung step blocks; its name must show up in the reported stack."""
+    event.wait(WAIT)
+    return "late resource"
+
+
+def hung_plan(peer: threading.Event, teardowns: TeardownLog, **hung_fields):
+    return plan_of([
+        with_teardown(define("ready", lambda ctx: "ready"), teardowns),
+        with_teardown(define("hung", lambda ctx: wait_for_the_peer(peer), requires=["ready"],
+                             timeout=HUNG_TIMEOUT, **hung_fields), teardowns),
+        define("after_hung", requires=["hung"]),
+        define("independent", after=["ready"]),
+    ])
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_hung_step_is_reported_with_name_elapsed_and_stack(executor, peer):
+    teardowns = TeardownLog()
+    report = Run(hung_plan(peer, teardowns), executor=executor).start()
+    hung = report.outcomes["hung"]
+    error = hung.error
+    assert isinstance(error, StepTimeoutError)
+    assert error.step == "hung"
+    assert error.timeout == HUNG_TIMEOUT
+    assert error.elapsed >= error.timeout
+    assert "wait_for_the_peer" in error.stack
+    assert "event.wait(WAIT)" in error.stack  # the very line it blocks on
+    assert str(error).startswith(f"step 'hung' timed out after {error.elapsed:.1f}s "
+                                 f"(timeout {HUNG_TIMEOUT:g}s); it is stuck in:\n")
+    assert hung.status == "failed"
+    assert hung.attempts == 1
+    # the run fails cleanly: dependents skipped, independent work done, teardown done
+    assert report.outcomes["after_hung"].status == "skipped"
+    assert report.outcomes["after_hung"].reason == "upstream failed: hung"
+    assert report.outcomes["independent"].status == "succeeded"
+    assert teardowns.order == ["ready"]
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_step_that_finishes_in_time_returns_its_output_through_the_helper(executor):
+    plan = plan_of([define("quick", lambda ctx: threading.current_thread().name, timeout=WAIT)])
+    run = Run(plan, executor=executor)
+    assert run.start().ok
+    assert run.output("quick") == "initorch-quick"
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_an_error_on_the_helper_thread_is_the_step_failure(executor):
+    def fail(ctx):
+        raise StepError("engine refused", vendor_code=-1)
+
+    report = Run(plan_of([define("engine", fail, timeout=WAIT)]), executor=executor).start()
+    error = report.outcomes["engine"].error
+    assert isinstance(error, StepError)
+    assert str(error) == "engine refused"
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_timed_out_step_that_completes_later_is_still_torn_down(executor, peer):
+    # Python cannot kill the helper thread; when the hung call finally returns,
+    # what it produced must not leak (the run promises late completions are torn
+    # down).  Today the helper's result is dropped and its teardown never runs.
+    teardowns = TeardownLog()
+
+    def teardown(ctx, output):
+        teardowns(ctx, output)
+        teardowns.done.set()
+
+    released = define("hung", lambda ctx: wait_for_the_peer(peer), timeout=HUNG_TIMEOUT)
+    released.teardown(teardown)
+    run = Run(plan_of([released]), executor=executor)
+    assert run.start().outcomes["hung"].status == "failed"
+    peer.set()
+    assert teardowns.done.wait(5), "the late result of a timed-out step was never torn down"
+    assert teardowns.outputs == {"hung": "late resource"}
+
+
+# -- retries -------------------------------------------------------------------------------------
+
+class Flaky:
+    """Fails with ``error`` the first ``failures`` calls, then returns 'connected'."""
+
+    def __init__(self, failures: int, error: type[Exception] = ConnectionRefusedError) -> None:
+        self.failures = failures
+        self.error = error
+        self.calls = 0
+
+    def __call__(self, ctx) -> str:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise self.error(f"rendezvous not ready (call {self.calls})")
+        return "connected"
+
+
+def retrying_run(action, executor: str, **fields) -> tuple[Run, list[float]]:
+    delays: list[float] = []
+    fields = {"retries": 3, "retry_on": (ConnectionError,), **fields}
+    plan = plan_of([define("connect", action, **fields)])
+    return Run(plan, executor=executor, sleep=delays.append), delays
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_transient_error_is_retried_with_exponential_backoff(executor):
+    flaky = Flaky(failures=2)
+    run, delays = retrying_run(flaky, executor)
+    report = run.start()
+    assert report.ok
+    assert delays == [0.5, 1.0]
+    assert report.outcomes["connect"].attempts == 3
+    assert run.output("connect") == "connected"
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_exhausted_retries_fail_with_attempts_retries_plus_one(executor):
+    flaky = Flaky(failures=100)
+    run, delays = retrying_run(flaky, executor)
+    outcome = run.start().outcomes["connect"]
+    assert outcome.status == "failed"
+    assert outcome.attempts == 4 == flaky.calls
+    assert delays == [0.5, 1.0, 2.0]
+    assert isinstance(outcome.error, ConnectionRefusedError)
+    assert str(outcome.error) == "rendezvous not ready (call 4)"
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_an_error_the_step_did_not_declare_transient_is_not_retried(executor):
+    flaky = Flaky(failures=1, error=ValueError)
+    run, delays = retrying_run(flaky, executor)
+    outcome = run.start().outcomes["connect"]
+    assert (outcome.status, outcome.attempts, flaky.calls, delays) == ("failed", 1, 1, [])
+
+
+def test_backoff_starts_at_the_declared_value():
+    run, delays = retrying_run(Flaky(failures=3), "sequential", retry_backoff=0.25)
+    assert run.start().ok
+    assert delays == [0.25, 0.5, 1.0]
+
+
+def test_each_retry_is_logged_as_step_retry():
+    run, _ = retrying_run(Flaky(failures=2), "sequential")
+    with captured_records() as records:
+        run.start()
+    retries = records.events("step_retry")
+    assert [(r.step, r.attempt, r.delay_s, r.error_type) for r in retries] == [
+        ("connect", 1, 0.5, "ConnectionRefusedError"),
+        ("connect", 2, 1.0, "ConnectionRefusedError"),
+    ]
+    assert [r.attempt for r in records.events("step_started")] == [1, 2, 3]
+    assert retries[0].error == "rendezvous not ready (call 1)"
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_every_attempt_of_a_device_bound_step_is_bound_again(executor):
+    # The first attempt loses its context (a failed init resets the device); the
+    # retry must not inherit that: the binding is applied before each attempt.
+    runtime = load_acl().SimulatedAclRuntime(environ={"ASCEND_RT_VISIBLE_DEVICES": "0,1"})
+    attempts: list[int] = []
+
+    def engine(ctx):
+        attempts.append(runtime.get_device())
+        if len(attempts) == 1:
+            runtime.reset_thread()
+            raise ConnectionResetError("peer went away during handshake")
+        return "engine"
+
+    def binder(ctx):
+        runtime.set_device(1)
+        return lambda: runtime.set_device(1)
+
+    plan = plan_of([define("set_device", binder, binds_device=True),
+                    define("engine", engine, device_bound=True, retries=1,
+                           retry_on=(ConnectionError,))])
+    report = Run(plan, executor=executor, sleep=lambda s: None).start()
+    assert report.ok, [o.error for o in report.failed]
+    assert attempts == [1, 1]
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_keyboard_interrupt_in_a_step_is_never_swallowed(executor):
+    teardowns = TeardownLog()
+
+    def interrupted(ctx):
+        raise KeyboardInterrupt
+
+    plan = plan_of([with_teardown(define("first", lambda ctx: 1), teardowns),
+                    define("second", interrupted, requires=["first"], retries=2,
+                           retry_on=(Exception,))])
+    run = Run(plan, executor=executor)
+    with pytest.raises(KeyboardInterrupt):
+        run.start()
+    assert teardowns.order == ["first"]
+    assert run.report.outcomes["second"].attempts == 1
