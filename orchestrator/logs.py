@@ -10,6 +10,7 @@ which renders the same events for people (console) or machines (JSON lines).
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import MutableMapping
 from typing import Any, Literal, TextIO
@@ -35,6 +36,26 @@ def _protect_record_attributes(logger: Any, method: str, event: MutableMapping[s
     return event
 
 
+_STRUCTLOG_DIR = os.path.dirname(structlog.__file__)
+
+
+def _point_at_caller(logger: Any, method: str, event: MutableMapping[str, Any]
+                     ) -> MutableMapping[str, Any]:
+    """Make stdlib record the code that logged, not structlog's internals, as the
+    source (``%(filename)s:%(lineno)d`` in a host's format)."""
+    frame = sys._getframe(1)
+    depth, proxy_depth = 0, -1
+    while frame is not None:
+        if proxy_depth < 0:
+            if frame.f_code.co_name == "_proxy_to_logger":
+                proxy_depth = depth  # this frame calls logging.Logger.<method>
+        elif not frame.f_code.co_filename.startswith(_STRUCTLOG_DIR):
+            event["stacklevel"] = depth - proxy_depth + 1
+            break
+        frame, depth = frame.f_back, depth + 1
+    return event
+
+
 def get_logger(**fields: Any) -> Any:
     """A structlog logger writing to the stdlib ``initorch`` logger, with ``fields`` bound.
 
@@ -45,7 +66,7 @@ def get_logger(**fields: Any) -> Any:
         logging.getLogger(LOGGER_NAME),
         wrapper_class=structlog.stdlib.BoundLogger,
         processors=[structlog.stdlib.filter_by_level, _protect_record_attributes,
-                    structlog.stdlib.render_to_log_kwargs],
+                    _point_at_caller, structlog.stdlib.render_to_log_kwargs],
     ).bind(**fields)
 
 

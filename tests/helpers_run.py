@@ -221,13 +221,15 @@ class ListHandler(logging.Handler):
 
 
 @contextmanager
-def captured_records(logger_name: str = "initorch") -> Iterator[ListHandler]:
-    """Attach a :class:`ListHandler` at INFO to ``logger_name``; restore everything after."""
+def captured_records(logger_name: str = "initorch", level: int = logging.DEBUG
+                     ) -> Iterator[ListHandler]:
+    """Attach a :class:`ListHandler` to ``logger_name`` ("" is the root logger) at
+    ``level``; restore everything after."""
     logger = logging.getLogger(logger_name)
     handler = ListHandler()
     saved = logger.level
     logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
+    logger.setLevel(level)
     try:
         yield handler
     finally:

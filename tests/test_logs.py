@@ -32,16 +32,8 @@ REGISTER_712 = "cudaHostRegister(ptr=0x7f00, nbytes=4096) failed with error 712"
 @pytest.fixture
 def host_logging() -> Iterator[ListHandler]:
     """What a host server does: one handler on the root logger at INFO."""
-    root = logging.getLogger()
-    handler = ListHandler()
-    saved = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    try:
+    with captured_records("", logging.INFO) as handler:
         yield handler
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(saved)
 
 
 def eventful_plan():
@@ -213,3 +205,12 @@ def test_configure_logging_respects_the_level():
         configure_logging("json", stream=stream, level=logging.WARNING)
         Run(plan_of([define("only")])).start()
     assert stream.getvalue() == ""
+
+
+def test_records_point_at_the_code_that_logged(host_logging):
+    from orchestrator.logs import get_logger
+
+    get_logger(profile="p").bind(step="s").info("probe_event")  # the line recorded
+    [record] = host_logging.events("probe_event")
+    assert record.pathname == __file__
+    assert record.funcName == "test_records_point_at_the_code_that_logged"

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 import types
 import weakref
 from collections.abc import Callable
@@ -308,3 +309,18 @@ def register_simulated_collective(name: str, device: str) -> None:
         return dist.ProcessGroupGloo(store, rank, world_size, timeout)
 
     dist.Backend.register_backend(name, create_simulated_process_group, devices=[device, "cpu"])
+
+
+def register_simulated_plugin(package: str, backend: str, runtime: SimulatedDeviceRuntime,
+                              current_device: Callable[[], int], name: str,
+                              collective: str) -> types.ModuleType:
+    """Everything a simulated vendor plugin does on import, as the real ones do:
+    the ``torch.<backend>`` device module on PrivateUse1, the pinned host
+    allocator and the vendor-named collective backend.  Returns the module."""
+    device_module = build_device_module(f"{package}.{backend}", backend, runtime,
+                                        current_device, name)
+    claim_privateuse1(backend, device_module)
+    sys.modules[f"{package}.{backend}"] = device_module
+    install_simulated_pinned_allocator(backend)
+    register_simulated_collective(collective, backend)
+    return device_module

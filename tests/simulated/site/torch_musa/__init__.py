@@ -16,17 +16,9 @@ Importing it:
 
 from __future__ import annotations
 
-import sys
-
 import torch
 from initorch_simulation.musa import MUSA
-from initorch_simulation.torch_backend import (
-    LOG,
-    build_device_module,
-    claim_privateuse1,
-    install_simulated_pinned_allocator,
-    register_simulated_collective,
-)
+from initorch_simulation.torch_backend import LOG, register_simulated_plugin
 
 SIMULATED = True
 __version__ = "0.0.0+simulated"
@@ -36,12 +28,7 @@ def _simulated_cuda_lazy_init() -> None:
     """Stand-in for the CUDA-compat shim: CUDA "initialises" without loading cudart."""
 
 
-musa = build_device_module(
-    "torch_musa.musa", "musa", MUSA, MUSA.current_device, "Simulated Moore Threads GPU"
-)
-claim_privateuse1("musa", musa)
-sys.modules["torch_musa.musa"] = musa
-install_simulated_pinned_allocator("musa")
-register_simulated_collective("mccl", "musa")
+musa = register_simulated_plugin("torch_musa", "musa", MUSA, MUSA.current_device,
+                                 "Simulated Moore Threads GPU", collective="mccl")
 torch.cuda._lazy_init = _simulated_cuda_lazy_init
 LOG.info("simulated torch_musa loaded: %d simulated MUSA device(s)", MUSA.device_count())

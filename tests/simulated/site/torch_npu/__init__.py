@@ -22,18 +22,11 @@ import os
 if os.environ.get("INITORCH_SIM_CANN_MISSING") == "1":
     raise ImportError("libhccl.so: cannot open shared object file: No such file or directory")
 
-import sys
 
 import torch  # noqa: F401 - the real plugin also imports torch first
 from initorch_simulation.acl import ACL
 from initorch_simulation.mooncake_ascend import install_simulated_ascend_transport
-from initorch_simulation.torch_backend import (
-    LOG,
-    build_device_module,
-    claim_privateuse1,
-    install_simulated_pinned_allocator,
-    register_simulated_collective,
-)
+from initorch_simulation.torch_backend import LOG, register_simulated_plugin
 
 SIMULATED = True
 __version__ = "0.0.0+simulated"
@@ -45,10 +38,7 @@ def _current_device() -> int:
     return 0 if device is None else device
 
 
-npu = build_device_module("torch_npu.npu", "npu", ACL, _current_device, "Simulated Ascend NPU")
-claim_privateuse1("npu", npu)
-sys.modules["torch_npu.npu"] = npu
-install_simulated_pinned_allocator("npu")
-register_simulated_collective("hccl", "npu")
+npu = register_simulated_plugin("torch_npu", "npu", ACL, _current_device,
+                                "Simulated Ascend NPU", collective="hccl")
 install_simulated_ascend_transport()
 LOG.info("simulated torch_npu loaded: %d simulated NPU(s)", ACL.device_count())
