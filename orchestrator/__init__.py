@@ -1,7 +1,13 @@
 """initorch: declarative start-up orchestration for LLM inference servers.
 
 The public face of the package; everything else is private to its module.
+The run-time names (``Run``, ``RunReport``, ``StepOutcome``, ``RunInterrupted``)
+are imported on first use, so that a dry run never pays for the executors and
+structlog's stdlib integration.
 """
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.api import load_plan
 from orchestrator.compose import ComposedProfile, compose
@@ -25,11 +31,29 @@ from orchestrator.graph import Edge, StepGraph
 from orchestrator.plan import Plan, PlannedStep, SkippedStep
 from orchestrator.plugins import Registry
 from orchestrator.registry import StepRegistry
-from orchestrator.report import RunReport, StepOutcome
 from orchestrator.resolve import resolve
-from orchestrator.run import Run
-from orchestrator.signals import RunInterrupted
 from orchestrator.step import Step, StepDefinition, step
+
+if TYPE_CHECKING:
+    from orchestrator.report import RunReport, StepOutcome
+    from orchestrator.run import Run
+    from orchestrator.signals import RunInterrupted
+
+_RUN_TIME = {
+    "Run": "orchestrator.run",
+    "RunInterrupted": "orchestrator.signals",
+    "RunReport": "orchestrator.report",
+    "StepOutcome": "orchestrator.report",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _RUN_TIME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "ComposedProfile",

@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.api import load_plan
 from orchestrator.errors import (
@@ -25,7 +25,9 @@ from orchestrator.errors import (
 from orchestrator.plan import Plan
 from orchestrator.plugins import Registry
 from orchestrator.render import GRAPH_FORMATS, explain_text, plan_text
-from orchestrator.report import RunReport
+
+if TYPE_CHECKING:
+    from orchestrator.report import RunReport
 
 EPILOG = """exit codes: 0 ok, 1 a step failed at run time, 2 invalid input or usage,
 70 internal error (a bug; please report it), 128+N interrupted by signal N.

@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 from collections.abc import MutableMapping
+from types import FrameType
 from typing import Any, Literal, TextIO
 
 import structlog
@@ -43,7 +44,7 @@ def _point_at_caller(logger: Any, method: str, event: MutableMapping[str, Any]
                      ) -> MutableMapping[str, Any]:
     """Make stdlib record the code that logged, not structlog's internals, as the
     source (``%(filename)s:%(lineno)d`` in a host's format)."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     depth, proxy_depth = 0, -1
     while frame is not None:
         if proxy_depth < 0:

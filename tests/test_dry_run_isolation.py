@@ -84,3 +84,29 @@ def test_loading_a_plan_imports_no_vendor_module():
     result = run_python(code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_a_dry_run_loads_neither_the_executors_nor_structlog():
+    # The run-time half of the package is imported on first use; a plan needs none of it.
+    code = """
+        import sys
+        from orchestrator.cli import main
+        main(["plan", "--profile", "npu", "--json"])
+        loaded = sorted(m for m in sys.modules
+                        if m.split(".")[0] == "structlog"
+                        or m in ("orchestrator.run", "orchestrator.executors", "orchestrator.logs"))
+        print(loaded, file=sys.stderr)
+        """
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_run_time_names_are_still_public():
+    import orchestrator
+    from orchestrator.run import Run
+
+    assert orchestrator.Run is Run
+    assert {"Run", "RunReport", "StepOutcome", "RunInterrupted"} <= set(orchestrator.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        orchestrator.Nope  # noqa: B018
