@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from orchestrator.api import load_plan
 from orchestrator.errors import (
@@ -28,6 +29,7 @@ from orchestrator.render import GRAPH_FORMATS, explain_text, plan_text
 
 if TYPE_CHECKING:
     from orchestrator.report import RunReport
+    from orchestrator.run import Run
 
 EPILOG = """exit codes: 0 ok, 1 a step failed at run time, 2 invalid input or usage,
 70 internal error (a bug; please report it), 128+N interrupted by signal N.
@@ -128,6 +130,10 @@ def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
     from orchestrator.run import Run
     from orchestrator.signals import RunInterrupted
 
+    for option, path in (("--report", args.report), ("--trace", args.trace)):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise InitorchError(f"{option} {path}: the folder does not exist",
+                                hint="create it first, or write the file elsewhere")
     configure_logging(args.log_format)
     plan = _plan(args, registry)
     try:
@@ -152,11 +158,15 @@ def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
     return EXIT_STEP_FAILED
 
 
-def _write_outputs(run: Any, args: argparse.Namespace) -> None:
+def _write_outputs(run: Run, args: argparse.Namespace) -> None:
     for path, data in ((args.report, run.report.to_dict), (args.trace, run.report.trace_events)):
         if path:
-            with open(path, "w", encoding="utf-8") as handle:
-                json.dump(data(), handle, indent=2)
+            try:
+                with open(path, "w", encoding="utf-8") as handle:
+                    json.dump(data(), handle, indent=2)
+            except OSError as exc:
+                raise InitorchError(f"cannot write {path}: {exc.strerror}",
+                                    hint="check the path and its permissions") from None
 
 
 def failure_line(report: RunReport) -> str:
@@ -164,8 +174,10 @@ def failure_line(report: RunReport) -> str:
     first = report.failed[0]
     if first.finding is not None:
         return first.finding.summary()
-    return (f"initorch: step '{first.name}' failed: {type(first.error).__name__}: {first.error} "
-            "(no known diagnosis)")
+    # One line: the rest (a timeout's stack, native log lines) is in the step_failed event.
+    message = str(first.error).strip().splitlines()
+    return (f"initorch: step '{first.name}' failed: {type(first.error).__name__}: "
+            f"{message[0] if message else ''} (no known diagnosis)")
 
 
 def cmd_schema(args: argparse.Namespace, registry: Registry) -> int:

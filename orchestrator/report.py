@@ -31,6 +31,7 @@ class StepOutcome:
     error: BaseException | None = None
     finding: Finding | None = None
     reason: str | None = None
+    root_cause: str | None = None  # the failed step that made this one skip
 
     @property
     def vendor_code(self) -> str | None:
@@ -56,6 +57,8 @@ class StepOutcome:
         }
         if self.reason:
             data["reason"] = self.reason
+        if self.root_cause:
+            data["root_cause"] = self.root_cause
         if self.error is not None:
             data["error"] = {
                 "type": type(self.error).__name__,

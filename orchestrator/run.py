@@ -157,14 +157,14 @@ class Run:
             outcome = self.report.outcomes[name]
             if outcome.status == "failed":
                 return name
-            if outcome.status == "skipped" and outcome.reason and \
-                    outcome.reason.startswith("upstream failed: "):
-                return outcome.reason.removeprefix("upstream failed: ")
+            if outcome.root_cause is not None:
+                return outcome.root_cause
         return None
 
     def skip(self, planned: PlannedStep, root_cause: str) -> None:
         outcome = self.report.outcomes[planned.name]
         outcome.status, outcome.reason = "skipped", f"upstream failed: {root_cause}"
+        outcome.root_cause = root_cause
         self.log.info("step_skipped", step=planned.name, reason=outcome.reason,
                       root_cause=root_cause)
 

@@ -133,3 +133,11 @@ def test_a_bad_rank_variable_is_a_usage_error():
     assert result.stderr.strip() == ("initorch: error: environment variable RANK='first' is not "
                                      "a whole number >= 0 (check the variables torchrun "
                                      "exports)")
+
+
+def test_a_report_in_a_missing_folder_is_refused_before_running(tmp_path):
+    result = run(*NO_MOONCAKE, "--report", str(tmp_path / "missing" / "run.json"))
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith(
+        "the folder does not exist (create it first, or write the file elsewhere)")
+    assert "run_started" not in result.stderr  # nothing ran
