@@ -137,9 +137,10 @@ def parse_condition(source: str, location: SourceLocation | None = None) -> Cond
         tree = ast.parse(source.strip(), mode="eval").body
         names: set[str] = set()
         _validate(tree, source, location, names)
-    except SyntaxError as exc:
+    except (SyntaxError, ValueError) as exc:  # ValueError: NUL bytes before Python 3.11
+        message = exc.msg if isinstance(exc, SyntaxError) else str(exc)
         raise ConditionError(
-            f"condition {source!r} is not a valid expression: {exc.msg}",
+            f"condition {source!r} is not a valid expression: {message}",
             location=location,
             hint="use names, literals, and/or/not, ==, !=, <, >, in",
         ) from None

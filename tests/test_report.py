@@ -86,7 +86,7 @@ def test_report_json_shape(registry):
                                      "vendor_code", "matched"}
     assert steps["f"] == {"step": "f", "status": "skipped", "attempts": 0,
                           "start_offset_s": None, "duration_s": None, "thread": None,
-                          "reason": "upstream failed: bad"}
+                          "reason": "upstream failed: bad", "root_cause": "bad"}
     assert steps["g"]["status"] == "skipped"
     assert steps["g"]["reason"].startswith("condition 'flags.enabled' is false")
     assert data["critical_chain"] == ["d", "c", "a"]
