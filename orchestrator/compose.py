@@ -61,10 +61,18 @@ def compose(
         _apply_settings(doc, settings, ancestors)
         for entry in doc.steps:
             entries.setdefault(entry.name, []).append(entry)
-    _apply_overrides(settings, overrides)
-    return ComposedProfile(
+    composed = ComposedProfile(
         tuple(documents), settings, {name: tuple(e) for name, e in entries.items()}
     )
+    return with_overrides(composed, overrides)
+
+
+def with_overrides(composed: ComposedProfile, overrides: Iterable[tuple[str, Any]]
+                   ) -> ComposedProfile:
+    """``composed`` with ``--set`` style overrides applied (a new object)."""
+    settings = dict(composed.settings)
+    _apply_overrides(settings, overrides)
+    return ComposedProfile(composed.documents, settings, composed.step_entries)
 
 
 def _expand(

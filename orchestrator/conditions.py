@@ -19,8 +19,8 @@ from orchestrator.errors import ConditionError
 from orchestrator.location import SourceLocation
 from orchestrator.suggest import closest
 
-_LITERAL_NAMES = {"true": True, "false": False, "null": None, "True": True, "False": False,
-                  "None": None}
+# YAML's spellings; Python's True/False/None already parse as constants.
+_LITERAL_NAMES = {"true": True, "false": False, "null": None}
 
 _COMPARISONS: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
     ast.Eq: operator.eq,

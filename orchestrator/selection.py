@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from orchestrator.catalog import ProfileCatalog
-from orchestrator.compose import ComposedProfile, compose
+from orchestrator.compose import ComposedProfile, compose, with_overrides
 from orchestrator.devices import DeviceRef, parse_device
 from orchestrator.errors import ConflictError, InitorchError, Problem
 from orchestrator.location import COMMAND_LINE
@@ -57,13 +57,13 @@ def normalise_device(catalog: ProfileCatalog, device: object) -> DeviceRef:
 def compose_selection(catalog: ProfileCatalog, refs: Sequence[str], device: DeviceRef | None,
                       overrides: Iterable[tuple[str, Any]] = ()) -> ComposedProfile:
     """Compose ``refs`` (plus the device's profile when they set no device type)."""
-    overrides = list(overrides)
     if device is None:
         return compose(catalog, refs, overrides)
     if refs:
         # Settings may name keys that only the device profile declares: check the
         # device type before applying them.
-        declared = compose(catalog, refs).settings.get("device.type")
+        composed = compose(catalog, refs)
+        declared = composed.settings.get("device.type")
         if declared is not None and declared.value != device.type:
             raise ConflictError(
                 "--device conflicts with the profile",
@@ -73,5 +73,5 @@ def compose_selection(catalog: ProfileCatalog, refs: Sequence[str], device: Devi
                     "drop --device, or choose a profile for that device"),),
             )
         if declared is not None:
-            return compose(catalog, refs, overrides)
+            return with_overrides(composed, overrides)
     return compose(catalog, [profile_for_device(catalog, device.type), *refs], overrides)
