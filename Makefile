@@ -33,7 +33,7 @@ demo: system-deps $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy
+	$(BIN)/python scripts/typecheck.py
 
 unit: $(STAMP)
 	$(BIN)/pytest -q

@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from orchestrator import Registry, StepContext, compose, resolve, step
-from orchestrator.plan import Plan
-from orchestrator.run import Run
+from initorch import Registry, StepContext, compose, resolve, step
+from initorch.execution.run import Run
+from initorch.resolution.plan import Plan
 
 # name: (seconds it waits, what it requires) — the built-in plan's shape.
 SHAPE: dict[str, tuple[float, tuple[str, ...]]] = {

@@ -21,7 +21,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from orchestrator import (
+from initorch import (
     InitorchError,
     Registry,
     StepContext,
@@ -29,9 +29,9 @@ from orchestrator import (
     load_plan,
     step,
 )
-from orchestrator.logs import configure_logging
-from orchestrator.render import graph_mermaid, plan_text
-from orchestrator.run import Run
+from initorch.execution.run import Run
+from initorch.reporting.logs import configure_logging
+from initorch.reporting.render import graph_mermaid, plan_text
 
 
 @step(

@@ -9,12 +9,8 @@ structlog's stdlib integration.
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.api import load_plan
-from orchestrator.compose import ComposedProfile, compose
-from orchestrator.context import DeviceBinding, RankInfo, StepContext
-from orchestrator.devices import DeviceRef, parse_device
-from orchestrator.diagnosis import Diagnosis, DiagnosisBook, Finding
-from orchestrator.errors import (
+from initorch.api import load_plan
+from initorch.errors import (
     ConditionError,
     ConflictError,
     CycleError,
@@ -27,30 +23,34 @@ from orchestrator.errors import (
     StepFailedError,
     UnknownStepError,
 )
-from orchestrator.graph import Edge, StepGraph
-from orchestrator.plan import Plan, PlannedStep, SkippedStep
-from orchestrator.plugins import Registry
-from orchestrator.registry import StepRegistry
-from orchestrator.resolve import resolve
-from orchestrator.step import Step, StepDefinition, step
+from initorch.execution.context import DeviceBinding, RankInfo, StepContext
+from initorch.loading.compose import ComposedProfile, compose
+from initorch.model.devices import DeviceRef, parse_device
+from initorch.model.registry import StepRegistry
+from initorch.model.step import Step, StepDefinition, step
+from initorch.plugins import Registry
+from initorch.reporting.diagnosis import Diagnosis, DiagnosisBook, Finding
+from initorch.resolution.graph import Edge, StepGraph
+from initorch.resolution.plan import Plan, PlannedStep, SkippedStep
+from initorch.resolution.resolve import resolve
 
 if TYPE_CHECKING:
-    from orchestrator.report import RunReport, StepOutcome
-    from orchestrator.run import Run
-    from orchestrator.signals import RunInterrupted
+    from initorch.execution.run import Run
+    from initorch.execution.signals import RunInterrupted
+    from initorch.reporting.report import RunReport, StepOutcome
 
 _RUN_TIME = {
-    "Run": "orchestrator.run",
-    "RunInterrupted": "orchestrator.signals",
-    "RunReport": "orchestrator.report",
-    "StepOutcome": "orchestrator.report",
+    "Run": "initorch.execution.run",
+    "RunInterrupted": "initorch.execution.signals",
+    "RunReport": "initorch.reporting.report",
+    "StepOutcome": "initorch.reporting.report",
 }
 
 
 def __getattr__(name: str) -> Any:
     module = _RUN_TIME.get(name)
     if module is None:
-        raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")
+        raise AttributeError(f"module 'initorch' has no attribute {name!r}")
     value = getattr(import_module(module), name)
     globals()[name] = value
     return value

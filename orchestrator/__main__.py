@@ -1,7 +1,7 @@
-"""``python -m orchestrator`` is the ``initorch`` command."""
+"""``python -m initorch`` is the ``initorch`` command."""
 
 import sys
 
-from orchestrator.cli import main
+from initorch.cli import main
 
 sys.exit(main())

@@ -1,6 +1,6 @@
 """The embedding entry point: from profile names to a :class:`Plan` in one call.
 
->>> from orchestrator import load_plan
+>>> from initorch import load_plan
 >>> plan = load_plan(["npu"], settings={"hicache.host_pool_mb": 128})
 >>> plan.order, plan.waves, plan.fingerprint
 
@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from orchestrator.compose import parse_assignment
-from orchestrator.errors import InitorchError
-from orchestrator.plan import Plan
-from orchestrator.plugins import Registry
-from orchestrator.resolve import resolve
-from orchestrator.selection import compose_selection, normalise_device
+from initorch.errors import InitorchError
+from initorch.loading.compose import parse_assignment
+from initorch.loading.selection import compose_selection, normalise_device
+from initorch.plugins import Registry
+from initorch.resolution.plan import Plan
+from initorch.resolution.resolve import resolve
 
 
 def load_plan(
@@ -33,7 +33,7 @@ def load_plan(
 
     ``device`` (``"npu:0"``, ``torch.device(...)``) selects the device's profile
     when no profile sets a device type, and fixes the device index.  Raises an
-    :class:`~orchestrator.errors.InitorchError` subclass on invalid input.
+    :class:`~initorch.errors.InitorchError` subclass on invalid input.
     """
     registry = registry or Registry.with_plugins()
     overrides = (

@@ -15,21 +15,21 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from orchestrator.api import load_plan
-from orchestrator.errors import (
+from initorch.api import load_plan
+from initorch.errors import (
     EXIT_INTERNAL_ERROR,
     EXIT_INVALID_INPUT,
     EXIT_OK,
     EXIT_STEP_FAILED,
     InitorchError,
 )
-from orchestrator.plan import Plan
-from orchestrator.plugins import Registry
-from orchestrator.render import GRAPH_FORMATS, explain_text, plan_text
+from initorch.plugins import Registry
+from initorch.reporting.render import GRAPH_FORMATS, explain_text, plan_text
+from initorch.resolution.plan import Plan
 
 if TYPE_CHECKING:
-    from orchestrator.report import RunReport
-    from orchestrator.run import Run
+    from initorch.execution.run import Run
+    from initorch.reporting.report import RunReport
 
 EPILOG = """exit codes: 0 ok, 1 a step failed at run time, 2 invalid input or usage,
 70 internal error (a bug; please report it), 128+N interrupted by signal N.
@@ -77,7 +77,7 @@ def cmd_explain(args: argparse.Namespace, registry: Registry) -> int:
 
 
 def cmd_validate(args: argparse.Namespace, registry: Registry) -> int:
-    from orchestrator.validate import validate_all, validate_selection
+    from initorch.validate import validate_all, validate_selection
 
     if args.profile or args.device:
         problems = validate_selection(registry, args.profile, args.device, args.settings)
@@ -93,7 +93,7 @@ def cmd_validate(args: argparse.Namespace, registry: Registry) -> int:
 
 
 def cmd_profiles(args: argparse.Namespace, registry: Registry) -> int:
-    from orchestrator.listing import profile_rows
+    from initorch.listing import profile_rows
 
     rows = profile_rows(registry)
     if args.json:
@@ -106,7 +106,7 @@ def cmd_profiles(args: argparse.Namespace, registry: Registry) -> int:
 
 
 def cmd_steps(args: argparse.Namespace, registry: Registry) -> int:
-    from orchestrator.listing import step_rows
+    from initorch.listing import step_rows
 
     rows = step_rows(registry)
     if args.json:
@@ -124,11 +124,11 @@ def cmd_steps(args: argparse.Namespace, registry: Registry) -> int:
 
 
 def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
-    from orchestrator.context import RankInfo
-    from orchestrator.logs import configure_logging
-    from orchestrator.render import run_summary_text
-    from orchestrator.run import Run
-    from orchestrator.signals import RunInterrupted
+    from initorch.execution.context import RankInfo
+    from initorch.execution.run import Run
+    from initorch.execution.signals import RunInterrupted
+    from initorch.reporting.logs import configure_logging
+    from initorch.reporting.render import run_summary_text
 
     for option, path in (("--report", args.report), ("--trace", args.trace)):
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
@@ -181,7 +181,7 @@ def failure_line(report: RunReport) -> str:
 
 
 def cmd_schema(args: argparse.Namespace, registry: Registry) -> int:
-    from orchestrator.schema import profile_schema
+    from initorch.loading.schema import profile_schema
 
     _emit(json.dumps(profile_schema(), indent=2))
     return EXIT_OK

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from orchestrator.location import SourceLocation
+from initorch.location import SourceLocation
 
 EXIT_OK = 0
 EXIT_STEP_FAILED = 1

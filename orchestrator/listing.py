@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.errors import InitorchError
-from orchestrator.location import display_path
-from orchestrator.plugins import Registry
-from orchestrator.step import EDGE_KINDS
+from initorch.errors import InitorchError
+from initorch.location import display_path
+from initorch.model.step import EDGE_KINDS
+from initorch.plugins import Registry
 
 
 def profile_rows(registry: Registry) -> list[dict[str, Any]]:

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
 
-from orchestrator.catalog import ProfileCatalog
-from orchestrator.diagnosis import DiagnosisBook
-from orchestrator.errors import InitorchError
-from orchestrator.registry import StepRegistry
+from initorch.errors import InitorchError
+from initorch.loading.catalog import ProfileCatalog
+from initorch.model.registry import StepRegistry
+from initorch.reporting.diagnosis import DiagnosisBook
 
 ENTRY_POINT_GROUP = "initorch.plugins"
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from orchestrator.api import load_plan
-from orchestrator.compose import ComposedProfile, compose
-from orchestrator.errors import InitorchError, Problem, ProfileError
-from orchestrator.location import SourceLocation
-from orchestrator.plugins import Registry
+from initorch.api import load_plan
+from initorch.errors import InitorchError, Problem, ProfileError
+from initorch.loading.compose import ComposedProfile, compose
+from initorch.location import SourceLocation
+from initorch.plugins import Registry
 
 Finding = tuple[str, InitorchError]
 

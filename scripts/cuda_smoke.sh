@@ -33,7 +33,7 @@ else
 fi
 
 for executor in sequential parallel; do
-    "$python" -m orchestrator run --profile cuda --executor "$executor" "${settings[@]}" \
+    "$python" -m initorch run --profile cuda --executor "$executor" "${settings[@]}" \
         --report "$out/cuda-run-$executor.json" --trace "$out/cuda-trace-$executor.json" \
         --log-format json 2>"$out/cuda-log-$executor.jsonl"
     echo "cuda profile, $executor executor: ok (report in $out/cuda-run-$executor.json)"

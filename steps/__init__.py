@@ -10,18 +10,18 @@ from importlib.resources import files
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from orchestrator import Registry
+    from initorch import Registry
 
 __all__ = ["register"]
 
 
 def register(registry: Registry) -> None:
     """Entry point of the ``builtin`` plugin (``initorch.plugins`` group)."""
-    from steps import backend, device, distributed, host_pool, transfer_engine, verify
-    from steps.diagnoses import BUILTIN_DIAGNOSES
+    from initorch.steps import backend, device, distributed, host_pool, transfer_engine, verify
+    from initorch.steps.diagnoses import BUILTIN_DIAGNOSES
 
     for module in (backend, device, distributed, transfer_engine, host_pool, verify):
         for definition in module.STEPS:
             registry.steps.add(definition)
-    registry.profiles.add_directory(files("profiles"), plugin="builtin")
+    registry.profiles.add_directory(files("initorch.profiles"), plugin="builtin")
     registry.diagnoses.extend(BUILTIN_DIAGNOSES)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from orchestrator import StepContext, StepError, step
+from initorch import StepContext, StepError, step
 
 INSTALL_HINTS = {
     "torch": "pip install 'initorch[torch]' (or a torch build for your accelerator)",

@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from orchestrator import StepContext, StepError, step
+from initorch import StepContext, StepError, step
 
 # Devices without per-rank device selection: binding is a no-op.
 HOST_DEVICE_TYPES = frozenset({"cpu"})

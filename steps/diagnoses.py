@@ -1,6 +1,6 @@
 """Known start-up failures of LLM inference servers, as diagnosis data.
 
-This is the device knowledge behind :mod:`orchestrator.diagnosis`: each entry
+This is the device knowledge behind :mod:`initorch.reporting.diagnosis`: each entry
 recognises a failure by the text the real stack prints (ACL and CUDA return
 codes, loader errors, torch.distributed rendezvous messages, Mooncake glog
 lines) and says what caused it, what to do now and which profile constraint
@@ -20,7 +20,7 @@ of being explained wrongly.  Nothing here imports a vendor package.
 
 from __future__ import annotations
 
-from orchestrator.diagnosis import Diagnosis, DiagnosisBook
+from initorch.reporting.diagnosis import Diagnosis, DiagnosisBook
 
 __all__ = ["BUILTIN_DIAGNOSES", "register_diagnoses"]
 
@@ -67,7 +67,7 @@ BUILTIN_DIAGNOSES: tuple[Diagnosis, ...] = (
         ),
         prevention=(
             "The musa, npu and xpu profiles set device.host_allocator: pin_memory; device "
-            "strings are normalised once (orchestrator.devices) and an unknown type is an "
+            "strings are normalised once (initorch.model.devices) and an unknown type is an "
             "error, never a fallback to the CUDA path."
         ),
         pattern=r"'NoneType' object has no attribute '(?:cuda|hip)Host(?:Register|Unregister)'",

@@ -15,7 +15,7 @@ import os
 import socket
 from typing import Any
 
-from orchestrator import StepContext, StepError, step
+from initorch import StepContext, StepError, step
 
 # Backends provided by a package that must be imported first to register them.
 BACKEND_PROVIDERS = {"mooncake": "mooncake.pg"}

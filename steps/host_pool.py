@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator import StepContext, StepError, step
-from steps.transfer_engine import SharedTransferEngine
+from initorch import StepContext, StepError, step
+from initorch.steps.transfer_engine import SharedTransferEngine
 
 SUPPORTED_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head",
                      "page_first_kv_split")

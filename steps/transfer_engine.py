@@ -13,10 +13,10 @@ import gc
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator import StepContext, StepError, step
-from steps.device import device_index, visible_devices
-from steps.distributed import free_port
-from steps.native_log import capture_native_stderr
+from initorch import StepContext, StepError, step
+from initorch.steps.device import device_index, visible_devices
+from initorch.steps.distributed import free_port
+from initorch.steps.native_log import capture_native_stderr
 
 
 @dataclass(slots=True)

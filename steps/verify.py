@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator import StepContext, StepError, step
-from steps.host_pool import Registration
+from initorch import StepContext, StepError, step
+from initorch.steps.host_pool import Registration
 
 SLOT_BYTES = 64 * 1024
 

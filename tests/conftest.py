@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator import Registry, StepContext, compose, resolve, step
-from orchestrator.cli import main
-from orchestrator.plan import Plan
-from orchestrator.step import StepDefinition
+from initorch import Registry, StepContext, compose, resolve, step
+from initorch.cli import main
+from initorch.model.step import StepDefinition
+from initorch.resolution.plan import Plan
 
 REPO = Path(__file__).resolve().parent.parent
 SIMULATED_SITE = REPO / "tests" / "simulated" / "site"

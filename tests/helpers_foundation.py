@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import InitorchError, Plan, Registry, compose, resolve
-from orchestrator.catalog import ProfileCatalog
-from orchestrator.errors import Problem
-from orchestrator.step import StepDefinition
+from initorch import InitorchError, Plan, Registry, compose, resolve
+from initorch.errors import Problem
+from initorch.loading.catalog import ProfileCatalog
+from initorch.model.step import StepDefinition
 
 REPO = Path(__file__).resolve().parent.parent
 

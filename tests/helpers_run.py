@@ -24,9 +24,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from orchestrator import StepContext
-from orchestrator.plan import Plan
-from orchestrator.step import StepDefinition
+from initorch import StepContext
+from initorch.model.step import StepDefinition
+from initorch.resolution.plan import Plan
 from tests.conftest import REPO, SIMULATED_SITE, define, synthetic_plan
 
 EXECUTORS = ("sequential", "parallel")
@@ -262,8 +262,8 @@ import os, signal, sys, threading
 sys.path.insert(0, {str(REPO)!r})
 from tests.conftest import define, synthetic_plan
 from tests.helpers_run import plan_of
-from orchestrator.run import Run
-from orchestrator.signals import RunInterrupted
+from initorch.execution.run import Run
+from initorch.execution.signals import RunInterrupted
 """
 
 

@@ -1,4 +1,4 @@
-"""orchestrator.cli: every command and option, exit codes, and one clear error line."""
+"""initorch.cli: every command and option, exit codes, and one clear error line."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from orchestrator import InitorchError, ProfileError, StepFailedError, load_plan
-from orchestrator.errors import EXIT_INVALID_INPUT, EXIT_OK, EXIT_STEP_FAILED
+from initorch import InitorchError, ProfileError, StepFailedError, load_plan
+from initorch.errors import EXIT_INVALID_INPUT, EXIT_OK, EXIT_STEP_FAILED
 from tests.conftest import initorch_command
 from tests.helpers_foundation import (
     BUILTIN_PROFILES,
@@ -205,7 +205,7 @@ def test_schema_command_prints_json(run_cli):
 
 
 def test_python_dash_m_is_the_same_command():
-    result = subprocess.run([sys.executable, "-m", "orchestrator", "profiles", "--json"],
+    result = subprocess.run([sys.executable, "-m", "initorch", "profiles", "--json"],
                             capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0
     assert {row["name"] for row in json.loads(result.stdout)} == set(BUILTIN_PROFILES)

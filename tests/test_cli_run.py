@@ -74,7 +74,7 @@ def test_console_log_format_is_the_default():
 def test_dry_run_runs_and_imports_nothing():
     result = run_python("""
         import sys
-        from orchestrator.cli import main
+        from initorch.cli import main
         code = main(["run", "--profile", "cpu", "--executor", "dry-run"])
         heavy = sorted(m for m in ("torch", "mooncake", "mooncake.engine") if m in sys.modules)
         print("RESULT", code, heavy)

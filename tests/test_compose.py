@@ -1,4 +1,4 @@
-"""orchestrator.compose and orchestrator.catalog: extends, layering, --set, names vs paths."""
+"""initorch.loading.compose and .catalog: extends, layering, --set, names vs paths."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import ComposedProfile, ConflictError, ProfileError, compose
-from orchestrator.catalog import ProfileCatalog, is_path_reference
-from orchestrator.compose import parse_assignment
-from orchestrator.location import COMMAND_LINE
+from initorch import ComposedProfile, ConflictError, ProfileError, compose
+from initorch.loading.catalog import ProfileCatalog, is_path_reference
+from initorch.loading.compose import parse_assignment
+from initorch.location import COMMAND_LINE
 from tests.helpers_foundation import catalog_in, write
 
 

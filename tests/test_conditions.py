@@ -1,4 +1,4 @@
-"""orchestrator.conditions: ``when`` expressions are parsed and interpreted, never eval-ed."""
+"""initorch.model.conditions: ``when`` expressions are parsed and interpreted, never eval-ed."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.conditions import Condition, parse_condition
-from orchestrator.errors import ConditionError
-from orchestrator.location import SourceLocation
+from initorch.errors import ConditionError
+from initorch.location import SourceLocation
+from initorch.model.conditions import Condition, parse_condition
 
 AT = SourceLocation("p.yaml", 3, 11)
 SETTINGS = {

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator import RankInfo, StepContext
-from orchestrator.run import Run
+from initorch import RankInfo, StepContext
+from initorch.execution.run import Run
 from tests.conftest import define
 from tests.helpers_run import EXECUTORS, WAIT, Dag, dags, load_acl, plan_of
 

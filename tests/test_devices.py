@@ -1,4 +1,4 @@
-"""orchestrator.devices (and the known-type table of orchestrator.selection): one place
+"""initorch.model.devices (and the known-type table of initorch.loading.selection): one place
 normalises device strings, and an unknown type is an error, never a fallback."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator import DeviceError, DeviceRef, parse_device
-from orchestrator.selection import device_types, normalise_device
+from initorch import DeviceError, DeviceRef, parse_device
+from initorch.loading.selection import device_types, normalise_device
 
 KNOWN_TYPES = ("cpu", "cuda", "mps", "musa", "npu", "rocm", "xpu")
 
 
 @pytest.fixture(scope="module")
 def known():
-    from orchestrator import Registry
+    from initorch import Registry
 
     return device_types(Registry.with_plugins().profiles)
 

@@ -1,4 +1,4 @@
-"""Tests for the diagnosis engine (orchestrator.diagnosis) and its built-in entries.
+"""Tests for the diagnosis engine (initorch.reporting.diagnosis) and its built-in entries.
 
 Every built-in entry is exercised with the exception the real stack raises, in
 the form it prints: loader errors as ImportError/OSError, torch.distributed
@@ -22,7 +22,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.diagnosis import (
+from initorch.errors import InitorchError, StepError
+from initorch.reporting.diagnosis import (
     Diagnosis,
     DiagnosisBook,
     DiagnosisDefinitionError,
@@ -31,8 +32,7 @@ from orchestrator.diagnosis import (
     failure_text,
     vendor_code_of,
 )
-from orchestrator.errors import InitorchError, StepError
-from steps.diagnoses import BUILTIN_DIAGNOSES, register_diagnoses
+from initorch.steps.diagnoses import BUILTIN_DIAGNOSES, register_diagnoses
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -601,7 +601,7 @@ def test_register_diagnoses_adds_every_builtin_in_order():
 
 def test_importing_the_knowledge_base_imports_no_vendor_package():
     code = (
-        "import sys, steps.diagnoses, orchestrator.diagnosis; "
+        "import sys, steps.diagnoses, initorch.reporting.diagnosis; "
         "print(sorted(n for n in ('torch', 'torch_npu', 'torch_musa', 'mooncake') "
         "if n in sys.modules))"
     )

@@ -49,7 +49,7 @@ def test_plan_json_runs_without_the_vendor_stack(blocked_env):
 def test_every_dry_command_runs_without_the_vendor_stack(blocked_env):
     code = """
         import sys
-        from orchestrator.cli import main
+        from initorch.cli import main
         commands = [
             ["plan", "-d", "musa:0"],
             ["graph", "-p", "npu", "--format", "mermaid"],
@@ -73,8 +73,8 @@ def test_loading_a_plan_imports_no_vendor_module():
     # that nothing imports them (not merely that the import would fail).
     code = f"""
         import sys
-        import orchestrator, steps
-        from orchestrator import load_plan
+        import initorch, steps
+        from initorch import load_plan
         for profiles in (["npu"], ["npu", "mooncake-ep"], ["musa"], ["cpu"]):
             load_plan(profiles)
         load_plan(device="musa:0")
@@ -90,11 +90,12 @@ def test_a_dry_run_loads_neither_the_executors_nor_structlog():
     # The run-time half of the package is imported on first use; a plan needs none of it.
     code = """
         import sys
-        from orchestrator.cli import main
+        from initorch.cli import main
         main(["plan", "--profile", "npu", "--json"])
         loaded = sorted(m for m in sys.modules
                         if m.split(".")[0] == "structlog"
-                        or m in ("orchestrator.run", "orchestrator.executors", "orchestrator.logs"))
+                        or m in ("initorch.execution.run", "initorch.execution.executors",
+                                 "initorch.reporting.logs"))
         print(loaded, file=sys.stderr)
         """
     result = run_python(code)
@@ -103,10 +104,10 @@ def test_a_dry_run_loads_neither_the_executors_nor_structlog():
 
 
 def test_run_time_names_are_still_public():
-    import orchestrator
-    from orchestrator.run import Run
+    import initorch
+    from initorch.execution.run import Run
 
-    assert orchestrator.Run is Run
-    assert {"Run", "RunReport", "StepOutcome", "RunInterrupted"} <= set(orchestrator.__all__)
+    assert initorch.Run is Run
+    assert {"Run", "RunReport", "StepOutcome", "RunInterrupted"} <= set(initorch.__all__)
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
-        orchestrator.Nope  # noqa: B018
+        initorch.Nope  # noqa: B018

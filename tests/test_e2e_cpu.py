@@ -17,8 +17,8 @@ ALL_STEPS = ("import_backend", "set_device", "alloc_host_mem_pool",
 
 LEAK_CHECK = """
 import json, os, threading
-from orchestrator import Registry, load_plan
-from orchestrator.run import Run
+from initorch import Registry, load_plan
+from initorch.execution.run import Run
 
 def listening_sockets():
     inodes = set()

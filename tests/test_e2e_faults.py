@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import Registry, StepContext, load_plan
-from orchestrator.plan import Plan
-from orchestrator.run import Run
+from initorch import Registry, StepContext, load_plan
+from initorch.execution.run import Run
+from initorch.resolution.plan import Plan
 from tests.conftest import initorch_command
 
 pytestmark = pytest.mark.e2e

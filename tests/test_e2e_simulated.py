@@ -18,9 +18,9 @@ pytestmark = pytest.mark.e2e
 
 OLD_ORDER = """
 import json, threading
-from orchestrator import Registry, StepContext, load_plan
-from orchestrator.context import RankInfo, RunState
-from orchestrator.errors import StepError
+from initorch import Registry, StepContext, load_plan
+from initorch.execution.context import RankInfo, RunState
+from initorch.errors import StepError
 
 registry = Registry.with_plugins()
 plan = load_plan(["npu"], registry=registry)
@@ -101,8 +101,8 @@ def test_profile_cannot_reintroduce_the_old_order(tmp_path: Path) -> None:
 MUSA_PROBE = """
 import json
 from initorch_simulation.pinned import PINNED
-from orchestrator import Registry, load_plan
-from orchestrator.run import Run
+from initorch import Registry, load_plan
+from initorch.execution.run import Run
 
 registry = Registry.with_plugins()
 plan = load_plan(["musa"], settings=__SETTINGS__, registry=registry)

@@ -8,13 +8,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.executors import (
+from initorch.execution.executors import (
     DryRunExecutor,
     ParallelExecutor,
     SequentialExecutor,
     make_executor,
 )
-from orchestrator.run import Run
+from initorch.execution.run import Run
 from tests.conftest import define
 from tests.helpers_run import EXECUTORS, WAIT, Dag, Recorder, dags, plan_of
 

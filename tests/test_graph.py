@@ -1,4 +1,4 @@
-"""orchestrator.graph: deterministic order and waves, every cycle, located edges."""
+"""initorch.resolution.graph: deterministic order and waves, every cycle, located edges."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator import Edge, StepGraph
-from orchestrator.graph import MAX_CYCLES_REPORTED
-from orchestrator.location import SourceLocation
+from initorch import Edge, StepGraph
+from initorch.location import SourceLocation
+from initorch.resolution.graph import MAX_CYCLES_REPORTED
 
 LETTERS = "abcdefghij"
 

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from orchestrator.errors import StepError
-from orchestrator.invoke import StepTimeoutError
-from orchestrator.run import Run
+from initorch.errors import StepError
+from initorch.execution.invoke import StepTimeoutError
+from initorch.execution.run import Run
 from tests.conftest import define
 from tests.helpers_run import (
     EXECUTORS,

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from orchestrator import RankInfo
-from orchestrator.errors import StepError
-from orchestrator.logs import configure_logging, get_logger
-from orchestrator.run import Run
+from initorch import RankInfo
+from initorch.errors import StepError
+from initorch.execution.run import Run
+from initorch.reporting.logs import configure_logging, get_logger
 from tests.conftest import define
 from tests.helpers_run import (
     ListHandler,
@@ -208,7 +208,7 @@ def test_configure_logging_respects_the_level():
 
 
 def test_records_point_at_the_code_that_logged(host_logging):
-    from orchestrator.logs import get_logger
+    from initorch.reporting.logs import get_logger
 
     get_logger(profile="p").bind(step="s").info("probe_event")  # the line recorded
     [record] = host_logging.events("probe_event")

@@ -19,7 +19,8 @@ from tests.helpers_foundation import BUILTIN_PROFILES, REPO
 
 
 def test_builtin_profiles_are_package_resources():
-    shipped = {entry.name for entry in files("profiles").iterdir() if entry.name.endswith(".yaml")}
+    shipped = {entry.name for entry in files("initorch.profiles").iterdir()
+               if entry.name.endswith(".yaml")}
     assert shipped == {f"{name}.yaml" for name in BUILTIN_PROFILES}
     in_tree = {path.name for path in (REPO / "profiles").glob("*.yaml")}
     assert shipped == in_tree
@@ -28,13 +29,13 @@ def test_builtin_profiles_are_package_resources():
 def test_builtin_plugin_entry_point():
     plugins = {ep.name: ep for ep in entry_points(group="initorch.plugins")}
     assert "builtin" in plugins
-    assert plugins["builtin"].value == "steps:register"
+    assert plugins["builtin"].value == "initorch.steps:register"
     assert callable(plugins["builtin"].load())
 
 
 def test_console_script_entry_point():
     scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
-    assert scripts.get("initorch") == "orchestrator.cli:main"
+    assert scripts.get("initorch") == "initorch.cli:main"
     assert (Path(sys.executable).parent / "initorch").exists()
 
 
@@ -65,11 +66,13 @@ def test_wheel_contains_profiles_and_entry_points(wheel):
                           if n.endswith(".dist-info/entry_points.txt"))
         metadata = next(archive.read(n).decode() for n in names
                         if n.endswith(".dist-info/METADATA"))
-    assert {f"profiles/{name}.yaml" for name in BUILTIN_PROFILES} <= names
-    assert {"orchestrator/py.typed", "steps/py.typed", "orchestrator/cli.py"} <= names
-    assert not any(name.startswith("tests/") for name in names)
-    assert "[console_scripts]\ninitorch = orchestrator.cli:main" in entry_text
-    assert "[initorch.plugins]\nbuiltin = steps:register" in entry_text
+    assert {f"initorch/profiles/{name}.yaml" for name in BUILTIN_PROFILES} <= names
+    assert {"initorch/py.typed", "initorch/steps/py.typed", "initorch/cli.py"} <= names
+    top_level = {name.split("/", 1)[0] for name in names if "/" in name
+                 and not name.split("/", 1)[0].endswith(".dist-info")}
+    assert top_level == {"initorch"}  # no generic top-level names (steps, profiles, ...)
+    assert "[console_scripts]\ninitorch = initorch.cli:main" in entry_text
+    assert "[initorch.plugins]\nbuiltin = initorch.steps:register" in entry_text
     assert "Name: initorch" in metadata.splitlines()
     requires = [line.split(":", 1)[1].strip().lower() for line in metadata.splitlines()
                 if line.startswith("Requires-Dist:")]
@@ -87,12 +90,26 @@ def test_installed_wheel_lists_profiles_from_any_folder(wheel, tmp_path):
     assert install.returncode == 0, install.stderr
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    code = ("import sys, orchestrator, profiles; "
-            "assert orchestrator.__file__.startswith(sys.argv[1]), orchestrator.__file__; "
-            "assert profiles.__file__.startswith(sys.argv[1]), profiles.__file__; "
-            "from orchestrator.cli import main; sys.exit(main(['profiles']))")
+    code = ("import sys, initorch, initorch.profiles; "
+            "assert initorch.__file__.startswith(sys.argv[1]), initorch.__file__; "
+            "assert initorch.profiles.__file__.startswith(sys.argv[1]), "
+            "initorch.profiles.__file__; "
+            "from initorch.cli import main; sys.exit(main(['profiles']))")
     env = {**os.environ, "PYTHONPATH": str(target)}
     result = subprocess.run([sys.executable, "-c", code, str(target)], cwd=elsewhere, env=env,
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     assert [line.split()[0] for line in result.stdout.splitlines()] == list(BUILTIN_PROFILES)
+
+
+OLD_TOP_LEVEL_IMPORT = re.compile(r"^\s*(?:from|import)\s+(?:orchestrator|steps|profiles)\b",
+                                  re.MULTILINE)
+
+
+def test_no_code_imports_the_repository_folders_by_name():
+    """Everything imports ``initorch...``; the folder names are not import names."""
+    sources = [p for folder in ("orchestrator", "steps", "tests", "examples", "bench", "scripts")
+               for p in (REPO / folder).rglob("*.py")]
+    offenders = [str(p.relative_to(REPO)) for p in sources
+                 if OLD_TOP_LEVEL_IMPORT.search(p.read_text(encoding="utf-8"))]
+    assert offenders == []

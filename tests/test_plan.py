@@ -1,4 +1,4 @@
-"""orchestrator.plan: the plan's JSON shape, its fingerprint, and explain chains."""
+"""initorch.resolution.plan: the plan's JSON shape, its fingerprint, and explain chains."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from orchestrator import Plan, ResolveError, load_plan
+from initorch import Plan, ResolveError, load_plan
 from tests.conftest import initorch_command
 from tests.helpers_foundation import assert_chain, write
 

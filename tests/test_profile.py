@@ -1,4 +1,4 @@
-"""orchestrator.profile: the profile format, validated with every problem collected."""
+"""initorch.loading.document: the profile format, validated with every problem collected."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-from orchestrator.errors import ProfileError
-from orchestrator.profile import DEVICE_FIELDS, STEP_FIELDS, TOP_LEVEL_KEYS, parse_profile
+from initorch.errors import ProfileError
+from initorch.loading.document import DEVICE_FIELDS, STEP_FIELDS, TOP_LEVEL_KEYS, parse_profile
 from tests.helpers_foundation import assert_problem
 
 

@@ -1,12 +1,12 @@
-"""orchestrator.step, orchestrator.registry and orchestrator.plugins: declarations are data,
+"""initorch.model.step, initorch.model.registry and initorch.plugins: declarations are data,
 validated once, in one place."""
 
 from __future__ import annotations
 
 import pytest
 
-from orchestrator import Registry, Step, StepDefinitionError, StepRegistry, UnknownStepError, step
-from orchestrator.plugins import PluginError
+from initorch import Registry, Step, StepDefinitionError, StepRegistry, UnknownStepError, step
+from initorch.plugins import PluginError
 from tests.conftest import define
 
 BUILTIN_STEPS = ("import_backend", "set_device", "init_torch_distributed",
@@ -150,7 +150,7 @@ def test_a_single_name_as_a_string_is_one_edge_not_its_letters():
 
 
 def test_when_must_be_a_valid_condition():
-    from orchestrator import ConditionError
+    from initorch import ConditionError
 
     with pytest.raises(ConditionError) as caught:
         StepRegistry().add(define("x", when="a +"))

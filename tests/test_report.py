@@ -10,11 +10,11 @@ import datetime
 import json
 import threading
 
-from orchestrator import RankInfo
-from orchestrator.diagnosis import DiagnosisBook
-from orchestrator.errors import StepError
-from orchestrator.report import RunReport, StepOutcome
-from orchestrator.run import Run
+from initorch import RankInfo
+from initorch.errors import StepError
+from initorch.execution.run import Run
+from initorch.reporting.diagnosis import DiagnosisBook
+from initorch.reporting.report import RunReport, StepOutcome
 from tests.conftest import define
 from tests.helpers_run import WAIT, FakeClock, TeardownLog, plan_of, with_teardown
 

@@ -1,11 +1,11 @@
-"""orchestrator.resolve: selection, overrides, conditions, implicit device edges, and every
+"""initorch.resolution.resolve: selection, overrides, conditions, implicit device edges, and every
 error path -- plus the real ordering constraints of the built-in profiles."""
 
 from __future__ import annotations
 
 import pytest
 
-from orchestrator import (
+from initorch import (
     ConditionError,
     CycleError,
     ResolveError,

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator import RankInfo, StepFailedError
-from orchestrator.errors import EXIT_STEP_FAILED, StepError
-from orchestrator.run import Run
-from orchestrator.signals import RunInterrupted
+from initorch import RankInfo, StepFailedError
+from initorch.errors import EXIT_STEP_FAILED, StepError
+from initorch.execution.run import Run
+from initorch.execution.signals import RunInterrupted
 from tests.conftest import define
 from tests.helpers_run import (
     EXECUTORS,
@@ -269,7 +269,7 @@ def test_the_rank_comes_from_the_environment_by_default(monkeypatch):
 # -- interrupts, late completions, signals, atexit (fresh interpreters) ---------------------
 
 BLOCKING_RUN = """
-from orchestrator.logs import configure_logging
+from initorch.reporting.logs import configure_logging
 configure_logging("json")
 signal.alarm(60)  # safety net: never outlive the test
 release = threading.Event()

@@ -1,4 +1,4 @@
-"""orchestrator.schema: the JSON Schema of profiles agrees with the parser."""
+"""initorch.loading.schema: the JSON Schema of profiles agrees with the parser."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import jsonschema
 import pytest
 import yaml
 
-from orchestrator.errors import ProfileError
-from orchestrator.profile import parse_profile
-from orchestrator.schema import profile_schema
+from initorch.errors import ProfileError
+from initorch.loading.document import parse_profile
+from initorch.loading.schema import profile_schema
 from tests.helpers_foundation import BUILTIN_PROFILES
 
 VALIDATOR = jsonschema.Draft202012Validator(profile_schema())

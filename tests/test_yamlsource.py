@@ -1,4 +1,4 @@
-"""orchestrator.yamlsource: safe YAML that keeps positions and rejects duplicate keys."""
+"""initorch.loading.yamlsource: safe YAML that keeps positions and rejects duplicate keys."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import textwrap
 
 import pytest
 
-from orchestrator.errors import ProfileError
-from orchestrator.location import SourceLocation
-from orchestrator.yamlsource import parse_yaml
+from initorch.errors import ProfileError
+from initorch.loading.yamlsource import parse_yaml
+from initorch.location import SourceLocation
 
 DOC = textwrap.dedent("""\
     top: 1

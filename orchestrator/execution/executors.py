@@ -20,7 +20,7 @@ import queue
 import threading
 from typing import Protocol
 
-from orchestrator.plan import Plan, PlannedStep
+from initorch.resolution.plan import Plan, PlannedStep
 
 
 class RunDriver(Protocol):

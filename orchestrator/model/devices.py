@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from orchestrator.errors import DeviceError
-from orchestrator.suggest import closest
+from initorch.errors import DeviceError
+from initorch.suggest import closest
 
 _DEVICE_STRING = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?::\s*(\d+)\s*)?$")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from orchestrator.diagnosis import Finding, failure_text, vendor_code_of
-from orchestrator.plan import Plan
+from initorch.reporting.diagnosis import Finding, failure_text, vendor_code_of
+from initorch.resolution.plan import Plan
 
 Status = Literal["pending", "succeeded", "failed", "skipped", "would_run", "interrupted"]
 

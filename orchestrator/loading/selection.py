@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from orchestrator.catalog import ProfileCatalog
-from orchestrator.compose import ComposedProfile, compose, with_overrides
-from orchestrator.devices import DeviceRef, parse_device
-from orchestrator.errors import ConflictError, InitorchError, Problem
-from orchestrator.location import COMMAND_LINE
+from initorch.errors import ConflictError, InitorchError, Problem
+from initorch.loading.catalog import ProfileCatalog
+from initorch.loading.compose import ComposedProfile, compose, with_overrides
+from initorch.location import COMMAND_LINE
+from initorch.model.devices import DeviceRef, parse_device
 
 
 def device_types(catalog: ProfileCatalog) -> dict[str, str]:

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from importlib.abc import Traversable
 from pathlib import Path
 
-from orchestrator.errors import ProfileError
-from orchestrator.location import SourceLocation, display_path
-from orchestrator.profile import ProfileDocument, parse_profile
-from orchestrator.suggest import closest
+from initorch.errors import ProfileError
+from initorch.loading.document import ProfileDocument, parse_profile
+from initorch.location import SourceLocation, display_path
+from initorch.suggest import closest
 
 PROFILE_SUFFIXES = (".yaml", ".yml")
 

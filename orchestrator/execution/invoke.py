@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.context import RunState, StepContext
-from orchestrator.diagnosis import DiagnosisBook, failure_text
-from orchestrator.plan import PlannedStep
-from orchestrator.report import StepOutcome
+from initorch.execution.context import RunState, StepContext
+from initorch.reporting.diagnosis import DiagnosisBook, failure_text
+from initorch.reporting.report import StepOutcome
+from initorch.resolution.plan import PlannedStep
 
 
 class StepTimeoutError(Exception):

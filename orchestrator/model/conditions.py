@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.errors import ConditionError
-from orchestrator.location import SourceLocation
-from orchestrator.suggest import closest
+from initorch.errors import ConditionError
+from initorch.location import SourceLocation
+from initorch.suggest import closest
 
 # YAML's spellings; Python's True/False/None already parse as constants.
 _LITERAL_NAMES = {"true": True, "false": False, "null": None}

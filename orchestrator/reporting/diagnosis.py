@@ -30,8 +30,8 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from orchestrator.errors import InitorchError, Problem
-from orchestrator.location import SourceLocation, caller_location
+from initorch.errors import InitorchError, Problem
+from initorch.location import SourceLocation, caller_location
 
 __all__ = [
     "Diagnosis",
@@ -272,7 +272,7 @@ def _compile(
         return None, [
             Problem(
                 f"not a Diagnosis: {diagnosis!r}",
-                hint="build entries with orchestrator.diagnosis.Diagnosis",
+                hint="build entries with initorch.reporting.diagnosis.Diagnosis",
             )
         ]
     where = diagnosis.defined_at

@@ -1,6 +1,6 @@
 """The JSON Schema of profile files (``initorch schema``), for editors and CI.
 
-Built from the same field tables the parser uses (:mod:`orchestrator.profile`),
+Built from the same field tables the parser uses (:mod:`initorch.loading.document`),
 so the schema and the validator cannot drift apart.  The parser remains the
 authority (it also checks step names, conditions and cross-file rules).
 """
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.profile import DEVICE_FIELDS, STEP_OVERRIDES
-from orchestrator.registry import STEP_NAME
-from orchestrator.step import EDGE_KINDS
+from initorch.loading.document import DEVICE_FIELDS, STEP_OVERRIDES
+from initorch.model.registry import STEP_NAME
+from initorch.model.step import EDGE_KINDS
 
 SCHEMA_ID = "https://initorch.dev/schema/profile.json"
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from orchestrator.errors import ProfileError
-from orchestrator.location import SourceLocation
+from initorch.errors import ProfileError
+from initorch.location import SourceLocation
 
 KeyPath = tuple[str | int, ...]
 

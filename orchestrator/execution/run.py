@@ -23,16 +23,16 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from orchestrator.context import RankInfo, RunState, StepContext
-from orchestrator.diagnosis import DiagnosisBook
-from orchestrator.errors import StepFailedError
-from orchestrator.executors import Executor, make_executor
-from orchestrator.invoke import invoke_step
-from orchestrator.logs import get_logger
-from orchestrator.plan import Plan, PlannedStep
-from orchestrator.plugins import Registry
-from orchestrator.report import RunReport, StepOutcome
-from orchestrator.signals import SignalGuard
+from initorch.errors import StepFailedError
+from initorch.execution.context import RankInfo, RunState, StepContext
+from initorch.execution.executors import Executor, make_executor
+from initorch.execution.invoke import invoke_step
+from initorch.execution.signals import SignalGuard
+from initorch.plugins import Registry
+from initorch.reporting.diagnosis import DiagnosisBook
+from initorch.reporting.logs import get_logger
+from initorch.reporting.report import RunReport, StepOutcome
+from initorch.resolution.plan import Plan, PlannedStep
 
 HARD_EDGE_KINDS = frozenset({"requires", "device"})
 

@@ -10,11 +10,11 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from orchestrator.conditions import parse_condition
-from orchestrator.errors import StepDefinitionError, UnknownStepError
-from orchestrator.location import SourceLocation
-from orchestrator.step import EDGE_KINDS, Step, StepDefinition
-from orchestrator.suggest import closest
+from initorch.errors import StepDefinitionError, UnknownStepError
+from initorch.location import SourceLocation
+from initorch.model.conditions import parse_condition
+from initorch.model.step import EDGE_KINDS, Step, StepDefinition
+from initorch.suggest import closest
 
 STEP_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 

@@ -15,7 +15,7 @@ from itertools import islice, pairwise
 
 import networkx as nx
 
-from orchestrator.location import SourceLocation
+from initorch.location import SourceLocation
 
 MAX_CYCLES_REPORTED = 64
 

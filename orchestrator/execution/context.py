@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.devices import DeviceRef
-from orchestrator.plan import Plan
+from initorch.model.devices import DeviceRef
+from initorch.resolution.plan import Plan
 
 DeviceBinding = Callable[[], None]
 """What a ``binds_device`` step returns: applies this rank's device context on

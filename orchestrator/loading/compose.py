@@ -17,11 +17,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.catalog import ProfileCatalog
-from orchestrator.errors import ConflictError, Problem, ProfileError
-from orchestrator.location import COMMAND_LINE, SourceLocation
-from orchestrator.profile import ProfileDocument, Setting, StepEntry
-from orchestrator.suggest import closest
+from initorch.errors import ConflictError, Problem, ProfileError
+from initorch.loading.catalog import ProfileCatalog
+from initorch.loading.document import ProfileDocument, Setting, StepEntry
+from initorch.location import COMMAND_LINE, SourceLocation
+from initorch.suggest import closest
 
 
 @dataclass(frozen=True, slots=True)

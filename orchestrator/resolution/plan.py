@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.devices import DeviceRef
-from orchestrator.errors import ResolveError
-from orchestrator.graph import Edge, StepGraph
-from orchestrator.profile import Setting
-from orchestrator.step import EDGE_KINDS, Step
-from orchestrator.suggest import closest
+from initorch.errors import ResolveError
+from initorch.loading.document import Setting
+from initorch.model.devices import DeviceRef
+from initorch.model.step import EDGE_KINDS, Step
+from initorch.resolution.graph import Edge, StepGraph
+from initorch.suggest import closest
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 A :class:`Step` is an immutable record.  Authors write a plain function and
 decorate it with :func:`step`, which only stamps a :class:`StepDefinition`
 (a small builder that also collects the optional teardown); the
-:class:`~orchestrator.registry.StepRegistry` validates definitions once and
+:class:`~initorch.model.registry.StepRegistry` validates definitions once and
 freezes them into :class:`Step` records.
 
 Edge vocabulary follows systemd, because operators already know it:
@@ -21,10 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from orchestrator.location import SourceLocation, caller_location
+from initorch.location import SourceLocation, caller_location
 
 if TYPE_CHECKING:
-    from orchestrator.context import StepContext
+    from initorch.execution.context import StepContext
 
 EdgeKind = Literal["requires", "wants", "after", "before"]
 EDGE_KINDS: tuple[EdgeKind, ...] = ("requires", "wants", "after", "before")
@@ -37,7 +37,7 @@ StepTeardown = Callable[["StepContext", Any], None]
 class Step:
     """A validated, immutable step declaration.
 
-    ``action`` receives the run's :class:`~orchestrator.context.StepContext` and
+    ``action`` receives the run's :class:`~initorch.execution.context.StepContext` and
     returns the step's output (kept for later steps and for the teardown).
     ``device_bound`` steps always run with this rank's device context set on the
     thread that runs them; ``binds_device`` marks the single step whose output

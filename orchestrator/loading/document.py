@@ -1,7 +1,7 @@
 """One profile file: parsed, validated, and flattened into located records.
 
 This module knows the profile *format*; it does not follow ``extends`` or layer
-profiles (see :mod:`orchestrator.compose`).  Every problem found in a file is
+profiles (see :mod:`initorch.loading.compose`).  Every problem found in a file is
 collected and raised together as one :class:`ProfileError`, each with its
 ``file:line:column``.
 
@@ -17,16 +17,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.conditions import parse_condition
-from orchestrator.errors import ConditionError, Problem, ProfileError
-from orchestrator.location import SourceLocation
-from orchestrator.registry import STEP_NAME
-from orchestrator.step import EDGE_KINDS, EdgeKind
-from orchestrator.suggest import closest
-from orchestrator.yamlsource import YamlDocument, parse_yaml
+from initorch.errors import ConditionError, Problem, ProfileError
+from initorch.loading.yamlsource import YamlDocument, parse_yaml
+from initorch.location import SourceLocation
+from initorch.model.conditions import parse_condition
+from initorch.model.registry import STEP_NAME
+from initorch.model.step import EDGE_KINDS, EdgeKind
+from initorch.suggest import closest
 
 TOP_LEVEL_KEYS = ("description", "extends", "device", "config", "steps")
-# Field -> what it means; the JSON Schema (orchestrator.schema) is built from these.
+# Field -> what it means; the JSON Schema (initorch.loading.schema) is built from these.
 DEVICE_FIELDS: dict[str, str] = {
     "type": "canonical device type, lower case (cpu, cuda, npu, ...)",
     "aliases": "other spellings that --device accepts for this type (e.g. hip for rocm)",

@@ -22,16 +22,16 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from orchestrator.compose import ComposedProfile
-from orchestrator.conditions import parse_condition
-from orchestrator.devices import DeviceRef
-from orchestrator.errors import ConditionError, CycleError, InitorchError, Problem, ResolveError
-from orchestrator.graph import MAX_CYCLES_REPORTED, Edge, StepGraph
-from orchestrator.location import SourceLocation
-from orchestrator.plan import Plan, PlannedStep, SkippedStep, fingerprint
-from orchestrator.profile import Setting, StepEntry
-from orchestrator.registry import StepRegistry
-from orchestrator.step import EDGE_KINDS, EdgeKind, Step
+from initorch.errors import ConditionError, CycleError, InitorchError, Problem, ResolveError
+from initorch.loading.compose import ComposedProfile
+from initorch.loading.document import Setting, StepEntry
+from initorch.location import SourceLocation
+from initorch.model.conditions import parse_condition
+from initorch.model.devices import DeviceRef
+from initorch.model.registry import StepRegistry
+from initorch.model.step import EDGE_KINDS, EdgeKind, Step
+from initorch.resolution.graph import MAX_CYCLES_REPORTED, Edge, StepGraph
+from initorch.resolution.plan import Plan, PlannedStep, SkippedStep, fingerprint
 
 
 @dataclass(slots=True)

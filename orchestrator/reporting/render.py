@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from orchestrator.graph import Edge
-from orchestrator.plan import Plan
-from orchestrator.report import RunReport
+from initorch.reporting.report import RunReport
+from initorch.resolution.graph import Edge
+from initorch.resolution.plan import Plan
 
 _EDGE_STYLE = {
     "requires": "solid",

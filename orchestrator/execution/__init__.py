@@ -1,0 +1,1 @@
+"""Execution: run context, step invocation, executors, runs and signals."""

@@ -1,0 +1,1 @@
+"""Profiles: reading YAML with positions, parsing, composing, the catalog, the schema."""

@@ -1,0 +1,1 @@
+"""The step model: steps, their registry, device strings and ``when:`` conditions."""

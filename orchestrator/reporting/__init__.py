@@ -1,0 +1,1 @@
+"""Reporting: diagnoses, run reports, text rendering and structured logs."""

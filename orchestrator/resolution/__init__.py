@@ -1,0 +1,1 @@
+"""Resolution: the step graph, the resolver and the resulting plan."""
