@@ -25,7 +25,8 @@ from typing import Any
 
 from initorch.errors import StepFailedError
 from initorch.execution.context import RankInfo, RunState, StepContext
-from initorch.execution.executors import Executor, make_executor
+from initorch.execution.environment import AppliedEnvironment, apply_environment
+from initorch.execution.executors import DryRunExecutor, Executor, make_executor
 from initorch.execution.invoke import invoke_step
 from initorch.execution.signals import SignalGuard
 from initorch.plugins import Registry
@@ -67,6 +68,7 @@ class Run:
         self._lock = threading.Lock()
         self._teardown_lock = threading.Lock()  # a second caller waits for the first
         self._completed: list[str] = []
+        self._environment: AppliedEnvironment | None = None
         self._started = self._closing = self._torn_down = False
         self._signals = SignalGuard(self.log)
         outcomes = {name: StepOutcome(name) for name in plan.order}
@@ -92,6 +94,7 @@ class Run:
             if self._teardown_at_exit:
                 atexit.register(self.teardown)
             self.report.started_at = datetime.datetime.now(datetime.timezone.utc).isoformat()
+            self._apply_environment()
             self._t0 = self._clock()
             self.log.info("run_started", executor=self.executor.name,
                           steps=len(self._plan.steps), skipped=len(self._plan.skipped),
@@ -129,6 +132,10 @@ class Run:
                 for name in order:
                     self._teardown_output(name, self.state.forget(name))
             finally:
+                if self._environment is not None:
+                    undone = self._environment.restore()
+                    if undone:
+                        self.log.info("env_restored", unset=undone)
                 self._signals.release()
                 if self._teardown_at_exit:
                     atexit.unregister(self.teardown)
@@ -191,6 +198,23 @@ class Run:
                       device_bound=planned.step.device_bound, timeout=planned.step.timeout)
 
     # -- internals -------------------------------------------------------------------
+
+    def _apply_environment(self) -> None:
+        """Set the plan's ``env:`` variables the process lacks (the process wins);
+        a dry run changes nothing."""
+        if isinstance(self.executor, DryRunExecutor):
+            return
+        self._environment = apply_environment(self._plan.env)
+        self.report.environment = [o.to_dict() for o in self._environment.outcomes]
+        for outcome in self._environment.outcomes:
+            if outcome.source == "process" and outcome.value != outcome.profile_value:
+                self.log.warning("env_kept", name=outcome.name, value=outcome.value,
+                                 profile_value=outcome.profile_value,
+                                 why="the process environment wins over profiles")
+        if self._environment.outcomes:
+            self.log.info("env_applied", set=self._environment.set_by_run,
+                          kept=[o.name for o in self._environment.outcomes
+                                if o.source == "process"])
 
     def _elapsed(self) -> float:
         return self._clock() - self._t0

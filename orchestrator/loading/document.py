@@ -25,7 +25,7 @@ from initorch.model.registry import STEP_NAME
 from initorch.model.step import EDGE_KINDS, EdgeKind
 from initorch.suggest import closest
 
-TOP_LEVEL_KEYS = ("description", "extends", "device", "config", "steps")
+TOP_LEVEL_KEYS = ("description", "extends", "device", "config", "env", "steps")
 # Field -> what it means; the JSON Schema (initorch.loading.schema) is built from these.
 DEVICE_FIELDS: dict[str, str] = {
     "type": "canonical device type, lower case (cpu, cuda, npu, ...)",
@@ -43,11 +43,15 @@ STEP_OVERRIDES: dict[str, str] = {
     "when": "condition on settings; null drops the step's own condition",
     "timeout": "seconds before the step is reported as hung; null for none",
     "retries": "attempts after the first, for errors the step declares transient",
-    **{kind: f"add {kind} edges (step names)" for kind in EDGE_KINDS},
+    **{kind: f"add {kind} edges: step names, or {{step: NAME, reason: TEXT}} items"
+       for kind in EDGE_KINDS},
     "remove": "edges to remove: a mapping of edge kind to step names",
 }
 STEP_FIELDS = tuple(STEP_OVERRIDES)
+EDGE_ITEM_FIELDS = ("step", "reason")
 CONFIG_KEY = re.compile(r"^[a-z_][a-z0-9_]*$")
+# POSIX leaves the alphabet of environment names open; this is the portable one.
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +66,28 @@ class Setting:
 
 @dataclass(frozen=True, slots=True)
 class EdgeChange:
-    """A profile adding (``add``) or removing an edge ``step --kind--> target``."""
+    """A profile adding (``add``) or removing an edge ``step --kind--> target``.
+
+    ``reason`` is the profile's own words for why the edge exists (an upstream
+    file and version, say); it is shown by ``explain``, ``graph`` and ``plan
+    --json`` and never changes what runs.
+    """
 
     step: str
     kind: EdgeKind
     target: str
     add: bool
+    location: SourceLocation
+    source: str
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EnvEntry:
+    """An environment variable a profile sets (``value`` None: drop an earlier one)."""
+
+    name: str
+    value: str | None
     location: SourceLocation
     source: str
 
@@ -93,6 +113,7 @@ class ProfileDocument:
     extends: tuple[tuple[str, SourceLocation], ...]
     settings: tuple[Setting, ...]
     steps: tuple[StepEntry, ...]
+    env: tuple[EnvEntry, ...] = ()
 
     @property
     def device_type(self) -> Setting | None:
@@ -142,10 +163,11 @@ def parse_profile(text: str, path: str, name: str) -> ProfileDocument:
         out, data.get("config"), name
     )
     steps = _parse_steps(out, data.get("steps"), name)
+    env = _parse_env(out, data.get("env"), name)
     if out.problems:
         in_file_order = sorted(out.problems, key=lambda p: (p.location or SourceLocation(path)))
         raise ProfileError(f"{len(out.problems)} problem(s) in {path}", problems=in_file_order)
-    return ProfileDocument(name, path, description, extends, settings, steps)
+    return ProfileDocument(name, path, description, extends, settings, steps, env)
 
 
 def _string_list(out: _Collector, value: Any, *path: str | int) -> list[tuple[str, SourceLocation]]:
@@ -269,8 +291,9 @@ def _parse_step_entry(out: _Collector, name: str, body: dict[str, Any],
         elif key == "remove":
             changes.extend(_parse_removals(out, name, item, source))
         elif key in EDGE_KINDS:
-            for target, at in _string_list(out, item, "steps", name, key):
-                changes.append(EdgeChange(name, _edge_kind(key), target, True, at, source))
+            for target, at, reason in _edge_targets(out, item, "steps", name, key):
+                changes.append(EdgeChange(name, _edge_kind(key), target, True, at, source,
+                                          reason))
         else:
             problem = _override_problem(name, key, item, item_where)
             if problem is None:
@@ -326,3 +349,62 @@ def _parse_removals(out: _Collector, name: str, value: Any, source: str) -> list
         for target, at in _string_list(out, targets, "steps", name, "remove", kind):
             changes.append(EdgeChange(name, _edge_kind(kind), target, False, at, source))
     return changes
+
+
+def _edge_targets(out: _Collector, value: Any, *path: str | int
+                  ) -> list[tuple[str, SourceLocation, str | None]]:
+    """Edge targets: a name, or a list of names and ``{step: NAME, reason: TEXT}`` items."""
+    if value is None:
+        return []
+    items = value if isinstance(value, list) else [value]
+    if not all(isinstance(item, (str, dict)) for item in items):
+        out.add(f"'{path[-1]}' must be a step name or a list of step names and "
+                "{step: NAME, reason: TEXT} items", out.doc.where(*path),
+                "e.g. after: [{step: set_device, reason: 'SGLang 0.5.23 bootstrap.py'}]")
+        return []
+    targets: list[tuple[str, SourceLocation, str | None]] = []
+    for index, item in enumerate(items):
+        at = (*path, index) if isinstance(value, list) else path
+        if isinstance(item, str):
+            targets.append((item, out.doc.where(*at), None))
+            continue
+        for key in item:
+            if key not in EDGE_ITEM_FIELDS:
+                out.unknown_key(str(key), EDGE_ITEM_FIELDS, *at)
+        target, reason = item.get("step"), item.get("reason")
+        if not isinstance(target, str) or not target:
+            out.add("an edge item needs 'step: NAME'", out.doc.where(*at),
+                    "write {step: NAME, reason: TEXT}")
+        elif reason is not None and (not isinstance(reason, str) or not reason.strip()):
+            out.add(f"the reason of the edge to '{target}' must be a non-empty string",
+                    out.doc.where(*at, "reason"))
+        else:
+            targets.append((target, out.doc.where(*at, "step"),
+                            reason.strip() if reason else None))
+    return targets
+
+
+def _parse_env(out: _Collector, value: Any, source: str) -> tuple[EnvEntry, ...]:
+    """``env: {NAME: value}``: text or whole numbers (kept as written); null drops the
+    variable an earlier profile set.  Booleans are refused: ``true`` would have to
+    become some spelling of it, and programs disagree on which."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        out.add("'env' must map variable names to values", out.doc.where("env"),
+                "e.g. env: {MC_FORCE_TCP: \"1\"}")
+        return ()
+    entries = []
+    for key, item in value.items():
+        where = out.doc.where("env", key)
+        if not isinstance(key, str) or not ENV_NAME.match(key):
+            out.add(f"'{key}' is not a valid environment variable name",
+                    out.doc.key_where("env", key), "use letters, digits and _")
+        elif isinstance(item, bool) or not isinstance(item, (str, int, type(None))):
+            out.add(f"env.{key} must be text, a whole number or null, got {item!r}", where,
+                    f"quote it: {key}: \"{item}\"")
+        elif isinstance(item, str) and "\0" in item:
+            out.add(f"env.{key} contains a NUL byte, which no environment can hold", where)
+        else:
+            entries.append(EnvEntry(key, None if item is None else str(item), where, source))
+    return tuple(entries)

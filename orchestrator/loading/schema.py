@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from initorch.loading.document import DEVICE_FIELDS, STEP_OVERRIDES
+from initorch.loading.document import DEVICE_FIELDS, ENV_NAME, STEP_OVERRIDES
 from initorch.model.registry import STEP_NAME
 from initorch.model.step import EDGE_KINDS
 
@@ -22,13 +22,23 @@ _NAMES: dict[str, Any] = {
     ]
 }
 
+_EDGE_ITEM: dict[str, Any] = {
+    "oneOf": [
+        {"type": "string", "pattern": STEP_NAME.pattern},
+        {"type": "object", "additionalProperties": False, "required": ["step"],
+         "properties": {"step": {"type": "string", "pattern": STEP_NAME.pattern},
+                        "reason": {"type": "string", "pattern": r"\S"}}},
+    ]
+}
+_EDGES: dict[str, Any] = {"oneOf": [_EDGE_ITEM, {"type": "array", "items": _EDGE_ITEM}]}
+
 _OVERRIDE_TYPES: dict[str, Any] = {
     "enabled": {"type": "boolean"},
     "reason": {"type": "string"},
     "when": {"type": ["string", "null"]},
     "timeout": {"type": ["number", "null"], "exclusiveMinimum": 0},
     "retries": {"type": "integer", "minimum": 0},
-    **{kind: _NAMES for kind in EDGE_KINDS},
+    **{kind: _EDGES for kind in EDGE_KINDS},
     "remove": {
         "type": "object",
         "additionalProperties": False,
@@ -84,6 +94,13 @@ def profile_schema() -> dict[str, Any]:
                        "properties": device_properties},
             "config": {"oneOf": [{"type": "null"},
                                  {"$ref": "#/$defs/config", "not": {"required": ["device"]}}]},
+            "env": {
+                "description": "environment variables set before the first step; the "
+                               "process environment wins; null drops an earlier profile's",
+                "type": ["object", "null"],
+                "propertyNames": {"pattern": ENV_NAME.pattern},
+                "additionalProperties": {"type": ["string", "integer", "null"]},
+            },
             "steps": {
                 "type": ["object", "null"],
                 "propertyNames": {"pattern": STEP_NAME.pattern},

@@ -85,6 +85,8 @@ class RunReport:
     started_at: str
     wall_time: float = 0.0
     teardown: list[dict[str, Any]] = field(default_factory=list)
+    # The plan's env: variables as the run found or set them (see execution.environment).
+    environment: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def failed(self) -> list[StepOutcome]:
@@ -128,6 +130,7 @@ class RunReport:
             "critical_chain": [o.name for o in self.critical_chain()],
             "blame": [{"step": o.name, "duration_s": _round(o.duration)} for o in self.blame()],
             "teardown": self.teardown,
+            "environment": self.environment,
         }
 
     def step_order(self) -> list[str]:

@@ -13,11 +13,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from initorch.errors import ResolveError
-from initorch.loading.document import Setting
+from initorch.loading.document import EnvEntry, Setting
 from initorch.model.devices import DeviceRef
 from initorch.model.step import EDGE_KINDS, Step
 from initorch.resolution.graph import Edge, StepGraph
@@ -47,7 +47,11 @@ class SkippedStep:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """The outcome of resolution.  Immutable; executors never change it."""
+    """The outcome of resolution.  Immutable; executors never change it.
+
+    ``env`` holds the environment variables the profiles set (a run sets them
+    before its first step, see :mod:`initorch.execution.environment`).
+    """
 
     profiles: tuple[str, ...]
     device: DeviceRef
@@ -56,6 +60,7 @@ class Plan:
     skipped: tuple[SkippedStep, ...]
     graph: StepGraph
     fingerprint: str
+    env: Mapping[str, EnvEntry] = field(default_factory=dict)
 
     @property
     def order(self) -> tuple[str, ...]:
@@ -123,10 +128,23 @@ class Plan:
                 }
                 for p in self.steps
             ],
+            "edges": [_edge_dict(edge) for edge in self.graph.edges()],
             "skipped": [{"step": s.name, "reason": s.reason} for s in self.skipped],
             "settings": {key: s.value for key, s in sorted(self.settings.items())},
+            "env": env_values(self.env),
             "fingerprint": self.fingerprint,
         }
+
+
+def _edge_dict(edge: Edge) -> dict[str, Any]:
+    return {"from": edge.source, "to": edge.target, "kind": edge.kind,
+            "declared_at": str(edge.declared_at), "declared_by": edge.declared_by,
+            "reason": edge.reason}
+
+
+def env_values(env: Mapping[str, EnvEntry]) -> dict[str, str | None]:
+    """``{NAME: value}`` in declaration order."""
+    return {name: entry.value for name, entry in env.items()}
 
 
 def _step_fields(step: Step) -> dict[str, Any]:
@@ -147,12 +165,17 @@ def fingerprint(
     settings: Mapping[str, Setting],
     steps: tuple[PlannedStep, ...],
     skipped: tuple[SkippedStep, ...],
+    env: Mapping[str, EnvEntry],
 ) -> str:
-    """sha256 of everything that determines what runs, independent of file paths."""
+    """sha256 of everything that determines what runs, independent of file paths.
+
+    Edge reasons are left out: they explain the order, they do not change it.
+    """
     canonical = {
         "profiles": list(profiles),
         "device": [device.type, device.index],
         "settings": {key: s.value for key, s in sorted(settings.items())},
+        "env": dict(sorted(env_values(env).items())),
         "steps": [{"name": p.name, "wave": p.wave, **_step_fields(p.step)} for p in steps],
         "skipped": sorted(s.name for s in skipped),
     }
