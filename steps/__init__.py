@@ -17,10 +17,21 @@ __all__ = ["register"]
 
 def register(registry: Registry) -> None:
     """Entry point of the ``builtin`` plugin (``initorch.plugins`` group)."""
-    from initorch.steps import backend, device, distributed, host_pool, transfer_engine, verify
+    from initorch.steps import (
+        backend,
+        device,
+        distributed,
+        host_pool,
+        mooncake_master,
+        mooncake_pg,
+        store,
+        transfer_engine,
+        verify,
+    )
     from initorch.steps.diagnoses import BUILTIN_DIAGNOSES
 
-    for module in (backend, device, distributed, transfer_engine, host_pool, verify):
+    for module in (backend, device, distributed, transfer_engine, mooncake_pg, mooncake_master,
+                   store, host_pool, verify):
         for definition in module.STEPS:
             registry.steps.add(definition)
     registry.profiles.add_directory(files("initorch.profiles"), plugin="builtin")

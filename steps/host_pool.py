@@ -1,13 +1,20 @@
-"""The HiCache host KV pool: allocate it, then register it with Mooncake.
+"""The HiCache host KV pool: allocate it, then register it with the Mooncake Store.
 
 Which allocator a device needs is a profile fact (``device.host_allocator``),
 looked up here by name with no default: the MUSA crash came from a table whose
-default was the CUDA path.  Allocators:
+default was the CUDA path.  Allocators, as SGLang 0.5.23 has them
+(``srt/mem_cache/pool_host/common.py`` ``ALLOC_MEMORY_FUNCS``):
 
 ``cuda_host_register``  allocate, then ``cudaHostRegister`` through
                         ``torch.cuda.cudart()`` (CUDA, and ROCm where cudart is HIP).
-``pin_memory``          ``torch.empty(..., pin_memory=True)`` (NPU, MUSA, XPU).
+``pin_memory``          ``torch.empty(..., pin_memory=True)`` (NPU, MUSA).
+``pin_memory_xpu``      the same, failing on a null pointer: torch-xpu returns
+                        ``data_ptr() == 0`` from a failed pinned allocation instead
+                        of raising (``alloc_with_pin_memory_xpu``).
 ``plain``               ordinary host memory (CPU, MPS).
+
+Registration follows SGLang's ``MooncakeStore.register_mem_pool_host`` ->
+``register_buffer(ptr, size)``; teardown unregisters.
 """
 
 from __future__ import annotations
@@ -17,12 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from initorch import StepContext, StepError, step
-from initorch.steps.transfer_engine import SharedTransferEngine
-
-SUPPORTED_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head",
-                     "page_first_kv_split")
-# A misspelling that circulates in deployed configs; accepted, with a warning.
-LAYOUT_MISSPELLINGS = {"page_first_kv_spilt": "page_first_kv_split"}
+from initorch.steps.kv_layout import resolve_layout
+from initorch.steps.native_log import capture_native_stderr
+from initorch.steps.store import StoreClient
 
 
 @dataclass(slots=True)
@@ -52,6 +56,15 @@ def _pin_memory(nbytes: int) -> tuple[Any, Callable[[], None] | None]:
     return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True), None
 
 
+def _pin_memory_xpu(nbytes: int) -> tuple[Any, Callable[[], None] | None]:
+    buffer, release = _pin_memory(nbytes)
+    if buffer.numel() > 0 and buffer.data_ptr() == 0:  # SGLang's words, for the diagnosis
+        raise StepError(f"Pinned host memory allocation of {nbytes / 2**30:.1f} GiB "
+                        f"({nbytes} bytes) returned a null pointer",
+                        hint="shrink hicache.host_pool_mb or free host memory")
+    return buffer, release
+
+
 def _cuda_host_register(nbytes: int) -> tuple[Any, Callable[[], None] | None]:
     import torch
 
@@ -73,23 +86,9 @@ def _cuda_host_register(nbytes: int) -> tuple[Any, Callable[[], None] | None]:
 ALLOCATORS: dict[str, Callable[[int], tuple[Any, Callable[[], None] | None]]] = {
     "cuda_host_register": _cuda_host_register,
     "pin_memory": _pin_memory,
+    "pin_memory_xpu": _pin_memory_xpu,
     "plain": _plain,
 }
-
-
-def storage_layout(layout: str, ctx: StepContext) -> str:
-    """The canonical layout name, if the storage backend supports ``layout``."""
-    if layout in SUPPORTED_LAYOUTS:
-        return layout
-    corrected = LAYOUT_MISSPELLINGS.get(layout)
-    if corrected is not None:
-        ctx.log.warning("layout_misspelt", layout=layout, using=corrected,
-                        fix=f"write hicache.layout: {corrected}")
-        return corrected
-    raise StepError(
-        f"host pool layout '{layout}' is not supported by the Mooncake storage backend",
-        hint=f"set hicache.layout to one of {', '.join(SUPPORTED_LAYOUTS)}",
-    )
 
 
 @step(
@@ -109,10 +108,16 @@ def alloc_host_mem_pool(ctx: StepContext) -> HostPool:
     if not isinstance(size_mb, int) or isinstance(size_mb, bool) or size_mb <= 0:
         raise StepError(f"hicache.host_pool_mb must be a positive whole number, got {size_mb!r}",
                         hint="e.g. --set hicache.host_pool_mb=64")
+    choice = resolve_layout(str(ctx.setting("hicache.layout")),
+                            str(ctx.setting("hicache.storage_backend")),
+                            str(ctx.setting("hicache.io_backend")))
+    for note in choice.notes:
+        ctx.log.warning("layout_changed", layout=choice.layout, note=note)
     nbytes = size_mb * 2**20
     buffer, release = allocator(nbytes)
-    pool = HostPool(buffer, nbytes, str(ctx.setting("hicache.layout")), name, release)
-    ctx.log.info("host_pool_allocated", nbytes=nbytes, allocator=name, ptr=hex(pool.ptr))
+    pool = HostPool(buffer, nbytes, choice.layout, name, release)
+    ctx.log.info("host_pool_allocated", nbytes=nbytes, allocator=name, ptr=hex(pool.ptr),
+                 layout=pool.layout)
     return pool
 
 
@@ -125,32 +130,37 @@ def free_host_mem_pool(ctx: StepContext, pool: HostPool) -> None:
 
 @dataclass(slots=True)
 class Registration:
-    """A pool registered with an engine; teardown unregisters it."""
+    """A pool registered with the store; teardown unregisters it."""
 
-    engine: SharedTransferEngine
+    client: StoreClient
     pool: HostPool
-    layout: str
 
 
 @step(
     "register_mem_pool_host",
-    description="Check the pool layout and register the host pool with the transfer engine",
-    requires=["alloc_host_mem_pool", "init_shared_mooncake_transfer_engine"],
+    description="Register the host pool with the Mooncake Store (register_buffer)",
+    requires=["alloc_host_mem_pool", "init_mooncake_store"],
     device_bound=True,
-    when="hicache.enabled and mooncake.enabled",
+    when="hicache.enabled and mooncake.enabled and hicache.storage_backend == 'mooncake'",
 )
 def register_mem_pool_host(ctx: StepContext) -> Registration:
     pool: HostPool = ctx.output("alloc_host_mem_pool")
-    engine: SharedTransferEngine = ctx.output("init_shared_mooncake_transfer_engine")
-    layout = storage_layout(pool.layout, ctx)
-    engine.call("register_memory", pool.ptr, pool.nbytes)
-    ctx.log.info("host_pool_registered", ptr=hex(pool.ptr), nbytes=pool.nbytes, layout=layout)
-    return Registration(engine, pool, layout)
+    client: StoreClient = ctx.output("init_mooncake_store")
+    with capture_native_stderr() as native:
+        rc = client.store.register_buffer(pool.ptr, pool.nbytes)
+    if rc != 0:  # SGLang's MooncakeBaseStore.register_buffer words it so
+        raise StepError(f"Failed to register buffer to Mooncake Store, error code: {rc}",
+                        vendor_code=rc, native_log=native.error_lines())
+    ctx.log.info("host_pool_registered", ptr=hex(pool.ptr), nbytes=pool.nbytes,
+                 layout=pool.layout)
+    return Registration(client, pool)
 
 
 @register_mem_pool_host.teardown
 def unregister_mem_pool_host(ctx: StepContext, registration: Registration) -> None:
-    registration.engine.call("unregister_memory", registration.pool.ptr)
+    rc = registration.client.store.unregister_buffer(registration.pool.ptr)
+    if rc != 0:
+        raise StepError(f"unregister_buffer returned {rc}")
 
 
 STEPS = (alloc_host_mem_pool, register_mem_pool_host)
