@@ -75,7 +75,8 @@ def test_unknown_name_suggests_or_lists(builtin_registry):
     assert close.value.location == COMMAND_LINE
     with pytest.raises(ProfileError) as far:
         builtin_registry.profiles.load("zzzzzz")
-    assert "available: base, cpu, cuda, mooncake-ep, mps, musa, npu, rocm, xpu" in str(far.value)
+    assert ("available: base, cpu, cuda, mooncake-ep, mps, musa, npu, npu-hccl, rocm, xpu"
+            in str(far.value))
 
 
 def test_missing_and_unreadable_files(tmp_path):
@@ -128,13 +129,16 @@ def test_extends_is_depth_first_left_to_right_and_shared_parents_apply_once(tmp_
 
 
 def test_layered_profiles_apply_later_over_earlier(builtin_registry):
-    composed = compose(builtin_registry.profiles, ["npu", "mooncake-ep"])
-    assert composed.names == ("base", "npu", "mooncake-ep")
-    assert composed.value("device.collective_backend") == "mooncake"
+    composed = compose(builtin_registry.profiles, ["npu", "npu-hccl"])
+    assert composed.names == ("base", "npu", "npu-hccl")
+    assert composed.value("mooncake.ascend_build") == "hccl"  # npu-hccl over npu over base
     assert composed.value("device.type") == "npu"
     assert composed.value("hicache.layout") == "page_first_direct"  # npu over base
-    entries = composed.step_entries["init_torch_distributed"]
+    assert composed.env["ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE"].value == "1"
+    with_ep = compose(builtin_registry.profiles, ["cpu", "mooncake-ep"])
+    entries = with_ep.step_entries["init_torch_distributed"]
     assert [e.source for e in entries] == ["base", "mooncake-ep"]
+    assert with_ep.value("mooncake.elastic_ep") is True
 
 
 def test_layering_the_same_profile_twice_applies_it_once(builtin_registry):
@@ -245,7 +249,7 @@ def test_overrides_replace_settings_and_say_so(builtin_registry):
     ("zzz", 1, ("--set zzz: no such setting",)),
     ("device.type", "cuda", ("--set cannot change device.type", "--device")),
     ("hicache.host_pool_mb", "abc", ("hicache.host_pool_mb expects a number, got 'abc'",
-                                     "declared as 64 at", "base.yaml:22:19")),
+                                     "declared as 64 at", "base.yaml:46:19")),
     ("mooncake.enabled", 1, ("mooncake.enabled expects true/false",)),
     ("hicache.layout", 3, ("hicache.layout expects text",)),
     ("hicache.layout", ["a"], ("hicache.layout expects text, got ['a']",)),

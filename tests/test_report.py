@@ -57,7 +57,8 @@ def test_report_json_shape(registry):
     report = run.start()
     data = json.loads(json.dumps(report.to_dict()))
     assert set(data) == {"fingerprint", "profiles", "device", "rank", "executor", "started_at",
-                         "wall_time_s", "ok", "steps", "critical_chain", "blame", "teardown"}
+                         "wall_time_s", "ok", "steps", "critical_chain", "blame", "teardown",
+                         "environment"}
     assert data["fingerprint"] == run.plan.fingerprint
     assert (data["profiles"], data["device"], data["rank"], data["executor"], data["ok"]) == (
         ["synthetic"], "cpu", 1, "sequential", False)

@@ -94,11 +94,11 @@ class Run:
             if self._teardown_at_exit:
                 atexit.register(self.teardown)
             self.report.started_at = datetime.datetime.now(datetime.timezone.utc).isoformat()
-            self._apply_environment()
             self._t0 = self._clock()
             self.log.info("run_started", executor=self.executor.name,
                           steps=len(self._plan.steps), skipped=len(self._plan.skipped),
                           fingerprint=self._plan.fingerprint)
+            self._apply_environment()
             for skipped in self._plan.skipped:
                 self.log.info("step_skipped", step=skipped.name, reason=skipped.reason)
             self.executor.execute(self)

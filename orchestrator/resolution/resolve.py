@@ -239,8 +239,8 @@ def _check_requirements(active: dict[str, _Candidate], skipped: dict[str, str],
                     f"step '{name}' requires '{target}'{because}, which is skipped: "
                     f"{skipped[target]}",
                     source.location,
-                    f"skip '{name}' under the same condition, enable '{target}'"
-                    + (f", or drop {source.by}" if source.by.startswith("profile ") else "")))
+                    f"skip '{name}' under the same condition, or enable '{target}'"
+                    + (f"; or drop {source.by}" if source.by.startswith("profile ") else "")))
 
 
 def _edges(active: dict[str, _Candidate], registry: StepRegistry,
