@@ -25,7 +25,8 @@ pytestmark = pytest.mark.e2e
 
 CPU_STEPS = ("import_backend", "set_device", "alloc_host_mem_pool",
              "init_shared_mooncake_transfer_engine", "init_torch_distributed",
-             "register_mem_pool_host", "verify_transfer")
+             "mooncake_master", "init_mooncake_store", "register_mem_pool_host",
+             "verify_transfer")
 
 
 class InjectedFault(RuntimeError):
@@ -96,8 +97,11 @@ def occupied_port() -> Iterator[int]:
 
 def run_failing(tmp_path: Path, profile: str, *settings: str, simulated: bool = False,
                 env: dict[str, str] | None = None) -> tuple[list[str], dict[str, object]]:
+    """Run ``profile`` (``a+b`` layers b over a) and expect a diagnosed failure."""
     report_path = tmp_path / "run.json"
-    args = ["run", "--profile", profile, "--report", str(report_path)]
+    args = ["run", "--report", str(report_path)]
+    for layer in profile.split("+"):
+        args += ["--profile", layer]
     for setting in settings:
         args += ["--set", setting]
     result = initorch_command(*args, simulated=simulated, env=env)
@@ -115,8 +119,19 @@ def run_failing(tmp_path: Path, profile: str, *settings: str, simulated: bool = 
          "mooncake-engine-init-failed"),
         ("alloc_host_mem_pool", "musa", ("device.host_allocator=cuda_host_register",), True,
          None, "cuda-host-register-on-non-cuda"),
-        ("register_mem_pool_host", "cpu", ("hicache.layout=page_frist",), False, None,
+        ("alloc_host_mem_pool", "cpu", ("hicache.layout=page_frist",), False, None,
          "host-pool-layout-unsupported"),
+        ("alloc_host_mem_pool", "npu", ("hicache.layout=layer_first",), True, None,
+         "host-pool-layout-unsupported"),  # kernel_ascend io: SGLang's store would fail later
+        ("init_shared_mooncake_transfer_engine", "cpu", ("device.mooncake_protocol=rdma",),
+         False, None, "mooncake-transport-mismatch"),  # MC_FORCE_TCP: Mooncake installs tcp
+        ("mooncake_master", "cpu", ("mooncake.master=127.0.0.1:1",), False, None,
+         "mooncake-master-unreachable"),
+        ("init_mooncake_store", "cpu", ("device.mooncake_protocol=ascend",
+                                        "mooncake.transport_mismatch=warn"), False, None,
+         "mooncake-unsupported-transport"),  # the CPU wheel's store has no ascend transport
+        ("set_mooncake_pg_engine", "cpu+mooncake-ep", (), False, None,
+         "mooncake-pg-missing-build"),  # the non-CUDA wheel has no mooncake.pg for torch 2.13
     ],
 )
 def test_misconfiguration_fails_with_diagnosis_last(
@@ -134,11 +149,11 @@ def test_master_port_in_use_is_diagnosed(tmp_path: Path, occupied_port: int) -> 
     assert lines[-1].startswith("diagnosis master-port-in-use:"), lines[-5:]
     steps = {s["step"]: s for s in report["steps"]}  # type: ignore[union-attr]
     assert steps["init_torch_distributed"]["status"] == "failed"
-    # Steps that do not need the process group still ran and were torn down.
-    assert steps["register_mem_pool_host"]["status"] == "succeeded"
+    # Steps that do not need the process group still ran and were torn down; the store
+    # path needs it (the master is shared over it) and was skipped.
+    assert steps["register_mem_pool_host"]["status"] == "skipped"
     torn = [t["step"] for t in report["teardown"]]  # type: ignore[union-attr]
-    assert torn == ["register_mem_pool_host", "init_shared_mooncake_transfer_engine",
-                    "alloc_host_mem_pool"]
+    assert torn == ["init_shared_mooncake_transfer_engine", "alloc_host_mem_pool"]
 
 
 def test_unknown_failure_is_reported_as_it_is(tmp_path: Path) -> None:
