@@ -9,6 +9,7 @@ structlog's stdlib integration.
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from initorch._version import __version__
 from initorch.api import load_plan
 from initorch.errors import (
     ConditionError,
@@ -56,6 +57,7 @@ def __getattr__(name: str) -> Any:
     return value
 
 __all__ = [
+    "__version__",
     "ComposedProfile",
     "ConditionError",
     "ConflictError",

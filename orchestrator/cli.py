@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from initorch._version import __version__
 from initorch.api import load_plan
 from initorch.errors import (
     EXIT_INTERNAL_ERROR,
@@ -206,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show tracebacks for errors")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    parser.add_argument("--version", action="version", version=f"initorch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     selection = _selection_options()
 

@@ -443,3 +443,18 @@ def test_profile_reading_commands_take_the_selection_options(run_cli, capsys, co
 def test_error_classes_carry_their_exit_codes():
     assert InitorchError("x").exit_code == EXIT_INVALID_INPUT == 2
     assert StepFailedError("s", "boom").exit_code == EXIT_STEP_FAILED == 1
+
+
+# --- versions -----------------------------------------------------------------------------------
+
+def test_version_option_and_attribute_agree_with_the_installed_metadata(run_cli, capsys):
+    import importlib.metadata
+
+    import initorch
+
+    with pytest.raises(SystemExit) as caught:
+        run_cli("--version")
+    assert caught.value.code == 0
+    assert capsys.readouterr().out == f"initorch {initorch.__version__}\n"
+    assert importlib.metadata.version("initorch") == initorch.__version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+(?:\S*)", initorch.__version__)
