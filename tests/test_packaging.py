@@ -78,6 +78,12 @@ def test_wheel_contains_profiles_and_entry_points(wheel):
                 if line.startswith("Requires-Dist:")]
     core = {re.split(r"[<>=!;\s\[]", r)[0] for r in requires if "extra ==" not in r}
     assert core == {"networkx", "pyyaml", "structlog"}  # torch and vendors are extras
+    # torch.distributed's object collectives need NumPy, which torch does not require.
+    for extra in ("torch", "npu"):
+        assert any(r.startswith("numpy") and f'extra == "{extra}"' in r for r in requires)
+    import initorch
+
+    assert f"Version: {initorch.__version__}" in metadata.splitlines()
 
 
 @pytest.mark.e2e
