@@ -155,6 +155,10 @@ def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
     if report.ok:
         return EXIT_OK
     sys.stdout.flush()
+    if args.debug:
+        for outcome in report.failed:
+            sys.stderr.write(f"initorch: step '{outcome.name}' failed with:\n"
+                             f"{outcome.traceback}")
     sys.stderr.write(failure_line(report) + "\n")
     return EXIT_STEP_FAILED
 

@@ -223,10 +223,13 @@ class Run:
 
 
 def failure_error(report: RunReport) -> StepFailedError:
-    """The error a failed run raises: names the first failed step and its diagnosis."""
+    """The error a failed run raises: names the first failed step and its diagnosis,
+    and keeps the step's own exception as ``__cause__`` (tracebacks show both)."""
     first = report.failed[0]
     error = first.error
     text = f"step '{first.name}' failed: {type(error).__name__}: {error}"
     if first.finding is not None:
         text += f"\n{first.finding.summary()}"
-    return StepFailedError(first.name, text, report)
+    failure = StepFailedError(first.name, text, report)
+    failure.__cause__ = error
+    return failure
