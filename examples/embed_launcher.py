@@ -24,14 +24,14 @@ from pathlib import Path
 from initorch import (
     InitorchError,
     Registry,
+    Run,
     StepContext,
     StepFailedError,
+    configure_logging,
+    graph_mermaid,
     load_plan,
     step,
 )
-from initorch.execution.run import Run
-from initorch.reporting.logs import configure_logging
-from initorch.reporting.render import graph_mermaid, plan_text
 
 
 @step(
@@ -85,7 +85,7 @@ def main() -> int:
             print(f"launcher: {error}", file=sys.stderr)
             return error.exit_code
 
-    print(plan_text(plan))
+    print(plan)  # the dry run, as 'initorch plan' prints it
     print("\nwhy is the engine up before the pool is warmed?")
     for edge in plan.explain("init_shared_mooncake_transfer_engine", "warm_kv_cache"):
         print(f"  {edge.describe()}")

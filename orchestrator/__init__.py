@@ -1,9 +1,9 @@
 """initorch: declarative start-up orchestration for LLM inference servers.
 
 The public face of the package; everything else is private to its module.
-The run-time names (``Run``, ``RunReport``, ``StepOutcome``, ``RunInterrupted``)
-are imported on first use, so that a dry run never pays for the executors and
-structlog's stdlib integration.
+The run-time names (``Run``, ``RunReport``, ``StepOutcome``, ``RunInterrupted``,
+``configure_logging``) and the renderers are imported on first use, so that a
+dry run never pays for the executors and structlog's stdlib integration.
 """
 
 from importlib import import_module
@@ -38,18 +38,32 @@ from initorch.resolution.resolve import resolve
 if TYPE_CHECKING:
     from initorch.execution.run import Run
     from initorch.execution.signals import RunInterrupted
+    from initorch.reporting.logs import configure_logging
+    from initorch.reporting.render import (
+        explain_text,
+        graph_dot,
+        graph_json,
+        graph_mermaid,
+        run_summary_text,
+    )
     from initorch.reporting.report import RunReport, StepOutcome
 
-_RUN_TIME = {
+_ON_FIRST_USE = {
     "Run": "initorch.execution.run",
     "RunInterrupted": "initorch.execution.signals",
     "RunReport": "initorch.reporting.report",
     "StepOutcome": "initorch.reporting.report",
+    "configure_logging": "initorch.reporting.logs",
+    "explain_text": "initorch.reporting.render",
+    "graph_dot": "initorch.reporting.render",
+    "graph_json": "initorch.reporting.render",
+    "graph_mermaid": "initorch.reporting.render",
+    "run_summary_text": "initorch.reporting.render",
 }
 
 
 def __getattr__(name: str) -> Any:
-    module = _RUN_TIME.get(name)
+    module = _ON_FIRST_USE.get(name)
     if module is None:
         raise AttributeError(f"module 'initorch' has no attribute {name!r}")
     value = getattr(import_module(module), name)
@@ -57,7 +71,6 @@ def __getattr__(name: str) -> Any:
     return value
 
 __all__ = [
-    "__version__",
     "ComposedProfile",
     "ConditionError",
     "ConflictError",
@@ -90,9 +103,16 @@ __all__ = [
     "StepOutcome",
     "StepRegistry",
     "UnknownStepError",
+    "__version__",
     "compose",
+    "configure_logging",
+    "explain_text",
+    "graph_dot",
+    "graph_json",
+    "graph_mermaid",
     "load_plan",
     "parse_device",
     "resolve",
+    "run_summary_text",
     "step",
 ]

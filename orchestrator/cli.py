@@ -25,7 +25,7 @@ from initorch.errors import (
     InitorchError,
 )
 from initorch.plugins import Registry
-from initorch.reporting.render import GRAPH_FORMATS, explain_text, plan_text
+from initorch.reporting.render import GRAPH_FORMATS, explain_text
 from initorch.resolution.plan import Plan
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def _emit(text: str) -> None:
 
 def cmd_plan(args: argparse.Namespace, registry: Registry) -> int:
     plan = _plan(args, registry)
-    _emit(json.dumps(plan.to_dict(), indent=2) if args.json else plan_text(plan))
+    _emit(json.dumps(plan.to_dict(), indent=2) if args.json else str(plan))
     return EXIT_OK
 
 

@@ -121,7 +121,7 @@ def test_debug_prints_the_traceback_of_the_failed_step():
     result = run(*NO_MOONCAKE, "--set", "device.host_allocator=bogus", "--debug")
     assert result.returncode == 1, result.stderr[-3000:]
     shown = result.stderr[result.stderr.index("initorch: step 'alloc_host_mem_pool' failed with:"):]
-    header, traceback_line, *rest = shown.splitlines()
+    _, traceback_line, *rest = shown.splitlines()
     assert traceback_line == "Traceback (most recent call last):"
     assert any(line.strip().startswith('File "') and "host_pool.py" in line for line in rest)
     assert rest[-2] == "initorch.errors.StepError: unknown host allocator 'bogus' for device 'cpu'"
