@@ -23,13 +23,14 @@ from initorch.errors import (
     StepError,
     StepFailedError,
     UnknownStepError,
+    UnplannedStepWarning,
 )
 from initorch.execution.context import DeviceBinding, RankInfo, StepContext
 from initorch.loading.compose import ComposedProfile, compose
 from initorch.model.devices import DeviceRef, parse_device
 from initorch.model.registry import StepRegistry
 from initorch.model.step import Step, StepDefinition, step
-from initorch.plugins import Registry
+from initorch.plugins import PluginError, Registry
 from initorch.reporting.diagnosis import Diagnosis, DiagnosisBook, Finding
 from initorch.resolution.graph import Edge, StepGraph
 from initorch.resolution.plan import Plan, PlannedStep, SkippedStep
@@ -85,6 +86,7 @@ __all__ = [
     "InitorchError",
     "Plan",
     "PlannedStep",
+    "PluginError",
     "ProfileError",
     "RankInfo",
     "Registry",
@@ -103,6 +105,7 @@ __all__ = [
     "StepOutcome",
     "StepRegistry",
     "UnknownStepError",
+    "UnplannedStepWarning",
     "__version__",
     "compose",
     "configure_logging",

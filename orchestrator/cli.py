@@ -12,8 +12,9 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from initorch._version import __version__
 from initorch.api import load_plan
@@ -23,8 +24,9 @@ from initorch.errors import (
     EXIT_OK,
     EXIT_STEP_FAILED,
     InitorchError,
+    UnplannedStepWarning,
 )
-from initorch.plugins import Registry
+from initorch.plugins import PluginError, Registry
 from initorch.reporting.render import GRAPH_FORMATS, explain_text
 from initorch.resolution.plan import Plan
 
@@ -37,6 +39,10 @@ EPILOG = """exit codes: 0 ok, 1 a step failed at run time, 2 invalid input or us
 Profiles are built-in names (see 'initorch profiles') or paths to YAML files."""
 
 Command = Callable[[argparse.Namespace, Registry], int]
+
+PLUGIN_HELP = ("load the plugin function MODULE:FUNCTION (default MODULE:register), or "
+               "skip the installed plugin NAME with no:NAME; repeatable, after "
+               "INITORCH_PLUGINS")
 
 
 def _selection_options() -> argparse.ArgumentParser:
@@ -52,8 +58,17 @@ def _selection_options() -> argparse.ArgumentParser:
 
 
 def _plan(args: argparse.Namespace, registry: Registry) -> Plan:
-    return load_plan(args.profile, device=args.device, settings=args.settings,
-                     registry=registry)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UnplannedStepWarning)
+        plan = load_plan(args.profile, device=args.device, settings=args.settings,
+                         registry=registry)
+    for warning in caught:
+        if issubclass(warning.category, UnplannedStepWarning):
+            sys.stderr.write(f"initorch: warning: {warning.message}\n")
+        else:
+            warnings.showwarning(warning.message, warning.category, warning.filename,
+                                 warning.lineno)
+    return plan
 
 
 def _emit(text: str) -> None:
@@ -99,11 +114,21 @@ def cmd_profiles(args: argparse.Namespace, registry: Registry) -> int:
     rows = profile_rows(registry)
     if args.json:
         _emit(json.dumps(rows, indent=2))
-    else:
-        width = max(len(r["name"]) for r in rows) if rows else 4
-        for row in rows:
-            _emit(f"{row['name']:<{width}}  {row['device'] or '-':<8}  {row['description']}")
+        return EXIT_OK
+    width = max(len(r["name"]) for r in rows) if rows else 4
+    for row in rows:
+        replaced = row["replaces"]
+        note = (f"  (replaces the profile of {replaced['plugin'] or 'code'})" if replaced
+                else "")
+        _emit(f"{row['name']:<{width}}  {row['device'] or '-':<8}  {_plugin_cell(row, rows)}  "
+              f"{row['description']}{note}")
     return EXIT_OK
+
+
+def _plugin_cell(row: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """The plugin that provides ``row`` ('-' when added in code), padded for ``rows``."""
+    width = max(len(r["plugin"] or "-") for r in rows)
+    return f"{row['plugin'] or '-':<{width}}"
 
 
 def cmd_steps(args: argparse.Namespace, registry: Registry) -> int:
@@ -116,8 +141,9 @@ def cmd_steps(args: argparse.Namespace, registry: Registry) -> int:
         width = max(len(r["name"]) for r in rows) if rows else 4
         for row in rows:
             deps = ", ".join(f"{k} {','.join(row[k])}" for k in ("requires", "wants", "after",
-                                                                 "before") if row[k])
-            _emit(f"{row['name']:<{width}}  {row['description']}")
+                                                                 "before", "wanted_by")
+                             if row[k])
+            _emit(f"{row['name']:<{width}}  {_plugin_cell(row, rows)}  {row['description']}")
             if deps or row["when"]:
                 when = f"  when {row['when']}" if row["when"] else ""
                 _emit(f"{'':<{width}}    {deps}{when}")
@@ -210,7 +236,11 @@ def build_parser() -> argparse.ArgumentParser:
     debug = argparse.ArgumentParser(add_help=False)
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show tracebacks for errors")
+    debug.add_argument("--plugin", action="append", default=argparse.SUPPRESS,
+                       metavar="MODULE[:FUNCTION]", help=PLUGIN_HELP)
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    parser.add_argument("--plugin", action="append", default=[], dest="early_plugins",
+                        metavar="MODULE[:FUNCTION]", help=PLUGIN_HELP)
     parser.add_argument("--version", action="version", version=f"initorch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     selection = _selection_options()
@@ -236,7 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 ("steps", cmd_steps, "list registered steps")):
         listing = add(name, handler, text)
         listing.add_argument("--json", action="store_true", help="print as JSON")
-    add("schema", cmd_schema, "print the JSON Schema of profile files")
+    schema = add("schema", cmd_schema, "print the JSON Schema of profile files")
+    schema.set_defaults(tolerate_broken_plugins=True)
     run = add("run", cmd_run, "run the plan for real (then tear it down)", selection)
     run.add_argument("--executor", choices=["sequential", "parallel", "dry-run"],
                      default="sequential", help="how steps are scheduled (default sequential)")
@@ -260,11 +291,23 @@ def _report(error: InitorchError, prefix: str = "") -> None:
         sys.stderr.write(f"  {problem}\n")
 
 
+def _registry(args: argparse.Namespace) -> Registry:
+    """The installed plugins and the ``--plugin`` ones; commands that need no step
+    (``schema``) leave a broken plugin out with a warning instead of failing."""
+
+    def leave_out(error: PluginError) -> None:
+        sys.stderr.write(f"initorch: warning: {error} -- left out\n")
+
+    return Registry.with_plugins(
+        [*args.early_plugins, *getattr(args, "plugin", [])],
+        on_error=leave_out if getattr(args, "tolerate_broken_plugins", False) else None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
     args = build_parser().parse_args(argv)
     try:
-        registry = Registry.with_plugins()
+        registry = _registry(args)
         code: int = args.handler(args, registry)
         return code
     except InitorchError as error:
