@@ -10,7 +10,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from initorch._version import __version__
-from initorch.api import load_plan
+from initorch.api import load_plan, start
 from initorch.errors import (
     ConditionError,
     ConflictError,
@@ -117,5 +117,6 @@ __all__ = [
     "parse_device",
     "resolve",
     "run_summary_text",
+    "start",
     "step",
 ]

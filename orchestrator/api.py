@@ -1,8 +1,10 @@
-"""The embedding entry point: from profile names to a :class:`Plan` in one call.
+"""The embedding entry points: from profile names to a :class:`Plan`, or to a started server.
 
->>> from initorch import load_plan
+>>> from initorch import load_plan, start
 >>> plan = load_plan(["npu"], settings={"hicache.host_pool_mb": 128})
 >>> plan.order, plan.waves, plan.fingerprint
+>>> with start(profile="cpu", steps=["load_model"]) as started:
+...     serve(started.outputs["load_model"])
 
 Everything the CLI does goes through here, so a launcher that embeds initorch
 gets exactly what ``initorch plan`` shows.
@@ -11,8 +13,9 @@ gets exactly what ``initorch plan`` shows.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from initorch.errors import InitorchError, UnplannedStepWarning
 from initorch.loading.catalog import AUTO_PROFILE
@@ -22,6 +25,10 @@ from initorch.model.step import Step
 from initorch.plugins import Registry
 from initorch.resolution.plan import Plan
 from initorch.resolution.resolve import resolve
+
+if TYPE_CHECKING:
+    from initorch.execution.context import RankInfo
+    from initorch.execution.run import Run
 
 
 def load_plan(
@@ -94,3 +101,38 @@ def _steps_named_by_profiles(registry: Registry) -> set[str]:
             named.update(change.target for change in entry.changes
                          if change.add and change.kind in ("requires", "wants"))
     return named
+
+
+@contextmanager
+def start(
+    profile: str | Sequence[str] | None = None,
+    *,
+    device: object | None = None,
+    settings: Mapping[str, Any] | Iterable[str] = (),
+    steps: Sequence[str] = (),
+    registry: Registry | None = None,
+    executor: str = "sequential",
+    workers: int = 4,
+    rank: RankInfo | None = None,
+    handle_signals: bool = False,
+) -> Iterator[Run]:
+    """Start a server's stack: resolve, run every step, yield the :class:`Run`, and
+    tear down in reverse order when the block exits (normally or by an exception).
+
+    ``started.outputs`` maps each completed step to its output (the transfer
+    engine, the process group, the registered pool, a launcher's model).
+    ``profile`` is a profile name or path, or several to layer; ``"auto"`` is
+    reserved for hardware detection, which is not available yet.  The other
+    arguments are those of :func:`load_plan` and :class:`~initorch.Run`.  A step
+    that fails raises :class:`~initorch.errors.StepFailedError` (its
+    ``__cause__`` the step's exception) after tearing down what completed.
+    """
+    from initorch.execution.run import Run
+
+    profiles = [profile] if isinstance(profile, str) else list(profile or ())
+    registry = registry or Registry.with_plugins()
+    plan = load_plan(profiles, device=device, settings=settings, steps=steps,
+                     registry=registry)
+    with Run(plan, executor=executor, workers=workers, diagnoses=registry.diagnoses,
+             rank=rank, handle_signals=handle_signals) as run:
+        yield run

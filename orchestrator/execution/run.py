@@ -19,8 +19,8 @@ import atexit
 import datetime
 import threading
 import time
-from collections.abc import Callable
-from types import TracebackType
+from collections.abc import Callable, Mapping
+from types import MappingProxyType, TracebackType
 from typing import Any
 
 from initorch.errors import StepFailedError
@@ -136,6 +136,12 @@ class Run:
     def output(self, step: str) -> Any:
         """The output of a completed step (e.g. the transfer engine)."""
         return self.state.output(step)
+
+    @property
+    def outputs(self) -> Mapping[str, Any]:
+        """Every completed step's output by step name, in completion order (read-only;
+        empty once torn down)."""
+        return MappingProxyType(self.state.outputs())
 
     def __enter__(self) -> Run:
         report = self.start()
