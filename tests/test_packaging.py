@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -37,25 +36,6 @@ def test_console_script_entry_point():
     scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
     assert scripts.get("initorch") == "initorch.cli:main"
     assert (Path(sys.executable).parent / "initorch").exists()
-
-
-IGNORED = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__",
-                                 ".*_cache", ".hypothesis", "tests", "out")
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A wheel built from a copy of the source tree (no build/ left in the checkout)."""
-    source = tmp_path_factory.mktemp("source") / "initorch"
-    shutil.copytree(REPO, source, ignore=IGNORED)
-    out = tmp_path_factory.mktemp("wheel")
-    result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out),
-         str(source)],
-        capture_output=True, text=True, timeout=600, check=False)
-    assert result.returncode == 0, result.stderr
-    [built] = out.glob("initorch-*.whl")
-    return built
 
 
 @pytest.mark.e2e
