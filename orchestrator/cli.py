@@ -1,7 +1,8 @@
 """The ``initorch`` command line: the one boundary that turns errors into exit codes.
 
-Exit codes: 0 ok; 1 a step failed at run time; 2 invalid input or usage; 70 an
-internal error (a bug); 128+N interrupted by signal N.
+Exit codes: 0 ok; 1 a step failed at run time; 2 invalid input or usage, or a
+plugin that fails to load; 70 an internal error (a bug); 128+N interrupted by
+signal N.
 Invalid input prints one line per problem (``file:line:col: what (how to fix)``)
 and no traceback unless ``--debug`` is given.
 """
@@ -35,8 +36,11 @@ if TYPE_CHECKING:
     from initorch.reporting.report import RunReport
 
 EPILOG = """exit codes: 0 ok, 1 a step failed at run time, 2 invalid input or usage,
-70 internal error (a bug; please report it), 128+N interrupted by signal N.
-Profiles are built-in names (see 'initorch profiles') or paths to YAML files."""
+or a plugin that fails to load, 70 internal error (a bug; please report it),
+128+N interrupted by signal N.
+Profiles are built-in names (see 'initorch profiles') or paths to YAML files.
+Plugins: INITORCH_PLUGINS=MODULE[:FUNCTION],no:NAME,... is read before --plugin;
+INITORCH_PLUGINS_ALLOW=NAME,... limits the installed plugins besides builtin."""
 
 Command = Callable[[argparse.Namespace, Registry], int]
 

@@ -17,7 +17,7 @@ from initorch.location import SourceLocation
 EXIT_OK = 0
 EXIT_STEP_FAILED = 1
 EXIT_INVALID_INPUT = 2
-EXIT_INTERNAL_ERROR = 70  # a bug in initorch or a plugin (sysexits' EX_SOFTWARE)
+EXIT_INTERNAL_ERROR = 70  # a bug in initorch (sysexits' EX_SOFTWARE)
 
 
 @dataclass(frozen=True, slots=True)

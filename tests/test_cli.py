@@ -429,7 +429,8 @@ def test_help_mentions_the_exit_codes(run_cli, capsys):
     assert caught.value.code == 0
     out = capsys.readouterr().out
     assert "exit codes: 0 ok, 1 a step failed at run time, 2 invalid input or usage," in out
-    assert "70 internal error" in out
+    assert "or a plugin that fails to load, 70 internal error" in out
+    assert "INITORCH_PLUGINS=MODULE[:FUNCTION],no:NAME" in out
     for command in ("plan", "validate", "graph", "explain", "profiles", "steps", "schema"):
         assert re.search(rf"^\s+{command}\s", out, re.M)
 

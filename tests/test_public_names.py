@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -102,3 +104,24 @@ def test_examples_are_the_files_the_readme_links():
     for path in Path(REPO / "examples").glob("*.py"):
         if path.name != "demo.py":  # make demo runs it; the README shows its output
             assert f"examples/{path.name}" in readme
+
+
+def run_example(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(REPO / "examples" / "embed_launcher.py"), *args],
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_the_embedding_example_plans_its_step_through_wanted_by():
+    result = run_example("--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"^\s+8\s+4\s+warm_kv_cache\s+wanted by register_mem_pool_host$",
+                     result.stdout, re.MULTILINE), result.stdout
+    assert "UnplannedStepWarning" not in result.stderr
+
+
+@pytest.mark.e2e
+def test_the_embedding_example_starts_the_real_stack():
+    result = run_example()
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(r"^serving with Mooncake engine at 127\.0\.0\.1:\d+; 16777216 bytes of KV "
+                     r"cache warmed$", result.stdout, re.MULTILINE)
