@@ -163,10 +163,11 @@ class Registry:
                         on_error: Callable[[PluginError], None] | None) -> None:
         try:
             self._load(name, find)
-        except PluginError as error:
+        except InitorchError as error:  # a PluginError, or a bad declaration it made
             if on_error is None:
                 raise
-            on_error(error)
+            on_error(error if isinstance(error, PluginError) else
+                     PluginError(name, f"plugin '{name}' failed to register: {error}"))
 
     def _load(self, name: str, find: Callable[[], RegisterFunction]) -> None:
         saved = self.steps.copy(), self.profiles.copy(), self.diagnoses.copy()

@@ -367,3 +367,11 @@ def test_selection_items_parse():
     selection = PluginSelection.parse(["a.b", "no:x", "a.b", "c:register"], "test")
     assert selection.modules == ("a.b", "c:register")
     assert selection.deny == {"x"}
+
+
+def test_schema_also_leaves_out_a_plugin_whose_declarations_are_refused(run_cli, site: Path):
+    vendor_plugin(site, {"npu.yaml": "description: my npu\n"})  # shadows the built-in npu
+    code, out, err = run_cli("schema")
+    assert code == 0 and json.loads(out)["title"] == "initorch profile"
+    assert err.startswith("initorch: warning: plugin 'vendor' failed to register: ")
+    assert "profile 'npu' of plugin 'vendor' has the name of profile 'npu'" in err
