@@ -154,6 +154,9 @@ CORPUS: tuple[Sample, ...] = (
            "mooncake_transfer_engine.py:362 (maybe_init_shared_mooncake_transfer_engine)"),
     Sample("No module named 'mooncake'", "mooncake-not-installed",
            "CPython 3.11 ModuleNotFoundError"),
+    Sample("Numpy is not available", "numpy-missing",
+           "torch 2.13.0 torch/csrc/utils/tensor_numpy.cpp (libtorch_python.so), reached "
+           "from torch/distributed/distributed_c10d.py _tensor_to_object"),
     *(Sample(f"Unknown backend type {name}", "collective-backend-not-registered",
              "torch 2.13.0 torch/distributed/distributed_c10d.py:2072 (observed here)")
       for name in ("mooncake", "mooncake-cpu", "mccl", "hccl")),

@@ -160,3 +160,33 @@ def test_unknown_failure_is_reported_as_it_is(tmp_path: Path) -> None:
     lines, _ = run_failing(tmp_path, "cpu", "device.collective_backend=nccl")
     assert lines[-1].startswith("initorch: step 'init_torch_distributed' failed: ")
     assert "NCCL" in lines[-1] and lines[-1].endswith("(no known diagnosis)")
+
+
+def test_missing_numpy_is_diagnosed(tmp_path: Path) -> None:
+    """torch installed without NumPy (what 'pip install torch' gives) fails where ranks
+    exchange objects: rank 1 receives the managed master's address with
+    broadcast_object_list, which needs Tensor.numpy(); the diagnosis says to install it.
+    (A world of one exchanges nothing and needs no NumPy.)"""
+    import subprocess
+    import sys
+
+    shim = tmp_path / "no-numpy" / "numpy"
+    shim.mkdir(parents=True)
+    # What Python raises for a package that is not installed; torch checks exactly this type.
+    (shim / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n",
+        encoding="utf-8")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    bin_dir = Path(sys.executable).parent
+    result = subprocess.run(
+        [str(bin_dir / "torchrun"), "--nproc-per-node=2", f"--master-port={port}",
+         "--no-python", str(bin_dir / "initorch"), "run", "--profile", "cpu",
+         "--set", "hicache.host_pool_mb=4"],
+        env={**__import__("os").environ, "PYTHONPATH": str(shim.parent)},
+        capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode != 0
+    diagnosed = [line for line in result.stderr.splitlines()
+                 if line.startswith("diagnosis numpy-missing:")]
+    assert diagnosed, result.stderr[-3000:]

@@ -13,7 +13,7 @@ from initorch import ProfileError
 from initorch.execution.environment import apply_environment
 from initorch.loading.document import EnvEntry, parse_profile
 from initorch.location import SourceLocation
-from initorch.reporting.render import graph_dot, graph_json, graph_mermaid, plan_text
+from initorch.reporting.render import graph_dot, graph_json, graph_mermaid
 from tests.conftest import define
 from tests.helpers_foundation import error_of, find_problem, plan_of, registry_of, write
 
@@ -144,7 +144,7 @@ def test_later_profiles_override_and_null_drops(tmp_path: Path) -> None:
     assert {name: e.value for name, e in plan.env.items()} == {"A": "uno", "C": "3"}
     assert plan.env["A"].source == "top"
     assert plan.to_dict()["env"] == {"A": "uno", "C": "3"}
-    text = plan_text(plan)
+    text = str(plan)
     assert "environment (set before the first step unless already set):" in text
     assert "  A=uno  (profile top, " in text
 

@@ -43,6 +43,7 @@ BUILTIN_DIAGNOSES: tuple[Diagnosis, ...] = (
     torch_stack.DEVICE_BACKEND_NOT_LOADED,
     mooncake.PG_MISSING_BUILD,
     mooncake.NOT_INSTALLED,
+    torch_stack.NUMPY_MISSING,
     torch_stack.BACKEND_NOT_REGISTERED,
     mooncake.TRANSPORT_MISMATCH,
     mooncake.ENGINE_INIT_DEADLINE,

@@ -29,6 +29,25 @@ DEVICE_BACKEND_NOT_LOADED = Diagnosis(
     ),
 )
 
+NUMPY_MISSING = Diagnosis(
+    id="numpy-missing",
+    title="A torch call needs NumPy, and NumPy is not installed",
+    cause=(
+        "torch does not depend on NumPy, but some of its calls do: the object "
+        "collectives of torch.distributed (all_gather_object, broadcast_object_list) "
+        "unpickle through Tensor.numpy() (torch 2.13 torch/distributed/"
+        "distributed_c10d.py _tensor_to_object), which raises 'Numpy is not available' "
+        "without it. The managed Mooncake master and verify_transfer share addresses "
+        "and key names with broadcast_object_list."
+    ),
+    remedy="pip install numpy, or install initorch with its 'torch' (or 'npu') extra.",
+    prevention=(
+        "Install torch through initorch's 'torch' or 'npu' extra, which depends on "
+        "NumPy, rather than torch alone."
+    ),
+    pattern=r"\bNumpy is not available\b",
+)
+
 BACKEND_NOT_REGISTERED = Diagnosis(
     id="collective-backend-not-registered",
     title="torch.distributed does not know this process-group backend",
