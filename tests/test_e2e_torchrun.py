@@ -21,8 +21,12 @@ def free_port() -> int:
         return port
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
-def test_torchrun_cpu_ranks_verify_transfer(ranks: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("ranks", "layout"), [
+    (2, "page_first"), (4, "page_first"),
+    (2, "page_first_direct"),
+    (2, "page_first_kv_split"),  # MLA: one key per page over two buffers
+])
+def test_torchrun_cpu_ranks_verify_transfer(ranks: int, layout: str, tmp_path: Path) -> None:
     import subprocess
 
     bin_dir = Path(sys.executable).parent
@@ -30,6 +34,7 @@ def test_torchrun_cpu_ranks_verify_transfer(ranks: int, tmp_path: Path) -> None:
         [str(bin_dir / "torchrun"), f"--nproc-per-node={ranks}", f"--master-port={free_port()}",
          "--no-python", str(bin_dir / "initorch"), "run", "--profile", "cpu",
          "--set", "checks.verify_transfer=true", "--set", "hicache.host_pool_mb=4",
+         "--set", f"hicache.layout={layout}",
          "--log-format", "json"],
         capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -37,7 +42,7 @@ def test_torchrun_cpu_ranks_verify_transfer(ranks: int, tmp_path: Path) -> None:
     verified = {e["rank"]: e for e in events if e["event"] == "transfer_verified"}
     assert sorted(verified) == list(range(ranks))
     for rank, event in verified.items():
-        assert event["put_by"] == rank
+        assert (event["put_by"], event["layout"]) == (rank, layout)
         assert event["received_from"] == (rank - 1) % ranks
     masters = {e["rank"]: e for e in events if e["event"] == "mooncake_master_ready"}
     assert [masters[r]["managed"] for r in range(ranks)] == [True] + [False] * (ranks - 1)
