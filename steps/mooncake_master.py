@@ -18,20 +18,18 @@ it too when initorch dies without a teardown, even by SIGKILL.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from initorch import StepContext, StepError, step
 from initorch.steps.network import can_connect, free_port, host_port, split_host_port
+
+if TYPE_CHECKING:  # process and HTTP modules load when a master is needed, not for a plan
+    import subprocess
 
 LOOPBACK = "127.0.0.1"
 WATCHDOG = Path(__file__).with_name("_master_watchdog.py")
@@ -65,6 +63,8 @@ class ManagedMaster:
     def stop(self) -> int | None:
         """Close the watchdog's pipe (it stops the master: SIGTERM, then SIGKILL after
         the grace period) and wait for it; returns its exit status."""
+        import subprocess
+
         stdin: IO[bytes] | None = self.watchdog.stdin
         if stdin is not None and not stdin.closed:
             stdin.close()
@@ -113,6 +113,10 @@ def master_command(binary: str, ports: dict[str, int]) -> list[str]:
 
 def health(port: int) -> dict[str, Any] | None:
     """The master's ``/health`` answer, or None while it does not answer."""
+    import json
+    import urllib.error
+    import urllib.request
+
     try:
         with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/health", timeout=1) as reply:
             answer: dict[str, Any] = json.loads(reply.read())
@@ -132,6 +136,9 @@ def start_managed_master(ctx: StepContext) -> ManagedMaster:
 
 
 def start_master_once(ctx: StepContext) -> ManagedMaster:
+    import subprocess
+    import tempfile
+
     ports = {"rpc": 0, "metadata": 0, "metrics": 0}
     while len(set(ports.values())) < len(ports):
         ports = {name: free_port(LOOPBACK) for name in ports}

@@ -17,7 +17,6 @@ Device-bound: with the ascend protocol the store's own engine asks
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +77,8 @@ def metadata_server(ctx: StepContext, master: MasterEndpoint) -> str:
 
 def warm_up(store: Any) -> None:
     """SGLang's warm-up: put 4 KiB, check it exists and reads back equal."""
+    import uuid
+
     key = f"initorch_mooncake_store_warmup_{uuid.uuid4().hex}"
     value = bytes(range(256)) * (WARMUP_BYTES // 256)
     with capture_native_stderr() as native:

@@ -13,7 +13,6 @@ agree on who is who.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from initorch import StepContext, StepError, step
@@ -39,6 +38,8 @@ def view(pool: HostPool, ptr: int, size: int) -> Any:
 
 
 def agree_on_prefix(ctx: StepContext) -> str:
+    import uuid
+
     prefix = f"initorch-verify-{uuid.uuid4().hex[:12]}"
     if ctx.rank.world_size == 1:
         return prefix
