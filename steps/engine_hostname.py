@@ -42,22 +42,30 @@ def rendezvous_host(ctx: StepContext) -> str:
 
 def local_host(setting: str, peer: str) -> str:
     """``auto`` -> the local address that reaches ``peer``; anything else as written."""
-    return local_address_towards(peer) if setting == "auto" else setting
+    if setting != "auto":
+        return setting
+    try:
+        return local_address_towards(peer)
+    except OSError as exc:  # an unresolvable name, no route
+        raise StepError(f"cannot find the local address that reaches {peer}: {exc}",
+                        hint="check the address, or set the hostname setting (or HOST_IP) "
+                             "to this host's address") from exc
 
 
 def choose_ascend_build(setting: str, build: MooncakeBuild) -> AscendBuild:
     """The Ascend build to address: the configured one, else the installed one."""
     legacy_requested = os.environ.get(LEGACY_SWITCH) == "1"
-    if setting not in ("auto", *ASCEND_BUILDS):
+    configured = next((name for name in ASCEND_BUILDS if name == setting), None)
+    if configured is None and setting != "auto":
         raise StepError(f"mooncake.ascend_build is {setting!r}",
                         hint="use auto, ascend_direct or hccl")
-    if setting != "auto":
-        if build.ascend is not None and build.ascend != setting:
+    if configured is not None:
+        if build.ascend is not None and build.ascend != configured:
             raise StepError(
-                f"mooncake.ascend_build is {setting}, but the installed Mooncake is the "
+                f"mooncake.ascend_build is {configured}, but the installed Mooncake is the "
                 f"{build.ascend} build ({build.describe()})",
                 hint="set mooncake.ascend_build: auto, or install the build you configured")
-        return setting  # type: ignore[return-value]
+        return configured
     if build.ascend is not None:
         if legacy_requested and build.ascend == "ascend_direct":
             raise StepError(

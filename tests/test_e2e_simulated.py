@@ -82,12 +82,13 @@ def test_old_npu_order_fails_in_both_ascend_builds_and_is_diagnosed(mode: str,
     assert (facts["diagnosis"], facts["vendor_code"]) == (diagnosis, code)
 
 
-@pytest.mark.parametrize(("executor", "build", "hostname"), [
-    ("sequential", "ascend_direct", "127.0.0.1"),         # plain host: the npu wheel
-    ("parallel", "hccl", r"127\.0\.0\.1:\d+:npu_4"),       # LOCAL_RANK 0 -> physical 4
+@pytest.mark.parametrize(("executor", "build", "physical", "hostname"), [
+    ("sequential", "ascend_direct", "", "127.0.0.1"),       # plain host: the npu wheel
+    ("parallel", "hccl", "", r"127\.0\.0\.1:\d+:npu_4"),     # LOCAL_RANK 0 -> physical 4
+    ("sequential", "hccl", "6", r"127\.0\.0\.1:\d+:npu_6"),  # ASCEND_NPU_PHY_ID, as SGLang
 ])
-def test_shipped_npu_profile_passes_with_either_build(executor: str, build: str, hostname: str,
-                                                      tmp_path: Path) -> None:
+def test_shipped_npu_profile_passes_with_either_build(executor: str, build: str, physical: str,
+                                                      hostname: str, tmp_path: Path) -> None:
     # A timeout moves the engine init onto a helper thread: it must still have context.
     overlay = tmp_path / "deadline.yaml"
     overlay.write_text("steps:\n  init_shared_mooncake_transfer_engine:\n    timeout: 60\n",
@@ -95,7 +96,7 @@ def test_shipped_npu_profile_passes_with_either_build(executor: str, build: str,
     result = initorch_command(
         "run", "--profile", "npu", "--profile", str(overlay), "--executor", executor,
         "--set", "checks.verify_transfer=true", "--log-format", "json",
-        simulated=True, env={"ASCEND_RT_VISIBLE_DEVICES": "4,5",
+        simulated=True, env={"ASCEND_RT_VISIBLE_DEVICES": "4,5", "ASCEND_NPU_PHY_ID": physical,
                              "INITORCH_SIM_MOONCAKE_BUILD": build})
     assert result.returncode == 0, result.stderr[-3000:]
     events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]

@@ -62,6 +62,17 @@ def test_the_local_address_is_the_one_that_reaches_the_peer(
     assert local_address_towards("127.0.0.1") == "10.9.8.7"
 
 
+def test_an_unresolvable_peer_is_a_step_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from initorch.steps.engine_hostname import local_host
+
+    monkeypatch.delenv("HOST_IP", raising=False)
+    monkeypatch.delenv("SGLANG_HOST_IP", raising=False)
+    with pytest.raises(StepError, match=r"cannot find the local address that reaches "
+                                        r"no-such-host\.invalid"):
+        local_host("auto", "no-such-host.invalid")
+    assert local_host("10.1.2.3", "no-such-host.invalid") == "10.1.2.3"
+
+
 def test_can_connect_reports_the_refusal() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
