@@ -27,6 +27,7 @@ from initorch.execution.context import DeviceBinding, RankInfo, StepContext
 from initorch.loading.compose import ComposedProfile, compose
 from initorch.model.devices import DeviceRef, parse_device
 from initorch.model.registry import StepRegistry
+from initorch.model.settings import SettingCatalog, SettingSpec, setting
 from initorch.model.step import Step, StepDefinition, step
 from initorch.plugins import Registry
 from initorch.reporting.diagnosis import Diagnosis, DiagnosisBook, Finding
@@ -77,6 +78,8 @@ __all__ = [
     "Run",
     "RunInterrupted",
     "RunReport",
+    "SettingCatalog",
+    "SettingSpec",
     "SkippedStep",
     "Step",
     "StepContext",
@@ -92,5 +95,6 @@ __all__ = [
     "load_plan",
     "parse_device",
     "resolve",
+    "setting",
     "step",
 ]

@@ -15,6 +15,7 @@ from importlib.metadata import EntryPoint, entry_points
 from initorch.errors import InitorchError
 from initorch.loading.catalog import ProfileCatalog
 from initorch.model.registry import StepRegistry
+from initorch.model.settings import SettingCatalog
 from initorch.reporting.diagnosis import DiagnosisBook
 
 ENTRY_POINT_GROUP = "initorch.plugins"
@@ -25,10 +26,12 @@ class PluginError(InitorchError):
 
 
 class Registry:
-    """Everything plugins contribute: steps, named profiles, failure diagnoses."""
+    """Everything plugins contribute: steps (with the settings they declare),
+    free-standing settings, named profiles, failure diagnoses."""
 
     def __init__(self) -> None:
-        self.steps = StepRegistry()
+        self.settings = SettingCatalog()
+        self.steps = StepRegistry(self.settings)
         self.profiles = ProfileCatalog()
         self.diagnoses = DiagnosisBook()
         self.plugins: list[str] = []
