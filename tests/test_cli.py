@@ -287,7 +287,7 @@ def test_single_problem_is_one_located_line(run_cli, tmp_path, text, args, file_
     (("-p", "npu", "-s", "nope=1"), ("--set nope: no such setting",)),
     (("-p", "npu", "-s", "hicache.host_pool=1"), ("did you mean 'hicache.host_pool_mb'?",)),
     (("-p", "npu", "-s", "hicache.host_pool_mb=abc"),
-     ("hicache.host_pool_mb expects a number, got 'abc'", "declared as 64 at")),
+     ("<command line>: hicache.host_pool_mb must be a whole number, got the text 'abc'",)),
     (("-p", "npu", "-s", "device.type=cuda"), ("--set cannot change device.type",)),
     (("-p", "npu", "-s", "novalue"), ("expected KEY=VALUE",)),
     (("-p", "npu", "-s", "hicache.layout=[a"), ("cannot read value '[a'",)),

@@ -13,7 +13,7 @@ from initorch import (
     load_plan,
     resolve,
 )
-from tests.conftest import define, synthetic_plan
+from tests.conftest import FLAG, define, synthetic_plan
 from tests.helpers_foundation import (
     DEVICE_PROFILES,
     MOONCAKE_PROFILES,
@@ -120,7 +120,7 @@ def test_reasons_say_who_listed_and_who_required():
     plan = load_plan(["npu"])
     reasons = plan.step("import_backend").reasons
     assert reasons[0].startswith("listed by profile base (")
-    assert "base.yaml:6:3" in reasons[0]
+    assert "base.yaml:8:3" in reasons[0]
     assert reasons[1].startswith("required by set_device, ")
 
 
@@ -195,7 +195,7 @@ def test_wants_on_a_skipped_step_is_fine(tmp_path):
         config: {flag: false}
         steps:
           a: {}
-        """, define("a", wants=["b"]), define("b", when="flag"))
+        """, define("a", wants=["b"]), define("b", when="flag", settings=FLAG))
     assert plan.order == ("a",)
     assert "condition 'flag' is false (flag=false" in skipped_reasons(plan)["b"]
 
@@ -212,7 +212,8 @@ def test_profile_overrides_edges_timeout_and_condition(tmp_path):
             when: null
           b: {}
           c: {}
-        """, define("a", after=["c"], when="flag"), define("b"), define("c", after=["a"]))
+        """, define("a", after=["c"], when="flag", settings=FLAG), define("b"),
+        define("c", after=["a"]))
     assert plan.order == ("b", "a", "c")
     assert plan.step("a").step.timeout == 9
     assert plan.step("a").step.when is None
@@ -298,7 +299,7 @@ def test_requirement_on_a_skipped_step_is_an_error(tmp_path, override, fragment)
           a: {{}}
           b:
             {override}
-        """, define("a", requires=["b"]), define("b"))
+        """, define("a", requires=["b"]), define("b", settings=FLAG))
     assert_problem(error, "step 'a' requires 'b', which is skipped", fragment,
                    "skip 'a' under the same condition, or enable 'b'")
 

@@ -2,17 +2,21 @@
 
 The stages, each collecting every problem before raising:
 
-1. *Selection*: the steps the profiles list, plus everything they ``requires``
-   or ``wants``, transitively (systemd's pull-in).
-2. *Effective declarations*: profile overrides applied to each step (edges
-   added or removed, timeout, retries, ``when``, ``enabled``).
-3. *Conditions*: disabled steps and false ``when`` conditions are skipped with
-   a reason; a hard requirement on a skipped step is an error.
-4. *Device context*: every ``device_bound`` step gets an implicit edge from the
+1. *Input*: the profiles' format problems, every setting checked against its
+   declaration (:mod:`initorch.loading.settle`), the steps the profiles list plus
+   everything they ``requires`` or ``wants``, transitively (systemd's pull-in),
+   with profile overrides applied (edges added or removed, timeout, retries,
+   ``when``, ``enabled``), unknown step names, and every condition parsed and
+   checked to read only declared settings.  All of it is reported at once, so a
+   format problem never hides a misspelt step or setting.
+2. *Conditions*: disabled steps and false ``when`` conditions are skipped with
+   a reason; a hard requirement on a skipped step is an error, and so is a
+   required setting that a planned step reads but no profile gives.
+3. *Device context*: every ``device_bound`` step gets an implicit edge from the
    one step that ``binds_device``.  This edge cannot be removed by a profile —
    it is what makes "engine init on a thread without device context" (Ascend
    error 107002) impossible by construction.
-5. *Ordering*: the graph is checked for cycles (all of them are reported, each
+4. *Ordering*: the graph is checked for cycles (all of them are reported, each
    edge with where it was declared) and ordered deterministically.
 """
 
@@ -22,11 +26,19 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from initorch.errors import ConditionError, CycleError, InitorchError, Problem, ResolveError
+from initorch.errors import (
+    ConditionError,
+    CycleError,
+    InitorchError,
+    Problem,
+    ProfileError,
+    ResolveError,
+)
 from initorch.loading.compose import ComposedProfile
 from initorch.loading.document import Setting, StepEntry
+from initorch.loading.settle import SettledSettings, settle
 from initorch.location import SourceLocation
-from initorch.model.conditions import parse_condition
+from initorch.model.conditions import Condition, parse_condition
 from initorch.model.devices import DeviceRef
 from initorch.model.registry import StepRegistry
 from initorch.model.step import EDGE_KINDS, EdgeKind, Step
@@ -45,27 +57,41 @@ class _Candidate:
     disabled: Setting | None = None
     disabled_reason: str = ""
     when_location: SourceLocation | None = None
+    condition: Condition | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Input:
+    """Stage 1: settled settings, selected candidates, and every problem found."""
+
+    settled: SettledSettings
+    candidates: dict[str, _Candidate]
+    problems: list[Problem]
+    # Problems with the profiles' own content (format, settings) make a ProfileError.
+    in_profiles: bool
 
 
 def resolve(composed: ComposedProfile, steps: StepRegistry,
             device_index: int | None = None) -> Plan:
     """Resolve ``composed`` against ``steps``; raise an :class:`InitorchError` subclass
     listing every problem when the result would not be a valid plan."""
+    checked = _check_input(composed, steps)
+    problems = checked.problems
     device_type = composed.settings.get("device.type")
     if device_type is None:
-        raise ResolveError(
+        problems.append(Problem(
             f"no device type: profile(s) {', '.join(composed.names) or '(none)'} "
             "set no device.type",
-            hint="add a device profile, e.g. --profile cpu, or pass --device",
-        )
-    problems: list[Problem] = []
-    candidates = _select(composed, steps, problems)
-    _raise_if(problems)
-    skipped = _evaluate_conditions(candidates, composed.settings, problems)
+            hint="add a device profile, e.g. --profile cpu, or pass --device"))
+    _raise_if(problems, ProfileError if checked.in_profiles else ResolveError)
+    assert device_type is not None  # _raise_if raised otherwise
+    candidates, settled = checked.candidates, checked.settled
+    skipped = _evaluate_conditions(candidates, settled, problems)
     _raise_if(problems)
     active = {name: c for name, c in candidates.items() if name not in skipped}
     _check_requirements(active, skipped, problems)
-    edges = _edges(active, steps, problems) + _device_edges(candidates, skipped, problems)
+    _check_required_settings(active, steps, settled, device_type, problems)
+    edges = _edges(active, steps) + _device_edges(candidates, skipped, problems)
     _raise_if(problems)
     graph = StepGraph(active, edges)
     cycles = graph.cycles()
@@ -85,13 +111,37 @@ def resolve(composed: ComposedProfile, steps: StepRegistry,
     return Plan(
         profiles=composed.names,
         device=device,
-        settings=dict(composed.settings),
+        settings=dict(settled.values),
         steps=planned,
         skipped=skipped_steps,
         graph=graph,
-        fingerprint=fingerprint(composed.names, device, composed.settings, planned,
+        fingerprint=fingerprint(composed.names, device, settled.values, planned,
                                 skipped_steps),
     )
+
+
+def lint(composed: ComposedProfile, steps: StepRegistry) -> list[Problem]:
+    """Every problem that stage 1 finds, for profiles that cannot be resolved on
+    their own (overlays and abstract profiles set no device type)."""
+    return _check_input(composed, steps).problems
+
+
+def _check_input(composed: ComposedProfile, steps: StepRegistry) -> _Input:
+    settled = settle(composed, steps.settings)
+    problems = [*composed.problems, *settled.problems]
+    in_profiles = bool(problems)
+    candidates = _select(composed, steps, problems)
+    _check_edge_targets(candidates, steps, problems)
+    _parse_conditions(candidates, steps, problems)
+    return _Input(settled, candidates, sorted(problems, key=_reading_order), in_profiles)
+
+
+def _reading_order(problem: Problem) -> tuple[bool, str, int, int]:
+    """Problems in files first, each file top to bottom; the command line last."""
+    where = problem.location
+    if where is None or not where.line:
+        return (True, where.path if where else "", 0, 0)
+    return (False, where.path, where.line, where.column)
 
 
 def _merge_reasons(reasons: list[tuple[str, str | None]],
@@ -107,10 +157,9 @@ def _merge_reasons(reasons: list[tuple[str, str | None]],
     return tuple(key + ", ".join(names) for key, names in merged.items())
 
 
-def _raise_if(problems: list[Problem]) -> None:
+def _raise_if(problems: list[Problem], error: type[InitorchError] = ResolveError) -> None:
     if problems:
-        raise ResolveError(f"{len(problems)} problem(s) in the selected profiles",
-                           problems=problems)
+        raise error(f"{len(problems)} problem(s) in the selected profiles", problems=problems)
 
 
 def _select(composed: ComposedProfile, registry: StepRegistry,
@@ -189,11 +238,42 @@ def _apply_overrides(step: Step, entries: tuple[StepEntry, ...],
     return candidate
 
 
-def _evaluate_conditions(candidates: dict[str, _Candidate], located: Mapping[str, Setting],
+def _check_edge_targets(candidates: dict[str, _Candidate], registry: StepRegistry,
+                        problems: list[Problem]) -> None:
+    """Every edge of a selected step names a registered step."""
+    for candidate in candidates.values():
+        for kind in EDGE_KINDS:
+            for target in candidate.step.edges(kind):
+                if target not in registry:
+                    where, _ = candidate.edge_sources[(kind, target)]
+                    try:
+                        registry.get(target, where)
+                    except InitorchError as exc:
+                        problems.extend(exc.problems)
+
+
+def _parse_conditions(candidates: dict[str, _Candidate], registry: StepRegistry,
+                      problems: list[Problem]) -> None:
+    """Parse each effective ``when``; it may only read declared settings."""
+    for _, candidate in sorted(candidates.items()):
+        source = candidate.step.when
+        if source is None:
+            continue
+        try:
+            condition = parse_condition(source, candidate.when_location
+                                        or candidate.step.defined_at)
+            condition.check_names(spec.key for spec in registry.settings)
+        except ConditionError as exc:
+            problems.extend(exc.problems)
+        else:
+            candidate.condition = condition
+
+
+def _evaluate_conditions(candidates: dict[str, _Candidate], settled: SettledSettings,
                          problems: list[Problem]) -> dict[str, str]:
     """Skip reasons by step name, for disabled steps and false conditions."""
-    settings = {key: s.value for key, s in located.items()}
-    origins = {key: s.location for key, s in located.items()}
+    settings = settled.for_conditions()
+    origins = {key: s.origin for key, s in settled.values.items()}
     skipped: dict[str, str] = {}
     for name, candidate in sorted(candidates.items()):
         if candidate.disabled is not None:
@@ -201,19 +281,42 @@ def _evaluate_conditions(candidates: dict[str, _Candidate], located: Mapping[str
             skipped[name] = (f"disabled by profile {candidate.disabled.source} "
                              f"({candidate.disabled.location}){why}")
             continue
-        source = candidate.step.when
-        if source is None:
+        condition = candidate.condition
+        if condition is None:
             continue
         try:
-            condition = parse_condition(source, candidate.when_location
-                                        or candidate.step.defined_at)
-            condition.check_names(settings)
             if not condition.evaluate(settings):
                 values = condition.describe(settings, origins)
-                skipped[name] = f"condition '{source}' is false ({values})"
+                skipped[name] = f"condition '{condition.source}' is false ({values})"
         except ConditionError as exc:
             problems.extend(exc.problems)
     return skipped
+
+
+def _check_required_settings(active: dict[str, _Candidate], registry: StepRegistry,
+                             settled: SettledSettings, device_type: Setting,
+                             problems: list[Problem]) -> None:
+    """A required setting must be given when a planned step reads it, or always
+    when no step declares it (a plugin's free-standing setting).  Settings of
+    skipped steps are not needed: ``mps`` has no Mooncake protocol to give."""
+    read_by: dict[str, list[str]] = {}
+    for name, candidate in sorted(active.items()):
+        for spec in candidate.step.settings:
+            read_by.setdefault(spec.key, []).append(name)
+    declared_by_steps = {spec.key for step in registry for spec in step.settings}
+    for key, spec in settled.missing.items():
+        readers = read_by.get(key)
+        if readers is None and key in declared_by_steps:
+            continue
+        section = f"device: {{{key.partition('.')[2]}: ...}}" if key.startswith("device.") \
+            else f"config (or --set {key}=...)"
+        who = f"planned step {', '.join(readers)} reads it" if readers else "a plugin needs it"
+        problems.append(Problem(
+            f"required setting {key} is not set for device type '{device_type.value}' "
+            f"({who}): {spec.description}",
+            device_type.location,
+            f"give it under {section} in profile '{device_type.source}'; allowed: "
+            f"{spec.describe_kind()}"))
 
 
 def _check_requirements(active: dict[str, _Candidate], skipped: dict[str, str],
@@ -228,22 +331,15 @@ def _check_requirements(active: dict[str, _Candidate], skipped: dict[str, str],
                     f"skip '{name}' under the same condition, or enable '{target}'"))
 
 
-def _edges(active: dict[str, _Candidate], registry: StepRegistry,
-           problems: list[Problem]) -> list[Edge]:
-    """Ordering edges among active steps, including the implicit device-context edges."""
+def _edges(active: dict[str, _Candidate], registry: StepRegistry) -> list[Edge]:
+    """Ordering edges among active steps (edge targets were checked in stage 1)."""
     edges: list[Edge] = []
     for name, candidate in active.items():
         for kind in EDGE_KINDS:
             for target in candidate.step.edges(kind):
-                where, by = candidate.edge_sources[(kind, target)]
-                if target not in registry:
-                    try:
-                        registry.get(target, where)
-                    except InitorchError as exc:
-                        problems.extend(exc.problems)
-                    continue
-                if target not in active:
+                if target not in registry or target not in active:
                     continue  # ordering-only edges bind only steps that are both planned
+                where, by = candidate.edge_sources[(kind, target)]
                 source, dest = (name, target) if kind == "before" else (target, name)
                 edges.append(Edge(source, dest, kind, where, by))
     return edges
