@@ -2,7 +2,8 @@
 
 Copy this file.  It shows the whole embedding API:
 
-* declare a step with ``@step`` (dependencies by name, a teardown);
+* declare a step with ``@step`` (dependencies by name, the settings it reads, a
+  teardown);
 * register it next to the built-in steps and profiles;
 * compose profiles, override settings, inspect the plan (order, waves, explain,
   fingerprint, graph export) before running anything;
@@ -27,11 +28,17 @@ from initorch import (
     StepContext,
     StepFailedError,
     load_plan,
+    setting,
     step,
 )
 from initorch.execution.run import Run
 from initorch.reporting.logs import configure_logging
 from initorch.reporting.render import graph_mermaid, plan_text
+
+# A setting the step reads: profiles set it under config: (warmup: {fill_byte: 0}),
+# --set warmup.fill_byte=7 overrides it, and a wrong value is refused at plan time.
+FILL_BYTE = setting("warmup.fill_byte", int, default=0, minimum=0, maximum=255,
+                    description="byte written into every page of the host pool at start-up")
 
 
 @step(
@@ -40,10 +47,12 @@ from initorch.reporting.render import graph_mermaid, plan_text
     requires=["register_mem_pool_host"],
     after=["init_torch_distributed"],
     when="hicache.enabled and mooncake.enabled",
+    settings=(FILL_BYTE,),
 )
 def warm_kv_cache(ctx: StepContext) -> int:
     registration = ctx.output("register_mem_pool_host")
-    registration.pool.buffer.zero_()  # writes every page: they are resident afterwards
+    # writes every page: they are resident afterwards
+    registration.pool.buffer.fill_(ctx.setting("warmup.fill_byte"))
     ctx.log.info("kv_cache_warmed", nbytes=registration.pool.nbytes)
     return int(registration.pool.nbytes)
 
@@ -62,6 +71,8 @@ LAUNCHER_PROFILE = textwrap.dedent("""\
     config:
       hicache:
         host_pool_mb: 16
+      warmup:
+        fill_byte: 0
     """)
 
 

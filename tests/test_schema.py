@@ -44,7 +44,7 @@ def schema_registry() -> Registry:
 
 REGISTRY = schema_registry()
 SCHEMA = profile_schema(REGISTRY.settings, REGISTRY.steps)
-VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+VALIDATOR = jsonschema.Draft7Validator(SCHEMA)
 
 
 def schema_accepts(text: str) -> bool:
@@ -62,11 +62,17 @@ def initorch_accepts(text: str, registry: Registry = REGISTRY) -> bool:
     return not lint(composed, registry.steps)
 
 
-def test_schema_is_a_valid_draft_2020_12_schema(builtin_registry):
+def test_schema_is_a_valid_draft_07_schema_and_means_the_same_in_2020_12(builtin_registry):
+    # draft-07: what yaml-language-server (the VS Code YAML extension) validates with.
     schema = profile_schema(builtin_registry.settings, builtin_registry.steps)
-    jsonschema.Draft202012Validator.check_schema(schema)
-    jsonschema.Draft202012Validator.check_schema(SCHEMA)
-    assert schema["$schema"].endswith("2020-12/schema")
+    assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
+    for validator in (jsonschema.Draft7Validator, jsonschema.Draft202012Validator):
+        validator.check_schema(schema)
+        validator.check_schema(SCHEMA)
+    for text in [*VALID.values(), *INVALID.values()]:
+        data = yaml.safe_load(text)
+        assert jsonschema.Draft7Validator(SCHEMA).is_valid(data) == \
+            jsonschema.Draft202012Validator(SCHEMA).is_valid(data)
 
 
 def test_cli_prints_the_schema_of_the_installed_plugins(run_cli, builtin_registry):
@@ -79,7 +85,7 @@ def test_cli_prints_the_schema_of_the_installed_plugins(run_cli, builtin_registr
 def test_every_builtin_profile_validates(name, builtin_registry):
     text = files("initorch.profiles").joinpath(f"{name}.yaml").read_text("utf-8")
     schema = profile_schema(builtin_registry.settings, builtin_registry.steps)
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = jsonschema.Draft7Validator(schema)
     assert [e.message for e in validator.iter_errors(yaml.safe_load(text))] == []
     assert initorch_accepts(text, builtin_registry)
 

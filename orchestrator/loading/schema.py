@@ -121,8 +121,14 @@ def _device_section(specs: list[SettingSpec]) -> dict[str, Any]:
 
 
 def profile_schema(settings: SettingCatalog, steps: Iterable[Step]) -> dict[str, Any]:
-    """The schema as a JSON-compatible dict (draft 2020-12), for the registry's
-    declared ``settings`` and registered ``steps``."""
+    """The schema as a JSON-compatible dict, for the registry's declared
+    ``settings`` and registered ``steps``.
+
+    It is draft-07, because that is what editors validate with
+    (yaml-language-server and the VS Code YAML extension use draft-07 and older;
+    their 2019-09/2020-12 support is still an open pull request, #1115), and
+    every keyword used here means the same in 2020-12.
+    """
     registered = sorted(steps, key=lambda s: s.name)
     names = [step.name for step in registered]
     overrides = _override_types(names)
@@ -135,7 +141,7 @@ def profile_schema(settings: SettingCatalog, steps: Iterable[Step]) -> dict[str,
     declared = list(settings)
     config = _config_section([s for s in declared if not s.key.startswith("device.")], 0)
     return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$schema": "http://json-schema.org/draft-07/schema#",
         "$id": SCHEMA_ID,
         "title": "initorch profile",
         "type": "object",
