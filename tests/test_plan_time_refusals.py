@@ -212,6 +212,23 @@ config:
         assert f"p.yaml:{where}: " in line and fragment in line, line
 
 
+def test_plan_shape_problems_are_reported_with_format_problems(run_cli, tmp_path):
+    # The missing required settings (stage 2) come with the bad timeout (stage 1).
+    path = write(tmp_path, "tpu.yaml", NEW_DEVICE + "steps:\n  set_device: {timeout: -1}\n"
+                 "config:\n  checks:\n    verify_transfer: 'yes'\n")
+    code, _, err = run_cli("validate", "-p", str(path))
+    assert code == EXIT_INVALID_INPUT
+    lines = err.splitlines()
+    assert lines[0] == "initorch: error: 7 problem(s) in the selected profiles"
+    assert sum("required setting device." in line for line in lines) == 5
+    assert any("tpu.yaml:6:25: steps.set_device.timeout" in line for line in lines)
+    assert any("tpu.yaml:9:22: checks.verify_transfer must be true or false" in line
+               for line in lines)
+    # verify_transfer's condition reads the refused value: it is not evaluated, so no
+    # second problem follows from the first.
+    assert not any("condition" in line for line in lines)
+
+
 # --- issue 10 point 6: look-alike names ------------------------------------------------------
 
 LOOKALIKE_E = "\u0435"  # CYRILLIC SMALL LETTER IE

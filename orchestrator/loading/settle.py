@@ -25,11 +25,13 @@ from initorch.model.settings import SettingCatalog, SettingSpec
 
 @dataclass(frozen=True, slots=True)
 class SettledSettings:
-    """Checked values by key (given or default), required ones nobody gave, problems."""
+    """Checked values by key (given or default), required ones nobody gave, keys whose
+    given value was refused (``rejected``: they have no value), and the problems."""
 
     values: Mapping[str, Setting]
     missing: Mapping[str, SettingSpec]
     problems: tuple[Problem, ...]
+    rejected: frozenset[str] = frozenset()
 
     def for_conditions(self) -> dict[str, Any]:
         """What ``when:`` conditions read: every value, ``None`` for missing ones."""
@@ -41,6 +43,7 @@ def settle(composed: ComposedProfile, catalog: SettingCatalog) -> SettledSetting
     """Check ``composed``'s values against ``catalog`` and fill in the defaults."""
     problems: list[Problem] = []
     values: dict[str, Setting] = {}
+    rejected: set[str] = set()
     for key, given in composed.settings.items():
         spec = catalog.get(key)
         if spec is None:
@@ -49,6 +52,7 @@ def settle(composed: ComposedProfile, catalog: SettingCatalog) -> SettledSetting
         problem = spec.check(given.value)
         if problem is not None:
             problems.append(Problem(problem, given.location))
+            rejected.add(key)
             continue
         values[key] = Setting(key, spec.normalise(given.value), given.location, given.source,
                               given.key_location)
@@ -63,7 +67,7 @@ def settle(composed: ComposedProfile, catalog: SettingCatalog) -> SettledSetting
         values[spec.key] = Setting(spec.key, spec.default_value, first.where, first.by,
                                    is_default=True)
     ordered = {key: values[key] for key in sorted(values)}
-    return SettledSettings(ordered, missing, tuple(problems))
+    return SettledSettings(ordered, missing, tuple(problems), frozenset(rejected))
 
 
 def _unknown(given: Setting, catalog: SettingCatalog) -> Problem:

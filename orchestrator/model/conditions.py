@@ -10,9 +10,7 @@ config keys); ``true``/``false``/``null`` are accepted as YAML spells them.
 from __future__ import annotations
 
 import ast
-import io
 import operator
-import tokenize
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -160,7 +158,11 @@ def _refuse_lookalike_names(source: str, location: SourceLocation | None) -> Non
     """Setting names are ASCII.  Python's parser folds some look-alikes into ASCII
     (NFKC turns a full-width 'm', U+FF4D, into 'm') and keeps others (a Cyrillic
     'e', U+0435), so a condition would silently read another setting, or fail with
-    a misleading "unknown setting".  Text inside string literals may hold any character."""
+    a misleading "unknown setting".  Text inside string literals may hold any
+    character."""
+    import io
+    import tokenize  # only for the rare non-ASCII condition: keeps the dry run lean
+
     tokens = tokenize.generate_tokens(io.StringIO(source.strip()).readline)
     for token in tokens:
         if token.type == tokenize.NAME:

@@ -7,8 +7,7 @@ The stages, each collecting every problem before raising:
    everything they ``requires`` or ``wants``, transitively (systemd's pull-in),
    with profile overrides applied (edges added or removed, timeout, retries,
    ``when``, ``enabled``), unknown step names, and every condition parsed and
-   checked to read only declared settings.  All of it is reported at once, so a
-   format problem never hides a misspelt step or setting.
+   checked to read only declared settings.
 2. *Conditions*: disabled steps and false ``when`` conditions are skipped with
    a reason; a hard requirement on a skipped step is an error, and so is a
    required setting that a planned step reads but no profile gives.
@@ -18,6 +17,12 @@ The stages, each collecting every problem before raising:
    error 107002) impossible by construction.
 4. *Ordering*: the graph is checked for cycles (all of them are reported, each
    edge with where it was declared) and ordered deterministically.
+
+Stages 1 to 3 run whatever the earlier ones found, on what was valid (a refused
+entry is left out, a condition that reads a refused value is not evaluated), and
+everything is reported at once: a format problem never hides a misspelt step, a
+misspelt setting or a missing required setting.  Only a plan without a device
+type stops after stage 1, and cycles are looked for once everything else holds.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from initorch.errors import (
     ConditionError,
@@ -78,21 +84,20 @@ def resolve(composed: ComposedProfile, steps: StepRegistry,
     checked = _check_input(composed, steps)
     problems = checked.problems
     device_type = composed.settings.get("device.type")
+    error = ProfileError if checked.in_profiles else ResolveError
     if device_type is None:
         problems.append(Problem(
             f"no device type: profile(s) {', '.join(composed.names) or '(none)'} "
             "set no device.type",
             hint="add a device profile, e.g. --profile cpu, or pass --device"))
-    _raise_if(problems, ProfileError if checked.in_profiles else ResolveError)
-    assert device_type is not None  # _raise_if raised otherwise
+        _fail(problems, error)
     candidates, settled = checked.candidates, checked.settled
     skipped = _evaluate_conditions(candidates, settled, problems)
-    _raise_if(problems)
     active = {name: c for name, c in candidates.items() if name not in skipped}
     _check_requirements(active, skipped, problems)
     _check_required_settings(active, steps, settled, device_type, problems)
     edges = _edges(active, steps) + _device_edges(candidates, skipped, problems)
-    _raise_if(problems)
+    _raise_if(problems, error)
     graph = StepGraph(active, edges)
     cycles = graph.cycles()
     if cycles:
@@ -123,7 +128,7 @@ def resolve(composed: ComposedProfile, steps: StepRegistry,
 def lint(composed: ComposedProfile, steps: StepRegistry) -> list[Problem]:
     """Every problem that stage 1 finds, for profiles that cannot be resolved on
     their own (overlays and abstract profiles set no device type)."""
-    return _check_input(composed, steps).problems
+    return sorted(_check_input(composed, steps).problems, key=_reading_order)
 
 
 def _check_input(composed: ComposedProfile, steps: StepRegistry) -> _Input:
@@ -133,7 +138,7 @@ def _check_input(composed: ComposedProfile, steps: StepRegistry) -> _Input:
     candidates = _select(composed, steps, problems)
     _check_edge_targets(candidates, steps, problems)
     _parse_conditions(candidates, steps, problems)
-    return _Input(settled, candidates, sorted(problems, key=_reading_order), in_profiles)
+    return _Input(settled, candidates, problems, in_profiles)
 
 
 def _reading_order(problem: Problem) -> tuple[bool, str, int, int]:
@@ -159,7 +164,12 @@ def _merge_reasons(reasons: list[tuple[str, str | None]],
 
 def _raise_if(problems: list[Problem], error: type[InitorchError] = ResolveError) -> None:
     if problems:
-        raise error(f"{len(problems)} problem(s) in the selected profiles", problems=problems)
+        _fail(problems, error)
+
+
+def _fail(problems: list[Problem], error: type[InitorchError]) -> NoReturn:
+    raise error(f"{len(problems)} problem(s) in the selected profiles",
+                problems=sorted(problems, key=_reading_order))
 
 
 def _select(composed: ComposedProfile, registry: StepRegistry,
@@ -282,8 +292,8 @@ def _evaluate_conditions(candidates: dict[str, _Candidate], settled: SettledSett
                              f"({candidate.disabled.location}){why}")
             continue
         condition = candidate.condition
-        if condition is None:
-            continue
+        if condition is None or condition.names & settled.rejected:
+            continue  # unparsable, or reads a refused value: reported already
         try:
             if not condition.evaluate(settings):
                 values = condition.describe(settings, origins)
@@ -311,12 +321,12 @@ def _check_required_settings(active: dict[str, _Candidate], registry: StepRegist
         section = f"device: {{{key.partition('.')[2]}: ...}}" if key.startswith("device.") \
             else f"config (or --set {key}=...)"
         who = f"planned step {', '.join(readers)} reads it" if readers else "a plugin needs it"
+        allowed = f"; one of {', '.join(map(str, spec.choices))}" if spec.choices else ""
         problems.append(Problem(
             f"required setting {key} is not set for device type '{device_type.value}' "
-            f"({who}): {spec.description}",
-            device_type.location,
-            f"give it under {section} in profile '{device_type.source}'; allowed: "
-            f"{spec.describe_kind()}"))
+            f"({who})", device_type.location,
+            f"give it under {section} in profile '{device_type.source}': "
+            f"{spec.description}{allowed}"))
 
 
 def _check_requirements(active: dict[str, _Candidate], skipped: dict[str, str],
