@@ -91,6 +91,11 @@ def test_set_keys_and_values_are_checked(builtin_registry, assignment, fragments
     assert problem.location == COMMAND_LINE
 
 
+def test_settings_from_python_must_have_text_keys(builtin_registry):
+    with pytest.raises(ProfileError, match="setting keys are text, got int 3"):
+        load_plan(["cpu"], settings={3: 1}, registry=builtin_registry)  # type: ignore[dict-item]
+
+
 def test_set_may_give_a_declared_setting_no_profile_mentions(builtin_registry):
     plan = load_plan(["cpu"], settings=["device.visible_devices_env=CUDA_VISIBLE_DEVICES"],
                      registry=builtin_registry)

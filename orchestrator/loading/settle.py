@@ -75,6 +75,8 @@ def _unknown(given: Setting, catalog: SettingCatalog) -> Problem:
     section, or a misspelling (with the closest declared key)."""
     key = given.key
     where = given.key_location or given.location
+    if not isinstance(key, str):  # load_plan(settings={...}) from Python
+        return Problem(f"setting keys are text, got {type(key).__name__} {key!r}", where)
     label = f"--set {key}: no such setting" if given.source == "--set" \
         else f"unknown setting '{key}'"
     lookalike = non_ascii_problem(key, "setting key")
