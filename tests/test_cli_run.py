@@ -119,6 +119,21 @@ def test_an_unknown_failure_is_printed_as_it_is():
     assert torn == ["alloc_host_mem_pool"]  # the failed step has nothing to tear down
 
 
+def test_debug_prints_the_traceback_of_the_failed_step():
+    # A rendezvous host that does not resolve: valid as a setting, fails only at run time
+    # (an unknown allocator is refused at plan time now).
+    result = run(*NO_MOONCAKE, "--set", "distributed.master_addr=no-such-host.invalid",
+                 "--debug")
+    assert result.returncode == 1, result.stderr[-3000:]
+    step = "init_torch_distributed"
+    shown = result.stderr[result.stderr.index(f"initorch: step '{step}' failed with:"):]
+    _, traceback_line, *rest = shown.splitlines()
+    assert traceback_line == "Traceback (most recent call last):"
+    assert any(line.strip().startswith('File "') and "distributed.py" in line for line in rest)
+    assert rest[-2].startswith("socket.gaierror: ")
+    assert rest[-1].startswith(f"initorch: step '{step}' failed: gaierror")
+
+
 @pytest.mark.parametrize("workers", ["0", "-2"])
 def test_a_bad_worker_count_is_a_usage_error(workers: str):
     result = run(*NO_MOONCAKE, "--executor", "parallel", "--workers", workers)

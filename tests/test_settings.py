@@ -325,3 +325,36 @@ def test_builtin_declarations_have_sane_bounds(builtin_registry):
         assert spec.description and "\n" not in spec.description
         if spec.kind in ("int", "float"):
             assert spec.maximum is not None and spec.maximum <= MAX_INT, spec.key
+
+
+def test_a_failing_plugin_leaves_no_declarations_behind():
+    from initorch import PluginError
+
+    registry = Registry()
+
+    def broken(reg: Registry) -> None:
+        reg.steps.add(define("half", settings=COUNT))
+        reg.settings.add(setting("acme.switch", bool, default=False, description="d"))
+        raise RuntimeError("boom")
+
+    with pytest.raises(PluginError, match="boom"):
+        registry.load_plugin("acme", broken)
+    assert "a.count" not in registry.settings and "acme.switch" not in registry.settings
+    assert registry.settings is registry.steps.settings
+    # the same keys can be declared afresh, differently, by a working plugin
+    registry.load_plugin("good", lambda reg: reg.steps.add(define(
+        "half", settings=setting("a.count", int, default=5, description="other"))))
+    assert registry.settings.get("a.count").default == 5  # type: ignore[union-attr]
+
+
+def test_declarations_made_while_a_plugin_loads_are_credited_to_it():
+    registry = Registry()
+
+    def acme(reg: Registry) -> None:
+        reg.settings.add(setting("acme.switch", bool, default=False, description="d"))
+        reg.steps.add(define("pick", settings=MODE))
+        reg.settings.extend_choices("a.mode", ["turbo"])
+
+    registry.load_plugin("acme", acme)
+    assert [d.by for d in registry.settings.declarations("acme.switch")] == ["plugin acme"]
+    assert "turbo" in registry.settings.get("a.mode").choices  # type: ignore[union-attr]

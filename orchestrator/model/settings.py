@@ -327,20 +327,34 @@ class SettingCatalog:
 
     The same key may be declared by several steps, identically; a different
     declaration is a :class:`StepDefinitionError` naming both places.
+    ``provider`` names the plugin whose ``register`` function is running (the
+    plugin loader sets it): free-standing declarations and extended choices are
+    credited to it.
     """
 
     def __init__(self) -> None:
         self._declared: dict[str, SettingSpec] = {}
         self._effective: dict[str, SettingSpec] = {}
         self._by: dict[str, list[Declaration]] = {}
+        self.provider: str | None = None
         for spec in CORE_SETTINGS:
             self.add(spec, by=CORE)
+
+    def copy(self) -> SettingCatalog:
+        """An independent catalog with the same declarations (the plugin loader's
+        undo point)."""
+        clone = SettingCatalog()
+        clone._declared, clone._effective = dict(self._declared), dict(self._effective)
+        clone._by = {key: list(by) for key, by in self._by.items()}
+        clone.provider = self.provider
+        return clone
 
     def add(self, spec: SettingSpec, *, by: str | None = None,
             where: SourceLocation | None = None) -> SettingSpec:
         """Declare one free-standing setting (read by conditions, say); ``by``
-        names the declarer, e.g. the plugin.  Returns the effective spec."""
-        self.add_all((spec,), by=by or "plugin code", where=where or spec.defined_at)
+        names the declarer (default: the plugin being loaded).  Returns the
+        effective spec."""
+        self.add_all((spec,), by=by or self._plugin(), where=where or spec.defined_at)
         return self._effective[spec.key]
 
     def add_all(self, specs: Iterable[SettingSpec], *, by: str, where: SourceLocation) -> None:
@@ -366,12 +380,14 @@ class SettingCatalog:
                 self._effective[spec.key] = spec
             self._by.setdefault(spec.key, []).append(declaration)
 
-    def extend_choices(self, key: str, choices: Iterable[Any], *, by: str = "plugin code"
+    def extend_choices(self, key: str, choices: Iterable[Any], *, by: str | None = None
                        ) -> SettingSpec:
         """Allow more values for a setting that has a list of choices (a plugin's
-        backend package, allocator or transport).  Returns the effective spec."""
+        backend package, allocator or transport); ``by`` names who allows them
+        (default: the plugin being loaded).  Returns the effective spec."""
         spec = self._effective.get(key)
         where = caller_location()
+        by = by or self._plugin()
         if spec is None:
             raise StepDefinitionError(f"{by} extends the choices of undeclared setting "
                                       f"'{key}'", location=where,
@@ -414,6 +430,9 @@ class SettingCatalog:
 
     def __len__(self) -> int:
         return len(self._effective)
+
+    def _plugin(self) -> str:
+        return f"plugin {self.provider}" if self.provider else "code"
 
     def _hint(self, key: str, otherwise: str) -> str:
         guess = self.closest(key)

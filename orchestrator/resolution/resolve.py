@@ -3,13 +3,15 @@
 The stages, each collecting every problem before raising:
 
 1. *Input*: the profiles' format problems, every setting checked against its
-   declaration (:mod:`initorch.loading.settle`), the steps the profiles list plus
-   everything they ``requires`` or ``wants``, transitively (systemd's pull-in),
-   with profile overrides applied (edges added or removed, timeout, retries,
-   ``when``, ``enabled``), unknown step names, and every condition parsed and
-   checked to read only declared settings.
+   declaration (:mod:`initorch.loading.settle`), the steps the profiles list and
+   the caller requests, plus everything they ``requires`` or ``wants`` and every
+   step that declares itself ``wanted_by`` one of them, transitively (systemd's
+   pull-in), with profile overrides applied (edges added or removed, timeout,
+   retries, ``when``, ``enabled``), unknown step names, and every condition
+   parsed and checked to read only declared settings.
 2. *Conditions*: disabled steps and false ``when`` conditions are skipped with
-   a reason; a hard requirement on a skipped step is an error, and so is a
+   a reason, and so is a step that only skipped steps pulled in through its
+   ``wanted_by``; a hard requirement on a skipped step is an error, and so is a
    required setting that a planned step reads but no profile gives.
 3. *Device context*: every ``device_bound`` step gets an implicit edge from the
    one step that ``binds_device``.  This edge cannot be removed by a profile —
@@ -28,7 +30,7 @@ type stops after stage 1, and cycles are looked for once everything else holds.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NoReturn
 
@@ -64,6 +66,19 @@ class _Candidate:
     disabled_reason: str = ""
     when_location: SourceLocation | None = None
     condition: Condition | None = None
+    # The planned steps whose presence pulled this one in through its wanted_by.
+    wanted_by_pulls: list[str] = field(default_factory=list)
+
+    @property
+    def only_wanted_by(self) -> bool:
+        """True when nothing but its own ``wanted_by`` pulled this step in."""
+        return bool(self.wanted_by_pulls) and len(self.reasons) == len(self.wanted_by_pulls)
+
+
+REQUESTED = "requested by load_plan(steps=...)"
+
+# A queued pull-in: step name, (why, by whom), where it was declared, via wanted_by.
+_Pull = tuple[str, tuple[str, str | None], SourceLocation | None, bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +93,13 @@ class _Input:
 
 
 def resolve(composed: ComposedProfile, steps: StepRegistry,
-            device_index: int | None = None) -> Plan:
+            device_index: int | None = None, requested: Sequence[str] = ()) -> Plan:
     """Resolve ``composed`` against ``steps``; raise an :class:`InitorchError` subclass
-    listing every problem when the result would not be a valid plan."""
-    checked = _check_input(composed, steps)
+    listing every problem when the result would not be a valid plan.
+
+    ``requested`` names steps to plan as if a profile listed them (a launcher's
+    own steps, without writing a profile)."""
+    checked = _check_input(composed, steps, requested)
     problems = checked.problems
     device_type = composed.settings.get("device.type")
     error = ProfileError if checked.in_profiles else ResolveError
@@ -93,6 +111,7 @@ def resolve(composed: ComposedProfile, steps: StepRegistry,
         _fail(problems, error)
     candidates, settled = checked.candidates, checked.settled
     skipped = _evaluate_conditions(candidates, settled, problems)
+    _skip_unwanted(candidates, skipped)
     active = {name: c for name, c in candidates.items() if name not in skipped}
     _check_requirements(active, skipped, problems)
     _check_required_settings(active, steps, settled, device_type, problems)
@@ -128,14 +147,15 @@ def resolve(composed: ComposedProfile, steps: StepRegistry,
 def lint(composed: ComposedProfile, steps: StepRegistry) -> list[Problem]:
     """Every problem that stage 1 finds, for profiles that cannot be resolved on
     their own (overlays and abstract profiles set no device type)."""
-    return sorted(_check_input(composed, steps).problems, key=_reading_order)
+    return sorted(_check_input(composed, steps, ()).problems, key=_reading_order)
 
 
-def _check_input(composed: ComposedProfile, steps: StepRegistry) -> _Input:
+def _check_input(composed: ComposedProfile, steps: StepRegistry,
+                 requested: Sequence[str]) -> _Input:
     settled = settle(composed, steps.settings)
     problems = [*composed.problems, *settled.problems]
     in_profiles = bool(problems)
-    candidates = _select(composed, steps, problems)
+    candidates = _select(composed, steps, requested, problems)
     _check_edge_targets(candidates, steps, problems)
     _parse_conditions(candidates, steps, problems)
     return _Input(settled, candidates, problems, in_profiles)
@@ -172,33 +192,44 @@ def _fail(problems: list[Problem], error: type[InitorchError]) -> NoReturn:
                 problems=sorted(problems, key=_reading_order))
 
 
-def _select(composed: ComposedProfile, registry: StepRegistry,
+def _select(composed: ComposedProfile, registry: StepRegistry, requested: Sequence[str],
             problems: list[Problem]) -> dict[str, _Candidate]:
-    """Listed steps with overrides applied, plus the closure of requires/wants."""
+    """Listed and requested steps with overrides applied, plus the closure of
+    requires/wants and of the steps ``wanted_by`` a selected one."""
+    wanted_by: dict[str, list[Step]] = {}
+    for declared in registry:
+        for target in declared.wanted_by:
+            wanted_by.setdefault(target, []).append(declared)
     candidates: dict[str, _Candidate] = {}
-    queue: list[tuple[str, tuple[str, str | None], SourceLocation | None]] = []
+    queue: list[_Pull] = []
     for name, entries in composed.step_entries.items():
         first = entries[0]
         queue.append((name, (f"listed by profile {first.source} ({first.location})", None),
-                      first.location))
+                      first.location, False))
+    queue += [(name, (REQUESTED, None), None, False) for name in requested]
     while queue:
-        name, reason, location = queue.pop(0)
+        name, reason, location, via_wanted_by = queue.pop(0)
         if name in candidates:
-            candidates[name].reasons.append(reason)
-            continue
-        try:
-            declared = registry.get(name, location)
-        except InitorchError as exc:
-            problems.extend(exc.problems)
-            continue
-        candidate = _apply_overrides(declared, composed.step_entries.get(name, ()), problems)
+            candidate = candidates[name]
+        else:
+            try:
+                declared = registry.get(name, location)
+            except InitorchError as exc:
+                problems.extend(exc.problems)
+                continue
+            candidate = candidates[name] = _apply_overrides(
+                declared, composed.step_entries.get(name, ()), problems)
+            pulls: tuple[tuple[EdgeKind, str], ...] = (("requires", "required"),
+                                                       ("wants", "wanted"))
+            for kind, verb in pulls:
+                for target in candidate.step.edges(kind):
+                    where, _ = candidate.edge_sources[(kind, target)]
+                    queue.append((target, (f"{verb} by", name), where, False))
+            queue += [(wanter.name, ("wanted by", name), wanter.defined_at, True)
+                      for wanter in wanted_by.get(name, ())]
         candidate.reasons.append(reason)
-        candidates[name] = candidate
-        pulls: tuple[tuple[EdgeKind, str], ...] = (("requires", "required"), ("wants", "wanted"))
-        for kind, verb in pulls:
-            for target in candidate.step.edges(kind):
-                where, _ = candidate.edge_sources[(kind, target)]
-                queue.append((target, (f"{verb} by", name), where))
+        if via_wanted_by:
+            candidate.wanted_by_pulls.append(str(reason[1]))
     return candidates
 
 
@@ -301,6 +332,21 @@ def _evaluate_conditions(candidates: dict[str, _Candidate], settled: SettledSett
         except ConditionError as exc:
             problems.extend(exc.problems)
     return skipped
+
+
+def _skip_unwanted(candidates: dict[str, _Candidate], skipped: dict[str, str]) -> None:
+    """Skip the steps that only skipped steps pulled in through ``wanted_by``, until none
+    is left: a launcher's step for the Mooncake pool is skipped with the pool."""
+    changed = True
+    while changed:
+        changed = False
+        for name, candidate in sorted(candidates.items()):
+            if name in skipped or not candidate.only_wanted_by:
+                continue
+            if all(puller in skipped for puller in candidate.wanted_by_pulls):
+                pullers = ", ".join(sorted(set(candidate.wanted_by_pulls)))
+                skipped[name] = f"wanted only by skipped steps ({pullers})"
+                changed = True
 
 
 def _check_required_settings(active: dict[str, _Candidate], registry: StepRegistry,
