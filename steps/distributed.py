@@ -16,11 +16,32 @@ from __future__ import annotations
 
 import datetime
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from initorch import StepContext, StepError, step
-from initorch.steps.mooncake_pg import MooncakeProcessGroupBackend
+from initorch import StepContext, StepError, setting, step
+from initorch.model.step import MAX_TIMEOUT_S
 from initorch.steps.network import free_port, host_port
+
+if TYPE_CHECKING:
+    from initorch.steps.mooncake_pg import MooncakeProcessGroupBackend
+
+COLLECTIVE_BACKEND = setting(
+    "device.collective_backend", str, required=True, pattern=r"[a-z][a-z0-9_-]*",
+    description="the device's torch.distributed backend (gloo, nccl, hccl, mccl, xccl, ...)")
+MASTER_ADDR = setting(
+    "distributed.master_addr", str, default="127.0.0.1", pattern=r"\S+",
+    description="rendezvous host outside torchrun (a world of one)")
+MASTER_PORT = setting(
+    "distributed.master_port", int, default=0, minimum=0, maximum=65535,
+    description="rendezvous port outside torchrun; 0 picks a free one")
+# datetime.timedelta overflows long before 1e999 (which YAML reads as infinity).
+TIMEOUT_S = setting(
+    "distributed.timeout_s", float, default=120, exclusive_minimum=0, maximum=MAX_TIMEOUT_S,
+    description="process-group timeout in seconds (rendezvous and collectives)")
+ELASTIC_EP = setting(
+    "mooncake.elastic_ep", bool, default=False,
+    description="Mooncake as the torch.distributed backend (elastic EP; the mooncake-ep "
+                "overlay sets it)")
 
 
 def init_method(ctx: StepContext) -> str:
@@ -52,6 +73,7 @@ def backend_and_options(ctx: StepContext) -> tuple[str, Any]:
     device_bound=True,
     retries=2,
     retry_on=(ConnectionRefusedError,),
+    settings=(COLLECTIVE_BACKEND, MASTER_ADDR, MASTER_PORT, TIMEOUT_S, ELASTIC_EP),
 )
 def init_torch_distributed(ctx: StepContext) -> Any:
     import torch.distributed as dist

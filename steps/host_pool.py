@@ -23,9 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from initorch import StepContext, StepError, step
-from initorch.steps.kv_layout import resolve_layout
+from initorch import StepContext, StepError, setting, step
+from initorch.steps.kv_layout import DEPRECATED_LAYOUTS, IO_BACKENDS, LAYOUTS, resolve_layout
 from initorch.steps.native_log import capture_native_stderr
+from initorch.steps.settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
 from initorch.steps.store import StoreClient
 
 
@@ -90,6 +91,21 @@ ALLOCATORS: dict[str, Callable[[int], tuple[Any, Callable[[], None] | None]]] = 
     "plain": _plain,
 }
 
+HOST_ALLOCATOR = setting(
+    "device.host_allocator", str, required=True, choices=tuple(ALLOCATORS),
+    description="host KV pool allocator: cuda_host_register (CUDA, ROCm), pin_memory (NPU, "
+                "MUSA), pin_memory_xpu (XPU: a null pointer is an error) or plain (CPU, MPS)")
+HOST_POOL_MB = setting("hicache.host_pool_mb", int, default=64, minimum=1, maximum=2**24,
+                       description="HiCache host KV pool size in MiB")
+LAYOUT = setting(
+    "hicache.layout", str, default="page_first", choices=LAYOUTS + tuple(DEPRECATED_LAYOUTS),
+    description="SGLang's --hicache-mem-layout (page_first_direct on NPU, page_first_kv_split "
+                "for MLA models; page_first_kv_spilt is a deprecated alias)")
+IO_BACKEND = setting(
+    "hicache.io_backend", str, default="kernel", choices=IO_BACKENDS,
+    description="SGLang's --hicache-io-backend (kernel_ascend on NPU); decides how layer_first "
+                "is rewritten for the Mooncake store")
+
 
 @step(
     "alloc_host_mem_pool",
@@ -97,6 +113,7 @@ ALLOCATORS: dict[str, Callable[[int], tuple[Any, Callable[[], None] | None]]] = 
     requires=["import_backend"],
     device_bound=True,
     when="hicache.enabled",
+    settings=(HICACHE_ENABLED, HOST_ALLOCATOR, HOST_POOL_MB, LAYOUT, IO_BACKEND, STORAGE_BACKEND),
 )
 def alloc_host_mem_pool(ctx: StepContext) -> HostPool:
     name = str(ctx.setting("device.host_allocator"))
@@ -142,6 +159,7 @@ class Registration:
     requires=["alloc_host_mem_pool", "init_mooncake_store"],
     device_bound=True,
     when="hicache.enabled and mooncake.enabled and hicache.storage_backend == 'mooncake'",
+    settings=(HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND),
 )
 def register_mem_pool_host(ctx: StepContext) -> Registration:
     pool: HostPool = ctx.output("alloc_host_mem_pool")

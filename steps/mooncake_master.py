@@ -25,11 +25,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from initorch import StepContext, StepError, step
+from initorch import StepContext, StepError, setting, step
+from initorch.model.step import MAX_TIMEOUT_S
 from initorch.steps.network import can_connect, free_port, host_port, split_host_port
+from initorch.steps.settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
 
 if TYPE_CHECKING:  # process and HTTP modules load when a master is needed, not for a plan
     import subprocess
+
+MASTER = setting(
+    "mooncake.master", str, default="local", pattern=r"\S+",
+    description="local: a managed mooncake_master on loopback for this run; else HOST:PORT "
+                "of a running master ([v6]:PORT for IPv6)")
+CONNECT_TIMEOUT_S = setting(
+    "mooncake.master_connect_timeout_s", float, default=5, exclusive_minimum=0,
+    maximum=MAX_TIMEOUT_S, description="how long a given master may take to accept a connection")
+START_TIMEOUT_S = setting(
+    "mooncake.master_start_timeout_s", float, default=60, exclusive_minimum=0,
+    maximum=MAX_TIMEOUT_S, description="how long a managed master may take to become ready")
+STOP_GRACE_S = setting(
+    "mooncake.master_stop_grace_s", float, default=5, minimum=0, maximum=3600,
+    description="seconds between SIGTERM and SIGKILL when a managed master is stopped")
 
 LOOPBACK = "127.0.0.1"
 WATCHDOG = Path(__file__).with_name("_master_watchdog.py")
@@ -244,6 +260,8 @@ def given_master(ctx: StepContext, address: str) -> MasterEndpoint:
                 "check that the configured one answers",
     requires=["init_torch_distributed"],
     when="hicache.enabled and mooncake.enabled and hicache.storage_backend == 'mooncake'",
+    settings=(HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND, MASTER, CONNECT_TIMEOUT_S,
+              START_TIMEOUT_S, STOP_GRACE_S),
 )
 def mooncake_master(ctx: StepContext) -> MasterEndpoint:
     address = str(ctx.setting("mooncake.master"))

@@ -21,11 +21,17 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from initorch import StepContext, StepError, step
+from initorch import StepContext, StepError, setting, step
+from initorch.steps.distributed import ELASTIC_EP
 from initorch.steps.transfer_engine import SharedTransferEngine
 
 # The names pg_py.cpp MooncakeBackendConstructor registers.
 BACKENDS = ("mooncake", "mooncake-cpu")
+
+PG_BACKEND = setting(
+    "mooncake.pg_backend", str, default="none", choices=("none", *BACKENDS),
+    description="Mooncake's process-group backend on this device: mooncake (cuda, musa "
+                "builds), mooncake-cpu (cpu) or none (npu, rocm, xpu)")
 
 
 @dataclass(slots=True)
@@ -65,6 +71,7 @@ def import_mooncake_pg() -> ModuleType:
     requires=["init_shared_mooncake_transfer_engine"],
     device_bound=True,
     when="mooncake.elastic_ep and mooncake.pg_backend != 'none'",
+    settings=(ELASTIC_EP, PG_BACKEND),
 )
 def set_mooncake_pg_engine(ctx: StepContext) -> MooncakeProcessGroupBackend:
     name = str(ctx.setting("mooncake.pg_backend"))

@@ -20,14 +20,40 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from initorch import StepContext, StepError, step
+from initorch import StepContext, StepError, setting, step
 from initorch.steps.engine_hostname import local_host
 from initorch.steps.mooncake_master import MasterEndpoint
 from initorch.steps.native_log import capture_native_stderr
 from initorch.steps.network import split_host_port
+from initorch.steps.settings import (
+    HICACHE_ENABLED,
+    MOONCAKE_DEVICE_NAME,
+    MOONCAKE_ENABLED,
+    MOONCAKE_PROTOCOL,
+    STORAGE_BACKEND,
+)
 from initorch.steps.transfer_engine import SharedTransferEngine, device_name_for
 
 WARMUP_BYTES = 4 * 1024  # what SGLang's MooncakeStore.warmup puts
+
+STORE_HOSTNAME = setting(
+    "mooncake.store.hostname", str, default="auto", pattern=r"\S+",
+    description="the store client's local host; auto = the local address that reaches the "
+                "master")
+STORE_METADATA_SERVER = setting(
+    "mooncake.store.metadata_server", str, default="P2PHANDSHAKE", pattern=r"\S+",
+    description="the store's metadata server: P2PHANDSHAKE (SGLang's default), an etcd/http "
+                "URL, or master (the managed master's own HTTP metadata server)")
+GLOBAL_SEGMENT_MB = setting(
+    "mooncake.store.global_segment_mb", int, default=64, minimum=1, maximum=2**24,
+    description="memory this instance gives the store, split over the ranks (SGLang: 4gb)")
+LOCAL_BUFFER_MB = setting(
+    "mooncake.store.local_buffer_mb", int, default=16, minimum=1, maximum=2**20,
+    description="the store client's local buffer (SGLang's DEFAULT_LOCAL_BUFFER_SIZE, 16 MiB)")
+REUSE_ENGINE = setting(
+    "mooncake.store.reuse_engine", bool, default=True,
+    description="SGLANG_HICACHE_MOONCAKE_REUSE_TE: reuse the shared engine where SGLang does "
+                "(rdma, P2PHANDSHAKE, same device names)")
 
 
 @dataclass(slots=True)
@@ -98,6 +124,9 @@ def warm_up(store: Any) -> None:
     wants=["init_shared_mooncake_transfer_engine"],
     device_bound=True,
     when="hicache.enabled and mooncake.enabled and hicache.storage_backend == 'mooncake'",
+    settings=(HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND, MOONCAKE_PROTOCOL,
+              MOONCAKE_DEVICE_NAME, STORE_HOSTNAME, STORE_METADATA_SERVER, GLOBAL_SEGMENT_MB,
+              LOCAL_BUFFER_MB, REUSE_ENGINE),
 )
 def init_mooncake_store(ctx: StepContext) -> StoreClient:
     master: MasterEndpoint = ctx.output("mooncake_master")

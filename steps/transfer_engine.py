@@ -17,12 +17,30 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from initorch import StepContext, StepError, step
+from initorch import StepContext, StepError, setting, step
+from initorch.steps.device import VISIBLE_DEVICES_ENV
+from initorch.steps.distributed import MASTER_ADDR
 from initorch.steps.engine_hostname import EngineHostname, engine_hostname
-from initorch.steps.mooncake_build import installed_build
+from initorch.steps.mooncake_build import ASCEND_BUILDS, installed_build
 from initorch.steps.native_log import NativeLog, capture_native_stderr
 from initorch.steps.network import host_port
+from initorch.steps.settings import MOONCAKE_DEVICE_NAME, MOONCAKE_ENABLED, MOONCAKE_PROTOCOL
 from initorch.steps.transports import installed_transports, transport_mismatch
+
+MOONCAKE_HOSTNAME = setting(
+    "mooncake.hostname", str, default="auto", pattern=r"\S+",
+    description="the engine's local host; auto = the local address that reaches the "
+                "rendezvous (like SGLang's get_local_ip_auto; HOST_IP wins)")
+MOONCAKE_METADATA_SERVER = setting(
+    "mooncake.metadata_server", str, default="P2PHANDSHAKE", pattern=r"\S+",
+    description="the engine's metadata server: P2PHANDSHAKE (SGLang's), or an etcd/http URL")
+ASCEND_BUILD = setting(
+    "mooncake.ascend_build", str, default="auto", choices=("auto", *ASCEND_BUILDS),
+    description="npu: which Ascend build of Mooncake to address; auto reads the installed "
+                "engine (ascend_direct: plain host; hccl: host:port:npu_<physical id>)")
+TRANSPORT_MISMATCH = setting(
+    "mooncake.transport_mismatch", str, default="fail", choices=("fail", "warn"),
+    description="when Mooncake installs another transport than device.mooncake_protocol")
 
 
 @dataclass(slots=True)
@@ -107,6 +125,9 @@ def check_transport(ctx: StepContext, shared: SharedTransferEngine, native: Nati
     requires=["import_backend"],
     device_bound=True,
     when="mooncake.enabled",
+    settings=(MOONCAKE_ENABLED, MOONCAKE_PROTOCOL, MOONCAKE_HOSTNAME, MOONCAKE_METADATA_SERVER,
+              MOONCAKE_DEVICE_NAME, ASCEND_BUILD, TRANSPORT_MISMATCH, MASTER_ADDR,
+              VISIBLE_DEVICES_ENV),
 )
 def init_shared_mooncake_transfer_engine(ctx: StepContext) -> SharedTransferEngine:
     engine_type = import_transfer_engine()

@@ -15,12 +15,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from initorch import StepContext, StepError, step
+from initorch import StepContext, StepError, setting, step
 from initorch.steps.host_pool import HostPool, Registration
 from initorch.steps.kv_layout import KvGeometry
 from initorch.steps.native_log import capture_native_stderr
+from initorch.steps.settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
 
 GEOMETRY = KvGeometry()
+
+VERIFY_TRANSFER = setting(
+    "checks.verify_transfer", bool, default=False,
+    description="put KV pages into the Mooncake Store from each rank's pool and read the "
+                "previous rank's back, byte-checked")
+VERIFY_PAGES = setting("checks.verify_pages", int, default=4, minimum=1, maximum=4096,
+                       description="pages each rank puts when checks.verify_transfer is on")
 
 
 def pattern(sender: int, page: int, part: int, nbytes: int) -> Any:
@@ -89,6 +97,7 @@ def get_pages(store: Any, layout: str, keys: list[str], buffers: list[tuple[tupl
     device_bound=True,
     when="checks.verify_transfer and hicache.enabled and mooncake.enabled "
          "and hicache.storage_backend == 'mooncake'",
+    settings=(VERIFY_TRANSFER, VERIFY_PAGES, HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND),
 )
 def verify_transfer(ctx: StepContext) -> dict[str, Any]:
     registration: Registration = ctx.output("register_mem_pool_host")

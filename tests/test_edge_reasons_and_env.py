@@ -14,7 +14,7 @@ from initorch.execution.environment import apply_environment
 from initorch.loading.document import EnvEntry, parse_profile
 from initorch.location import SourceLocation
 from initorch.reporting.render import graph_dot, graph_json, graph_mermaid
-from tests.conftest import define
+from tests.conftest import FLAG, define
 from tests.helpers_foundation import error_of, find_problem, plan_of, registry_of, write
 
 A, B, C = define("a"), define("b"), define("c")
@@ -82,7 +82,7 @@ def test_restating_a_declared_edge_with_a_reason_attaches_it(tmp_path: Path) -> 
 
 
 def test_a_requirement_on_a_skipped_step_names_the_reason(tmp_path: Path) -> None:
-    skipped = define("gate", when="flag")
+    skipped = define("gate", when="flag", settings=(FLAG,))
     needs = define("needs")
     text = """
     device: {type: cpu}

@@ -165,6 +165,7 @@ class Plan:
             "edges": [_edge_dict(edge) for edge in self.graph.edges()],
             "skipped": [{"step": s.name, "reason": s.reason} for s in self.skipped],
             "settings": {key: s.value for key, s in sorted(self.settings.items())},
+            "setting_origins": {key: s.origin for key, s in sorted(self.settings.items())},
             "env": env_values(self.env),
             "fingerprint": self.fingerprint,
         }
@@ -190,6 +191,7 @@ def _step_fields(step: Step) -> dict[str, Any]:
         "timeout": step.timeout,
         "retries": step.retries,
         "teardown": step.teardown is not None,
+        "settings": [spec.key for spec in step.settings],
     }
 
 

@@ -114,8 +114,9 @@ LAYOUT_UNSUPPORTED = Diagnosis(
     ),
     prevention=(
         "Take hicache.layout and hicache.io_backend from the device profile (page_first / "
-        "kernel in base, page_first_direct / kernel_ascend in npu); alloc_host_mem_pool "
-        "applies SGLang's rewrites and refuses the rest before anything is registered."
+        "kernel by default, page_first_direct / kernel_ascend in npu); initorch refuses names "
+        "that are not SGLang's when the profile is loaded, and alloc_host_mem_pool applies "
+        "SGLang's rewrites and refuses the rest before anything is registered."
     ),
     pattern=(
         r"Mooncake layer_first multi-buffer is only supported for MLA host KV pool"
