@@ -150,7 +150,7 @@ def test_an_unsupported_layout_is_refused_before_anything_runs(tmp_path: Path) -
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         "initorch: error: <command line>: hicache.layout must be one of layer_first, "
-        "page_first, page_first_direct, page_head, page_first_kv_split, page_first_kv_spilt, "
+        "page_first, page_first_direct, page_first_kv_split, page_head, page_first_kv_spilt, "
         "got 'page_frist' (did you mean 'page_first'?)"]
     assert not report_path.exists()
 
