@@ -1,15 +1,16 @@
 """initorch: declarative start-up orchestration for LLM inference servers.
 
 The public face of the package; everything else is private to its module.
-The run-time names (``Run``, ``RunReport``, ``StepOutcome``, ``RunInterrupted``)
-are imported on first use, so that a dry run never pays for the executors and
+Two groups of names are imported on first use: the resolver's (``load_plan``,
+``resolve``, ``StepGraph``: networkx), so that running a plan never imports
+networkx, and the run-time ones (``Run``, ``RunReport``, ``StepOutcome``,
+``RunInterrupted``), so that a dry run never pays for the executors and
 structlog's stdlib integration.
 """
 
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from initorch.api import load_plan
 from initorch.errors import (
     ConditionError,
     ConflictError,
@@ -30,16 +31,21 @@ from initorch.model.registry import StepRegistry
 from initorch.model.step import Step, StepDefinition, step
 from initorch.plugins import Registry
 from initorch.reporting.diagnosis import Diagnosis, DiagnosisBook, Finding
-from initorch.resolution.graph import Edge, StepGraph
 from initorch.resolution.plan import Plan, PlannedStep, SkippedStep
-from initorch.resolution.resolve import resolve
+from initorch.resolution.plangraph import Edge, PlanGraph
 
 if TYPE_CHECKING:
+    from initorch.api import load_plan
     from initorch.execution.run import Run
     from initorch.execution.signals import RunInterrupted
     from initorch.reporting.report import RunReport, StepOutcome
+    from initorch.resolution.graph import StepGraph
+    from initorch.resolution.resolve import resolve
 
-_RUN_TIME = {
+_ON_FIRST_USE = {
+    "load_plan": "initorch.api",
+    "resolve": "initorch.resolution.resolve",
+    "StepGraph": "initorch.resolution.graph",
     "Run": "initorch.execution.run",
     "RunInterrupted": "initorch.execution.signals",
     "RunReport": "initorch.reporting.report",
@@ -48,12 +54,13 @@ _RUN_TIME = {
 
 
 def __getattr__(name: str) -> Any:
-    module = _RUN_TIME.get(name)
+    module = _ON_FIRST_USE.get(name)
     if module is None:
         raise AttributeError(f"module 'initorch' has no attribute {name!r}")
     value = getattr(import_module(module), name)
     globals()[name] = value
     return value
+
 
 __all__ = [
     "ComposedProfile",
@@ -69,6 +76,7 @@ __all__ = [
     "Finding",
     "InitorchError",
     "Plan",
+    "PlanGraph",
     "PlannedStep",
     "ProfileError",
     "RankInfo",

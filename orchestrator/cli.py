@@ -15,7 +15,6 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from initorch.api import load_plan
 from initorch.errors import (
     EXIT_INTERNAL_ERROR,
     EXIT_INVALID_INPUT,
@@ -51,6 +50,8 @@ def _selection_options() -> argparse.ArgumentParser:
 
 
 def _plan(args: argparse.Namespace, registry: Registry) -> Plan:
+    from initorch.api import load_plan  # the resolver (networkx) only when resolving
+
     return load_plan(args.profile, device=args.device, settings=args.settings,
                      registry=registry)
 

@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 from initorch.reporting.report import RunReport
-from initorch.resolution.graph import Edge
 from initorch.resolution.plan import Plan
+from initorch.resolution.plangraph import Edge
 
 _EDGE_STYLE = {
     "requires": "solid",

@@ -6,6 +6,9 @@ fields, the order and the settings) lets a launcher check that what runs is
 what was reviewed, like a saved Terraform plan.  File paths are left out of the
 fingerprint so that the same profiles give the same fingerprint on every
 machine.
+
+A plan carries a :class:`~initorch.resolution.plangraph.PlanGraph`, not the
+resolver's networkx graph: running a plan never needs networkx.
 """
 
 from __future__ import annotations
@@ -13,14 +16,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from initorch.errors import ResolveError
 from initorch.loading.document import Setting
 from initorch.model.devices import DeviceRef
 from initorch.model.step import EDGE_KINDS, Step
-from initorch.resolution.graph import Edge, StepGraph
+from initorch.resolution.plangraph import Edge, PlanGraph
 from initorch.suggest import closest
 
 
@@ -54,8 +57,12 @@ class Plan:
     settings: Mapping[str, Setting]
     steps: tuple[PlannedStep, ...]
     skipped: tuple[SkippedStep, ...]
-    graph: StepGraph
+    graph: PlanGraph
     fingerprint: str
+    _by_name: dict[str, PlannedStep] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_name", {planned.name: planned for planned in self.steps})
 
     @property
     def order(self) -> tuple[str, ...]:
@@ -69,10 +76,8 @@ class Plan:
         return tuple(tuple(sorted(waves[i])) for i in sorted(waves))
 
     def step(self, name: str) -> PlannedStep:
-        for planned in self.steps:
-            if planned.name == name:
-                return planned
-        raise KeyError(name)
+        """The planned step called ``name`` (``KeyError`` if it is not planned)."""
+        return self._by_name[name]
 
     def config(self) -> dict[str, Any]:
         """Flat ``{dotted key: value}`` of every setting (what steps read)."""
@@ -85,7 +90,7 @@ class Plan:
         constraint orders them (then they may run in the same wave).
         """
         for name in (first, second):
-            if name not in self.order:
+            if name not in self._by_name:
                 skipped = next((s for s in self.skipped if s.name == name), None)
                 if skipped is not None:
                     raise ResolveError(f"step '{name}' is not in the plan: skipped "
