@@ -2,8 +2,8 @@
 
 The public face of the package; everything else is private to its module.
 Two groups of names are imported on first use: the resolver's (``load_plan``,
-``resolve``, ``StepGraph``: networkx), so that running a plan never imports
-networkx, and the run-time ones (``Run``, ``RunReport``, ``StepOutcome``,
+``resolve``, ``StepGraph``: networkx), so that running a saved plan never
+imports networkx, and the run-time ones (``Run``, ``RunReport``, ``StepOutcome``,
 ``RunInterrupted``), so that a dry run never pays for the executors and
 structlog's stdlib integration.
 """
@@ -19,6 +19,7 @@ from initorch.errors import (
     InitorchError,
     ProfileError,
     ResolveError,
+    SavedPlanError,
     StepDefinitionError,
     StepError,
     StepFailedError,
@@ -33,6 +34,7 @@ from initorch.plugins import Registry
 from initorch.reporting.diagnosis import Diagnosis, DiagnosisBook, Finding
 from initorch.resolution.plan import Plan, PlannedStep, SkippedStep
 from initorch.resolution.plangraph import Edge, PlanGraph
+from initorch.resolution.saved import load_saved_plan
 
 if TYPE_CHECKING:
     from initorch.api import load_plan
@@ -85,6 +87,7 @@ __all__ = [
     "Run",
     "RunInterrupted",
     "RunReport",
+    "SavedPlanError",
     "SkippedStep",
     "Step",
     "StepContext",
@@ -98,6 +101,7 @@ __all__ = [
     "UnknownStepError",
     "compose",
     "load_plan",
+    "load_saved_plan",
     "parse_device",
     "resolve",
     "step",

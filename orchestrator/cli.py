@@ -22,6 +22,7 @@ from initorch.errors import (
     EXIT_STEP_FAILED,
     InitorchError,
 )
+from initorch.location import display_path
 from initorch.plugins import Registry
 from initorch.reporting.render import GRAPH_FORMATS, explain_text, plan_text
 from initorch.resolution.plan import Plan
@@ -62,8 +63,28 @@ def _emit(text: str) -> None:
 
 def cmd_plan(args: argparse.Namespace, registry: Registry) -> int:
     plan = _plan(args, registry)
+    if args.out:
+        plan.save(args.out)
     _emit(json.dumps(plan.to_dict(), indent=2) if args.json else plan_text(plan))
+    if args.out:  # on stderr, so that --json output stays one JSON document
+        shown = display_path(args.out)
+        sys.stderr.write(f"initorch: saved the plan to {shown}; run exactly this plan with: "
+                         f"initorch run --plan {shown}\n")
     return EXIT_OK
+
+
+def _run_plan(args: argparse.Namespace, registry: Registry) -> Plan:
+    """The plan ``run`` executes: the saved one (``--plan``), else resolved from profiles."""
+    if not args.plan:
+        return _plan(args, registry)
+    if args.profile or args.device or args.settings:
+        raise InitorchError("--plan runs a saved plan exactly as it is; it cannot be combined "
+                            "with --profile, --device or --set",
+                            hint="change the selection and save the plan again with "
+                                 "'initorch plan ... --out FILE'")
+    from initorch.resolution.saved import load_saved_plan
+
+    return load_saved_plan(args.plan, registry)
 
 
 def cmd_graph(args: argparse.Namespace, registry: Registry) -> int:
@@ -136,7 +157,7 @@ def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
             raise InitorchError(f"{option} {path}: the folder does not exist",
                                 hint="create it first, or write the file elsewhere")
     configure_logging(args.log_format)
-    plan = _plan(args, registry)
+    plan = _run_plan(args, registry)
     try:
         rank = RankInfo.from_env()
     except ValueError as exc:
@@ -219,6 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan = add("plan", cmd_plan, "dry run: show the resolved start-up order", selection)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.add_argument("--out", metavar="FILE",
+                      help="also save the plan to FILE, for 'initorch run --plan FILE'")
     add("validate", cmd_validate,
         "lint profiles (all available ones when none is selected)", selection)
     graph = add("graph", cmd_graph, "print the step graph", selection)
@@ -233,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
         listing.add_argument("--json", action="store_true", help="print as JSON")
     add("schema", cmd_schema, "print the JSON Schema of profile files")
     run = add("run", cmd_run, "run the plan for real (then tear it down)", selection)
+    run.add_argument("--plan", metavar="FILE",
+                     help="run exactly the plan saved by 'initorch plan --out FILE' "
+                          "(no profiles are read, nothing is resolved)")
     run.add_argument("--executor", choices=["sequential", "parallel", "dry-run"],
                      default="sequential", help="how steps are scheduled (default sequential)")
     run.add_argument("--workers", type=_positive_int, default=4,

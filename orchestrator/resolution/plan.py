@@ -2,10 +2,10 @@
 
 A :class:`Plan` is what ``initorch plan`` prints and what executors run; its
 ``fingerprint`` (sha256 over a canonical JSON of the steps, their effective
-fields, the order and the settings) lets a launcher check that what runs is
-what was reviewed, like a saved Terraform plan.  File paths are left out of the
-fingerprint so that the same profiles give the same fingerprint on every
-machine.
+fields and their declarations in code, the order and the settings) lets a
+launcher check that what runs is what was reviewed, like a saved Terraform
+plan (:meth:`Plan.save`).  File paths are left out of the fingerprint so that
+the same profiles give the same fingerprint on every machine.
 
 A plan carries a :class:`~initorch.resolution.plangraph.PlanGraph`, not the
 resolver's networkx graph: running a plan never needs networkx.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,11 +30,15 @@ from initorch.suggest import closest
 
 @dataclass(frozen=True, slots=True)
 class PlannedStep:
-    """A step that will run: its effective declaration, wave, and why it is in the plan."""
+    """A step that will run: its effective declaration (``step``: the registered
+    step with the profiles' overrides applied), its wave, why it is in the plan,
+    and the step as registered in code (``declared``), which the fingerprint
+    covers so that a saved plan notices when the code changed under it."""
 
     step: Step
     wave: int
     reasons: tuple[str, ...]
+    declared: Step
 
     @property
     def name(self) -> str:
@@ -78,6 +83,13 @@ class Plan:
     def step(self, name: str) -> PlannedStep:
         """The planned step called ``name`` (``KeyError`` if it is not planned)."""
         return self._by_name[name]
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write this plan to ``path`` for :func:`~initorch.resolution.saved.load_saved_plan`
+        (``initorch plan --out``); the file is replaced atomically."""
+        from initorch.resolution.saved import save_plan
+
+        save_plan(self, path)
 
     def config(self) -> dict[str, Any]:
         """Flat ``{dotted key: value}`` of every setting (what steps read)."""
@@ -124,7 +136,8 @@ class Plan:
                     "wave": p.wave,
                     "description": p.step.description,
                     "why": list(p.reasons),
-                    **_step_fields(p.step),
+                    **step_fields(p.step),
+                    "declared": declaration(p.declared),
                 }
                 for p in self.steps
             ],
@@ -134,7 +147,12 @@ class Plan:
         }
 
 
-def _step_fields(step: Step) -> dict[str, Any]:
+OVERRIDABLE_FIELDS = (*EDGE_KINDS, "when", "timeout", "retries")
+"""The effective fields a profile may change; the rest of a step is as registered."""
+
+
+def step_fields(step: Step) -> dict[str, Any]:
+    """A step's effective fields as JSON: what ``plan --json`` shows for each step."""
     return {
         **{kind: list(step.edges(kind)) for kind in EDGE_KINDS},
         "when": step.when,
@@ -143,6 +161,26 @@ def _step_fields(step: Step) -> dict[str, Any]:
         "timeout": step.timeout,
         "retries": step.retries,
         "teardown": step.teardown is not None,
+    }
+
+
+def _qualified_name(value: object) -> str | None:
+    if value is None:
+        return None
+    module = getattr(value, "__module__", None) or type(value).__module__
+    name = getattr(value, "__qualname__", None) or type(value).__qualname__
+    return f"{module}:{name}"
+
+
+def declaration(step: Step) -> dict[str, Any]:
+    """A registered step's declaration as JSON: every field its code sets, with the
+    action, the teardown and the transient errors by qualified name."""
+    return {
+        **step_fields(step),
+        "action": _qualified_name(step.action),
+        "teardown": _qualified_name(step.teardown),
+        "retry_on": [_qualified_name(error) for error in step.retry_on],
+        "retry_backoff": step.retry_backoff,
     }
 
 
@@ -158,7 +196,8 @@ def fingerprint(
         "profiles": list(profiles),
         "device": [device.type, device.index],
         "settings": {key: s.value for key, s in sorted(settings.items())},
-        "steps": [{"name": p.name, "wave": p.wave, **_step_fields(p.step)} for p in steps],
+        "steps": [{"name": p.name, "wave": p.wave, **step_fields(p.step),
+                   "declared": declaration(p.declared)} for p in steps],
         "skipped": sorted(s.name for s in skipped),
     }
     blob = json.dumps(canonical, sort_keys=True, separators=(",", ":"), default=repr)

@@ -79,7 +79,7 @@ def resolve(composed: ComposedProfile, steps: StepRegistry,
     order = graph.order()
     planned = tuple(
         PlannedStep(active[name].step, waves[name],
-                    _merge_reasons(active[name].reasons, skipped))
+                    _merge_reasons(active[name].reasons, skipped), steps.get(name))
         for name in order
     )
     skipped_steps = tuple(SkippedStep(name, skipped[name]) for name in sorted(skipped))
