@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -156,7 +157,7 @@ def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise InitorchError(f"{option} {path}: the folder does not exist",
                                 hint="create it first, or write the file elsewhere")
-    configure_logging(args.log_format)
+    configure_logging(args.log_format, level=logging.getLevelName(args.log_level.upper()))
     plan = _run_plan(args, registry)
     try:
         rank = RankInfo.from_env()
@@ -268,6 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="write a Chrome trace-event file (open it in Perfetto)")
     run.add_argument("--log-format", choices=["console", "json"], default="console",
                      help="console for people (default), json for one event per line")
+    run.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                     default="info", help="the least severe events shown (default info); "
+                     "console colours follow the terminal and NO_COLOR")
     return parser
 
 

@@ -141,3 +141,12 @@ def test_a_report_in_a_missing_folder_is_refused_before_running(tmp_path):
     assert result.stderr.strip().endswith(
         "the folder does not exist (create it first, or write the file elsewhere)")
     assert "run_started" not in result.stderr  # nothing ran
+
+
+@pytest.mark.parametrize(("level", "shown"), [("warning", False), ("info", True),
+                                              ("debug", True)])
+def test_log_level_hides_less_severe_events(level: str, shown: bool):
+    result = run("--profile", "cpu", "--executor", "dry-run", "--log-level", level)
+    assert result.returncode == 0, result.stderr
+    assert ("run_started" in result.stderr) is shown
+    assert result.stdout.startswith("run: ok in ")

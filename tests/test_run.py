@@ -189,7 +189,7 @@ def test_steps_without_teardown_are_released_silently():
         run.start()
         run.teardown()
     assert run.report.teardown == []
-    assert not [r for r in records.records if r.getMessage().startswith("teardown_")]
+    assert not [r for r in records.records if r.event.startswith("teardown_")]
 
 
 # -- the context manager ------------------------------------------------------------------------
