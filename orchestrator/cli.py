@@ -23,6 +23,7 @@ from initorch.errors import (
     EXIT_STEP_FAILED,
     InitorchError,
 )
+from initorch.execution.heartbeat import DEFAULT_INTERVAL_S
 from initorch.location import display_path
 from initorch.plugins import Registry
 from initorch.reporting.render import GRAPH_FORMATS, explain_text, plan_text
@@ -164,7 +165,8 @@ def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
     except ValueError as exc:
         raise InitorchError(str(exc), hint="check the variables torchrun exports") from None
     run = Run(plan, executor=args.executor, workers=args.workers, diagnoses=registry.diagnoses,
-              rank=rank, handle_signals=True, teardown_at_exit=True)
+              rank=rank, handle_signals=True, teardown_at_exit=True,
+              heartbeat=args.heartbeat or None)
     try:
         report = run.start()
         run.teardown()  # the CLI only proves start-up works; a server keeps the run alive
@@ -220,6 +222,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="initorch", epilog=EPILOG,
@@ -269,6 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="write a Chrome trace-event file (open it in Perfetto)")
     run.add_argument("--log-format", choices=["console", "json"], default="console",
                      help="console for people (default), json for one event per line")
+    run.add_argument("--heartbeat", type=_seconds, default=DEFAULT_INTERVAL_S,
+                     metavar="SECONDS", help="log step_still_running every SECONDS while a "
+                     f"step runs (default {DEFAULT_INTERVAL_S:g}; 0 turns it off)")
     run.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
                      default="info", help="the least severe events shown (default info); "
                      "console colours follow the terminal and NO_COLOR")

@@ -26,6 +26,7 @@ from typing import Any
 from initorch.errors import StepFailedError
 from initorch.execution.context import RankInfo, RunState, StepContext
 from initorch.execution.executors import Executor, make_executor
+from initorch.execution.heartbeat import DEFAULT_INTERVAL_S, Heartbeat
 from initorch.execution.invoke import invoke_step
 from initorch.execution.signals import SignalGuard
 from initorch.plugins import Registry
@@ -38,7 +39,11 @@ HARD_EDGE_KINDS = frozenset({"requires", "device"})
 
 
 class Run:
-    """Executes a plan and owns the resources its steps produced."""
+    """Executes a plan and owns the resources its steps produced.
+
+    ``heartbeat`` is the interval in seconds at which a step that is still
+    running logs ``step_still_running`` (``None``: never).
+    """
 
     def __init__(
         self,
@@ -50,6 +55,7 @@ class Run:
         rank: RankInfo | None = None,
         handle_signals: bool = False,
         teardown_at_exit: bool = False,
+        heartbeat: float | None = DEFAULT_INTERVAL_S,
         clock: Callable[[], float] = time.perf_counter,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -69,6 +75,7 @@ class Run:
         self._completed: list[str] = []
         self._started = self._closing = self._torn_down = False
         self._signals = SignalGuard(self.log)
+        self._heartbeat = Heartbeat(heartbeat, self.log) if heartbeat is not None else None
         outcomes = {name: StepOutcome(name) for name in plan.order}
         for skipped in plan.skipped:
             outcomes[skipped.name] = StepOutcome(skipped.name, "skipped", reason=skipped.reason)
@@ -99,9 +106,11 @@ class Run:
             for skipped in self._plan.skipped:
                 self.log.info("step_skipped", step=skipped.name, reason=skipped.reason)
             self.executor.execute(self)
+            self._stop_heartbeat()
             if self.report.ok and self.state.has_binding:
                 self.state.bind_device()  # leave the caller's thread on this rank's device
         except BaseException:
+            self._stop_heartbeat()
             for outcome in self.report.outcomes.values():
                 if outcome.status == "pending" and outcome.started is not None:
                     outcome.status = "interrupted"
@@ -174,7 +183,7 @@ class Run:
             outcome.status, outcome.reason = "skipped", "the run was torn down"
             return
         invoke_step(planned, self.state, outcome, self.diagnoses, self.log,
-                    self._elapsed, self._late_result, self._sleep)
+                    self._elapsed, self._late_result, self._sleep, self._heartbeat)
         if outcome.status != "succeeded":
             return
         with self._lock:
@@ -191,6 +200,10 @@ class Run:
                       device_bound=planned.step.device_bound, timeout=planned.step.timeout)
 
     # -- internals -------------------------------------------------------------------
+
+    def _stop_heartbeat(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
 
     def _elapsed(self) -> float:
         return self._clock() - self._t0
