@@ -48,7 +48,7 @@ run.teardown()
 print(json.dumps({
     "ok": report.ok,
     "statuses": {n: o.status for n, o in report.outcomes.items()},
-    "teardown": [t["step"] for t in report.teardown],
+    "teardown": [t.step for t in report.teardown],
     "listening_during": len(during),
     "listening_after": listening_sockets(),
     "non_daemon_threads": [t.name for t in threading.enumerate() if not t.daemon],
@@ -88,7 +88,8 @@ def test_cli_run_cpu_with_report(tmp_path) -> None:
     assert report["critical_chain"][0] == "verify_transfer"
     assert [t["status"] for t in report["teardown"]] == ["succeeded"] * 4
     trace = json.loads(trace_path.read_text())
-    assert {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"} == set(statuses)
+    assert {e["name"] for e in trace["traceEvents"] if e.get("cat") == "initorch.step"} == set(
+        statuses)
 
 
 def test_cli_run_without_mooncake_skips_its_steps() -> None:
@@ -99,3 +100,4 @@ def test_cli_run_without_mooncake_skips_its_steps() -> None:
     skipped = {e["step"] for e in events if e["event"] == "step_skipped"}
     assert skipped == {"init_shared_mooncake_transfer_engine", "register_mem_pool_host",
                        "verify_transfer"}
+

@@ -32,7 +32,7 @@ from initorch.execution.signals import SignalGuard
 from initorch.plugins import Registry
 from initorch.reporting.diagnosis import DiagnosisBook
 from initorch.reporting.logs import get_logger
-from initorch.reporting.report import RunReport, StepOutcome
+from initorch.reporting.report import RunReport, StepOutcome, TeardownOutcome
 from initorch.resolution.plan import Plan, PlannedStep
 
 HARD_EDGE_KINDS = frozenset({"requires", "device"})
@@ -109,8 +109,11 @@ class Run:
             self._stop_heartbeat()
             if self.report.ok and self.state.has_binding:
                 self.state.bind_device()  # leave the caller's thread on this rank's device
-        except BaseException:
+        except BaseException as stop:
             self._stop_heartbeat()
+            self.report.interrupted = str(stop) or type(stop).__name__
+            if self._t0:
+                self.report.wall_time = self._clock() - self._t0
             for outcome in self.report.outcomes.values():
                 if outcome.status == "pending" and outcome.started is not None:
                     outcome.status = "interrupted"
@@ -220,18 +223,20 @@ class Run:
             return
         log = self.log.bind(step=name)
         log.info("teardown_started")
-        began = self._clock()
-        entry: dict[str, Any] = {"step": name}
+        current = threading.current_thread()
+        entry = TeardownOutcome(name, started=self._elapsed(), thread=current.name,
+                                thread_id=current.ident)
         try:
             if planned.step.device_bound and self.state.has_binding:
                 self.state.bind_device()
             teardown(StepContext(self.state, name, log), output)
         except Exception as exc:
-            entry.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+            entry.finished = self._elapsed()
+            entry.status, entry.error = "failed", f"{type(exc).__name__}: {exc}"
             log.error("teardown_failed", error_type=type(exc).__name__, error=str(exc))
         else:
-            entry["status"] = "succeeded"
-            log.info("teardown_succeeded", duration_s=round(self._clock() - began, 6))
+            entry.finished = self._elapsed()
+            log.info("teardown_succeeded", duration_s=round(entry.duration, 6))
         self.report.teardown.append(entry)
 
 
