@@ -31,7 +31,9 @@ from initorch.resolution.plan import Plan
 
 if TYPE_CHECKING:
     from initorch.execution.run import Run
+    from initorch.execution.signals import RunInterrupted
     from initorch.reporting.report import RunReport
+    from initorch.reporting.stderr_events import StderrEvents
 
 EPILOG = """exit codes: 0 ok, 1 a step failed at run time, 2 invalid input or usage,
 70 internal error (a bug; please report it), 128+N interrupted by signal N.
@@ -148,17 +150,31 @@ def cmd_steps(args: argparse.Namespace, registry: Registry) -> int:
 
 
 def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
-    from initorch.execution.context import RankInfo
-    from initorch.execution.run import Run
-    from initorch.execution.signals import RunInterrupted
     from initorch.reporting.logs import configure_logging
-    from initorch.reporting.render import run_summary_text
 
     for option, path in (("--report", args.report), ("--trace", args.trace)):
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise InitorchError(f"{option} {path}: the folder does not exist",
+            raise InitorchError(f"{option} {display_path(path)}: the folder does not exist",
                                 hint="create it first, or write the file elsewhere")
-    configure_logging(args.log_format, level=logging.getLevelName(args.log_level.upper()))
+    level = logging.getLevelName(args.log_level.upper())
+    if args.log_format == "json":
+        # All of stderr becomes JSON lines: native output, warnings, the summary.
+        from initorch.reporting.stderr_events import StderrEvents
+
+        with StderrEvents() as capture:
+            configure_logging("json", stream=capture.stream, level=level)
+            return _run(args, registry, capture)
+    configure_logging("console", level=level)
+    return _run(args, registry, None)
+
+
+def _run(args: argparse.Namespace, registry: Registry, capture: StderrEvents | None) -> int:
+    """Run the plan once, tear it down, and conclude: the run table and the last line
+    for people, or the ``run_summary`` (and ``run_failed``/``run_interrupted``) event."""
+    from initorch.execution.context import RankInfo
+    from initorch.execution.run import Run
+    from initorch.execution.signals import RunInterrupted
+
     plan = _run_plan(args, registry)
     try:
         rank = RankInfo.from_env()
@@ -167,19 +183,45 @@ def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
     run = Run(plan, executor=args.executor, workers=args.workers, diagnoses=registry.diagnoses,
               rank=rank, handle_signals=True, teardown_at_exit=True,
               heartbeat=args.heartbeat or None)
+    if capture is not None:
+        capture.log = run.log  # native output carries the run's profile and rank
+    interrupted: RunInterrupted | None = None
     try:
-        report = run.start()
+        run.start()
         run.teardown()  # the CLI only proves start-up works; a server keeps the run alive
     except RunInterrupted as interrupt:
-        sys.stderr.write(f"initorch: {interrupt}; completed steps were torn down\n")
-        return interrupt.exit_code
+        interrupted = interrupt
     finally:
         _write_outputs(run, args)
+    if capture is not None:
+        return _conclude_in_json(run, interrupted)
+    return _conclude_for_people(run.report, interrupted)
+
+
+def _conclude_for_people(report: RunReport, interrupted: RunInterrupted | None) -> int:
+    from initorch.reporting.render import run_summary_text
+
     _emit(run_summary_text(report))
+    sys.stdout.flush()
+    if interrupted is not None:
+        sys.stderr.write(f"initorch: {interrupted}; completed steps were torn down\n")
+        return interrupted.exit_code
     if report.ok:
         return EXIT_OK
-    sys.stdout.flush()
     sys.stderr.write(failure_line(report) + "\n")
+    return EXIT_STEP_FAILED
+
+
+def _conclude_in_json(run: Run, interrupted: RunInterrupted | None) -> int:
+    report = run.report
+    run.log.info("run_summary", **report.to_dict())
+    if interrupted is not None:
+        run.log.warning("run_interrupted", signal=str(interrupted),
+                        exit_code=interrupted.exit_code)
+        return interrupted.exit_code
+    if report.ok:
+        return EXIT_OK
+    run.log.error("run_failed", step=report.failed[0].name, text=failure_line(report))
     return EXIT_STEP_FAILED
 
 
@@ -190,7 +232,7 @@ def _write_outputs(run: Run, args: argparse.Namespace) -> None:
                 with open(path, "w", encoding="utf-8") as handle:
                     json.dump(data(), handle, indent=2)
             except OSError as exc:
-                raise InitorchError(f"cannot write {path}: {exc.strerror}",
+                raise InitorchError(f"cannot write {display_path(path)}: {exc.strerror}",
                                     hint="check the path and its permissions") from None
 
 
@@ -300,9 +342,20 @@ def _report(error: InitorchError, prefix: str = "") -> None:
         sys.stderr.write(f"  {problem}\n")
 
 
+def _report_json(message: str, exit_code: int, problems: list[str]) -> None:
+    """An error of ``run --log-format json`` as one more JSON line on stderr."""
+    from initorch.reporting.logs import json_event
+
+    fields = {"text": message, "exit_code": exit_code}
+    if len(problems) > 1:
+        fields["problems"] = problems
+    sys.stderr.write(json_event(logging.ERROR, "error", fields) + "\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
     args = build_parser().parse_args(argv)
+    in_json = getattr(args, "log_format", None) == "json"
     try:
         registry = Registry.with_plugins()
         code: int = args.handler(args, registry)
@@ -310,11 +363,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InitorchError as error:
         if args.debug:
             raise
-        _report(error)
+        if in_json:
+            _report_json(error.args[0], error.exit_code, [str(p) for p in error.problems])
+        else:
+            _report(error)
         return error.exit_code
     except Exception as error:  # a bug: never let it pass for "a step failed" (exit 1)
         if args.debug:
             raise
-        sys.stderr.write(f"initorch: internal error: {type(error).__name__}: {error} "
-                         "(rerun with --debug for the traceback, and please report it)\n")
+        text = f"internal error: {type(error).__name__}: {error}"
+        hint = "rerun with --debug for the traceback, and please report it"
+        if in_json:
+            _report_json(f"{text} ({hint})", EXIT_INTERNAL_ERROR, [])
+        else:
+            sys.stderr.write(f"initorch: {text} ({hint})\n")
         return EXIT_INTERNAL_ERROR

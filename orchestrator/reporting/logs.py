@@ -190,6 +190,14 @@ class EventFormatter(logging.Formatter):
                 f"{_BOLD}{event:<30}{_RESET} {pairs}").rstrip()
 
 
+def json_event(level: int, event: str, fields: Mapping[str, Any]) -> str:
+    """One event as the CLI's JSON handler writes it, without a logger (for an
+    error that ends the command, whether or not logging was configured yet)."""
+    record = logging.LogRecord(LOGGER_NAME, level, "", 0, EventMessage(event, fields), None,
+                               None)
+    return EventFormatter("json").format(record)
+
+
 def wants_colour(stream: TextIO) -> bool:
     """Colour only on a terminal, and never when ``NO_COLOR`` is set and not empty
     (https://no-color.org)."""
