@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -89,6 +90,7 @@ def test_event_fields_and_levels(host_logging, registry):
     [started] = by_name("run_started")
     assert (started.executor, started.steps, started.skipped, started.fingerprint) == (
         "sequential", 4, 1, run.plan.fingerprint)
+    assert started.working_directory == os.getcwd()  # the root of ./relative paths
 
     succeeded = {r.step: r for r in by_name("step_succeeded")}
     assert set(succeeded) == {"a", "flaky"}
@@ -219,7 +221,8 @@ def test_a_plain_stdlib_formatter_shows_every_field(registry):
             logging.getLogger().removeHandler(plain)
     lines = stream.getvalue().splitlines()
     assert lines[0] == ("run_started profile=synthetic rank=1 executor=sequential steps=4 "
-                        f"skipped=1 fingerprint={run.plan.fingerprint}")
+                        f"skipped=1 fingerprint={run.plan.fingerprint} "
+                        f"working_directory={os.getcwd()}")
     [failed] = [line for line in lines if line.startswith("step_failed ")]
     assert f'error="StepError: {REGISTER_712}"' in failed
     assert "vendor_code=712 " in failed and "step=broken" in failed

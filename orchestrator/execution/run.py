@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -102,7 +103,8 @@ class Run:
             self._t0 = self._clock()
             self.log.info("run_started", executor=self.executor.name,
                           steps=len(self._plan.steps), skipped=len(self._plan.skipped),
-                          fingerprint=self._plan.fingerprint)
+                          fingerprint=self._plan.fingerprint,
+                          working_directory=os.getcwd())  # what ./paths are relative to
             for skipped in self._plan.skipped:
                 self.log.info("step_skipped", step=skipped.name, reason=skipped.reason)
             self.executor.execute(self)
