@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import statistics
 import tempfile
 from collections.abc import Callable
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+from measure import interleaved, print_ratios
 
 from initorch import Registry, StepContext, compose, resolve, step
 from initorch.execution.run import Run
@@ -98,8 +100,8 @@ SETUPS: dict[str, tuple[Callable[[], logging.Handler | None], int]] = {
 }
 
 
-def per_step_us(plan: Plan, handler: logging.Handler | None, level: int) -> float:
-    with initorch_logger(handler, level):
+def per_step_us(plan: Plan, make: Callable[[], logging.Handler | None], level: int) -> float:
+    with initorch_logger(make(), level):
         report = Run(plan).start()
     assert report.ok
     return report.wall_time / len(plan.steps) * 1e6
@@ -112,18 +114,11 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         plan = independent_steps(args.steps, Path(tmp))
-    samples: dict[str, list[float]] = {name: [] for name in SETUPS}
-    for _ in range(args.runs):  # interleaved, so that machine noise hits every setup alike
-        for name, (make, level) in SETUPS.items():
-            samples[name].append(per_step_us(plan, make(), level))
-    base = statistics.median(samples["quiet"])
+    samples = interleaved({name: partial(per_step_us, plan, make, level)
+                           for name, (make, level) in SETUPS.items()}, args.runs)
     print(f"sequential executor, {args.steps} no-op steps, {args.runs} runs "
-          "(us per step: median [min-max]; ratio of medians against quiet)")
-    for name, values in samples.items():
-        median = statistics.median(values)
-        print(f"  {name:<8} {median:7.1f} [{min(values):.1f}-{max(values):.1f}]  "
-              f"{median / base:5.2f}x")
-
+          "(per step: median [min-max]; ratio of medians against quiet)")
+    print_ratios(samples, "quiet", "us")
 
 if __name__ == "__main__":
     main()

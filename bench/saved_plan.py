@@ -13,12 +13,14 @@ resolving, and ``import networkx`` is shown for scale.
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
+
+from measure import interleaved, print_ratios
 
 BIN = Path(sys.executable).parent
 
@@ -45,18 +47,11 @@ def main() -> None:
         }
         for command in commands.values():
             once(command)  # warm the page cache
-        samples: dict[str, list[float]] = {name: [] for name in commands}
-        for _ in range(args.runs):
-            for name, command in commands.items():
-                samples[name].append(once(command))
-    base = statistics.median(samples["run -p npu (resolves)"])
+        samples = interleaved({name: partial(once, command)
+                               for name, command in commands.items()}, args.runs)
     print(f"fresh interpreters, {args.runs} runs each (median [min-max]; ratio of medians "
           "against resolving)")
-    for name, values in samples.items():
-        median = statistics.median(values)
-        print(f"  {name:<30} {median * 1e3:6.0f} ms [{min(values) * 1e3:.0f}-"
-              f"{max(values) * 1e3:.0f}]  {median / base:.2f}x")
-
+    print_ratios(samples, "run -p npu (resolves)", "ms", scale=1e3)
 
 if __name__ == "__main__":
     main()
