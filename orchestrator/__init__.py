@@ -2,15 +2,16 @@
 
 The public face of the package; everything else is private to its module.
 Two groups of names are imported on first use: the resolver's (``load_plan``,
-``resolve``, ``StepGraph``: networkx), so that running a saved plan never
-imports networkx, and the run-time ones (``Run``, ``RunReport``, ``StepOutcome``,
-``RunInterrupted``), so that a dry run never pays for the executors and
-structlog's stdlib integration.
+``start``, ``resolve``, ``StepGraph``: networkx), so that running a saved plan
+never imports networkx, and the run-time ones (``Run``, ``RunReport``,
+``StepOutcome``, ``RunInterrupted``, ``configure_logging``) and the renderers, so
+that a dry run never pays for the executors and structlog's stdlib integration.
 """
 
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from initorch._version import __version__
 from initorch.errors import (
     ConditionError,
     ConflictError,
@@ -24,34 +25,50 @@ from initorch.errors import (
     StepError,
     StepFailedError,
     UnknownStepError,
+    UnplannedStepWarning,
 )
 from initorch.execution.context import DeviceBinding, RankInfo, StepContext
 from initorch.loading.compose import ComposedProfile, compose
 from initorch.model.devices import DeviceRef, parse_device
 from initorch.model.registry import StepRegistry
 from initorch.model.step import Step, StepDefinition, step
-from initorch.plugins import Registry
+from initorch.plugins import PluginError, Registry
 from initorch.reporting.diagnosis import Diagnosis, DiagnosisBook, Finding
 from initorch.resolution.plan import Plan, PlannedStep, SkippedStep
 from initorch.resolution.plangraph import Edge, PlanGraph
 from initorch.resolution.saved import load_saved_plan
 
 if TYPE_CHECKING:
-    from initorch.api import load_plan
+    from initorch.api import load_plan, start
     from initorch.execution.run import Run
     from initorch.execution.signals import RunInterrupted
+    from initorch.reporting.logs import configure_logging
+    from initorch.reporting.render import (
+        explain_text,
+        graph_dot,
+        graph_json,
+        graph_mermaid,
+        run_summary_text,
+    )
     from initorch.reporting.report import RunReport, StepOutcome
     from initorch.resolution.graph import StepGraph
     from initorch.resolution.resolve import resolve
 
 _ON_FIRST_USE = {
     "load_plan": "initorch.api",
+    "start": "initorch.api",
     "resolve": "initorch.resolution.resolve",
     "StepGraph": "initorch.resolution.graph",
     "Run": "initorch.execution.run",
     "RunInterrupted": "initorch.execution.signals",
     "RunReport": "initorch.reporting.report",
     "StepOutcome": "initorch.reporting.report",
+    "configure_logging": "initorch.reporting.logs",
+    "explain_text": "initorch.reporting.render",
+    "graph_dot": "initorch.reporting.render",
+    "graph_json": "initorch.reporting.render",
+    "graph_mermaid": "initorch.reporting.render",
+    "run_summary_text": "initorch.reporting.render",
 }
 
 
@@ -80,6 +97,7 @@ __all__ = [
     "Plan",
     "PlanGraph",
     "PlannedStep",
+    "PluginError",
     "ProfileError",
     "RankInfo",
     "Registry",
@@ -99,10 +117,19 @@ __all__ = [
     "StepOutcome",
     "StepRegistry",
     "UnknownStepError",
+    "UnplannedStepWarning",
+    "__version__",
     "compose",
+    "configure_logging",
+    "explain_text",
+    "graph_dot",
+    "graph_json",
+    "graph_mermaid",
     "load_plan",
     "load_saved_plan",
     "parse_device",
     "resolve",
+    "run_summary_text",
+    "start",
     "step",
 ]

@@ -1,7 +1,8 @@
 """The ``initorch`` command line: the one boundary that turns errors into exit codes.
 
-Exit codes: 0 ok; 1 a step failed at run time; 2 invalid input or usage; 70 an
-internal error (a bug); 128+N interrupted by signal N.
+Exit codes: 0 ok; 1 a step failed at run time; 2 invalid input or usage, or a
+plugin that fails to load; 70 an internal error (a bug); 128+N interrupted by
+signal N.
 Invalid input prints one line per problem (``file:line:col: what (how to fix)``)
 and no traceback unless ``--debug`` is given.
 """
@@ -13,20 +14,23 @@ import json
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from initorch._version import __version__
 from initorch.errors import (
     EXIT_INTERNAL_ERROR,
     EXIT_INVALID_INPUT,
     EXIT_OK,
     EXIT_STEP_FAILED,
     InitorchError,
+    UnplannedStepWarning,
 )
 from initorch.execution.heartbeat import DEFAULT_INTERVAL_S
 from initorch.location import display_path
-from initorch.plugins import Registry
-from initorch.reporting.render import GRAPH_FORMATS, explain_text, plan_text
+from initorch.plugins import PluginError, Registry
+from initorch.reporting.render import GRAPH_FORMATS, explain_text
 from initorch.resolution.plan import Plan
 
 if TYPE_CHECKING:
@@ -36,10 +40,17 @@ if TYPE_CHECKING:
     from initorch.reporting.stderr_events import StderrEvents
 
 EPILOG = """exit codes: 0 ok, 1 a step failed at run time, 2 invalid input or usage,
-70 internal error (a bug; please report it), 128+N interrupted by signal N.
-Profiles are built-in names (see 'initorch profiles') or paths to YAML files."""
+or a plugin that fails to load, 70 internal error (a bug; please report it),
+128+N interrupted by signal N.
+Profiles are built-in names (see 'initorch profiles') or paths to YAML files.
+Plugins: INITORCH_PLUGINS=MODULE[:FUNCTION],no:NAME,... is read before --plugin;
+INITORCH_PLUGINS_ALLOW=NAME,... limits the installed plugins besides builtin."""
 
 Command = Callable[[argparse.Namespace, Registry], int]
+
+PLUGIN_HELP = ("load the plugin function MODULE:FUNCTION (default MODULE:register), or "
+               "skip the installed plugin NAME with no:NAME; repeatable, after "
+               "INITORCH_PLUGINS")
 
 
 def _selection_options() -> argparse.ArgumentParser:
@@ -57,8 +68,17 @@ def _selection_options() -> argparse.ArgumentParser:
 def _plan(args: argparse.Namespace, registry: Registry) -> Plan:
     from initorch.api import load_plan  # the resolver (networkx) only when resolving
 
-    return load_plan(args.profile, device=args.device, settings=args.settings,
-                     registry=registry)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UnplannedStepWarning)
+        plan = load_plan(args.profile, device=args.device, settings=args.settings,
+                         registry=registry)
+    for warning in caught:
+        if issubclass(warning.category, UnplannedStepWarning):
+            sys.stderr.write(f"initorch: warning: {warning.message}\n")
+        else:
+            warnings.showwarning(warning.message, warning.category, warning.filename,
+                                 warning.lineno)
+    return plan
 
 
 def _emit(text: str) -> None:
@@ -69,7 +89,7 @@ def cmd_plan(args: argparse.Namespace, registry: Registry) -> int:
     plan = _plan(args, registry)
     if args.out:
         plan.save(args.out)
-    _emit(json.dumps(plan.to_dict(), indent=2) if args.json else plan_text(plan))
+    _emit(json.dumps(plan.to_dict(), indent=2) if args.json else str(plan))
     if args.out:  # on stderr, so that --json output stays one JSON document
         shown = display_path(args.out)
         sys.stderr.write(f"initorch: saved the plan to {shown}; run exactly this plan with: "
@@ -124,11 +144,21 @@ def cmd_profiles(args: argparse.Namespace, registry: Registry) -> int:
     rows = profile_rows(registry)
     if args.json:
         _emit(json.dumps(rows, indent=2))
-    else:
-        width = max(len(r["name"]) for r in rows) if rows else 4
-        for row in rows:
-            _emit(f"{row['name']:<{width}}  {row['device'] or '-':<8}  {row['description']}")
+        return EXIT_OK
+    width = max(len(r["name"]) for r in rows) if rows else 4
+    for row in rows:
+        replaced = row["replaces"]
+        note = (f"  (replaces the profile of {replaced['plugin'] or 'code'})" if replaced
+                else "")
+        _emit(f"{row['name']:<{width}}  {row['device'] or '-':<8}  {_plugin_cell(row, rows)}  "
+              f"{row['description']}{note}")
     return EXIT_OK
+
+
+def _plugin_cell(row: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """The plugin that provides ``row`` ('-' when added in code), padded for ``rows``."""
+    width = max(len(r["plugin"] or "-") for r in rows)
+    return f"{row['plugin'] or '-':<{width}}"
 
 
 def cmd_steps(args: argparse.Namespace, registry: Registry) -> int:
@@ -141,8 +171,9 @@ def cmd_steps(args: argparse.Namespace, registry: Registry) -> int:
         width = max(len(r["name"]) for r in rows) if rows else 4
         for row in rows:
             deps = ", ".join(f"{k} {','.join(row[k])}" for k in ("requires", "wants", "after",
-                                                                 "before") if row[k])
-            _emit(f"{row['name']:<{width}}  {row['description']}")
+                                                                 "before", "wanted_by")
+                             if row[k])
+            _emit(f"{row['name']:<{width}}  {_plugin_cell(row, rows)}  {row['description']}")
             if deps or row["when"]:
                 when = f"  when {row['when']}" if row["when"] else ""
                 _emit(f"{'':<{width}}    {deps}{when}")
@@ -195,10 +226,11 @@ def _run(args: argparse.Namespace, registry: Registry, capture: StderrEvents | N
         _write_outputs(run, args)
     if capture is not None:
         return _conclude_in_json(run, interrupted)
-    return _conclude_for_people(run.report, interrupted)
+    return _conclude_for_people(run.report, interrupted, debug=args.debug)
 
 
-def _conclude_for_people(report: RunReport, interrupted: RunInterrupted | None) -> int:
+def _conclude_for_people(report: RunReport, interrupted: RunInterrupted | None, *,
+                         debug: bool) -> int:
     from initorch.reporting.render import run_summary_text
 
     _emit(run_summary_text(report))
@@ -208,6 +240,10 @@ def _conclude_for_people(report: RunReport, interrupted: RunInterrupted | None) 
         return interrupted.exit_code
     if report.ok:
         return EXIT_OK
+    if debug:
+        for outcome in report.failed:
+            sys.stderr.write(f"initorch: step '{outcome.name}' failed with:\n"
+                             f"{outcome.traceback}")
     sys.stderr.write(failure_line(report) + "\n")
     return EXIT_STEP_FAILED
 
@@ -282,7 +318,12 @@ def build_parser() -> argparse.ArgumentParser:
     debug = argparse.ArgumentParser(add_help=False)
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show tracebacks for errors")
+    debug.add_argument("--plugin", action="append", default=argparse.SUPPRESS,
+                       metavar="MODULE[:FUNCTION]", help=PLUGIN_HELP)
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    parser.add_argument("--plugin", action="append", default=[], dest="early_plugins",
+                        metavar="MODULE[:FUNCTION]", help=PLUGIN_HELP)
+    parser.add_argument("--version", action="version", version=f"initorch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     selection = _selection_options()
 
@@ -309,7 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 ("steps", cmd_steps, "list registered steps")):
         listing = add(name, handler, text)
         listing.add_argument("--json", action="store_true", help="print as JSON")
-    add("schema", cmd_schema, "print the JSON Schema of profile files")
+    schema = add("schema", cmd_schema, "print the JSON Schema of profile files")
+    schema.set_defaults(tolerate_broken_plugins=True)
     run = add("run", cmd_run, "run the plan for real (then tear it down)", selection)
     run.add_argument("--plan", metavar="FILE",
                      help="run exactly the plan saved by 'initorch plan --out FILE' "
@@ -352,12 +394,24 @@ def _report_json(message: str, exit_code: int, problems: list[str]) -> None:
     sys.stderr.write(json_event(logging.ERROR, "error", fields) + "\n")
 
 
+def _registry(args: argparse.Namespace) -> Registry:
+    """The installed plugins and the ``--plugin`` ones; commands that need no step
+    (``schema``) leave a broken plugin out with a warning instead of failing."""
+
+    def leave_out(error: PluginError) -> None:
+        sys.stderr.write(f"initorch: warning: {error} -- left out\n")
+
+    return Registry.with_plugins(
+        [*args.early_plugins, *getattr(args, "plugin", [])],
+        on_error=leave_out if getattr(args, "tolerate_broken_plugins", False) else None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
     args = build_parser().parse_args(argv)
     in_json = getattr(args, "log_format", None) == "json"
     try:
-        registry = Registry.with_plugins()
+        registry = _registry(args)
         code: int = args.handler(args, registry)
         return code
     except InitorchError as error:

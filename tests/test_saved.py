@@ -235,6 +235,7 @@ def test_an_edit_that_forges_the_checksum_still_fails_the_fingerprint(tmp_path):
     ({"requires": ["a", "gated"]}, "requires was ['a'], is ['a', 'gated']"),
     ({"device_bound": True}, "device_bound was False, is True"),
     ({"retries": 1, "retry_on": (ConnectionError,)}, "builtins:ConnectionError"),
+    ({"wanted_by": ["a"]}, "wanted_by was [], is ['a']"),
 ])
 def test_a_step_declared_differently_now_is_refused(tmp_path, changed, fragment):
     _, path = saved_synthetic(tmp_path, synthetic_registry())
