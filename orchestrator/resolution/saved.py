@@ -26,9 +26,9 @@ import json
 import os
 import re
 import tempfile
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
+from initorch._version import __version__
 from initorch.errors import InitorchError, Problem, SavedPlanError
 from initorch.loading.document import Setting
 from initorch.location import SourceLocation, display_path
@@ -56,13 +56,6 @@ FORMAT_VERSION = 1
 _RELATIVE_LOCATION = re.compile(r"(?<![\w./-])\./(?=[^\s'\"]*:\d)")
 
 
-def initorch_version() -> str:
-    try:
-        return version("initorch")
-    except PackageNotFoundError:  # running from a source tree that is not installed
-        return "unknown"
-
-
 # -- saving ---------------------------------------------------------------------------------
 
 def saved_form(plan: Plan) -> dict[str, Any]:
@@ -82,7 +75,7 @@ def saved_form(plan: Plan) -> dict[str, Any]:
         for edge in plan.graph.edges()
     ]
     saved = {"format": FORMAT, "format_version": FORMAT_VERSION,
-             "initorch_version": initorch_version(), **body}
+             "initorch_version": __version__, **body}
     saved["checksum"] = _checksum(saved)
     return saved
 
@@ -182,7 +175,7 @@ def _check_header(saved: dict[str, Any], shown: str, redo: str) -> None:
     if saved.get("format_version") != FORMAT_VERSION:
         raise SavedPlanError(
             shown, f"plan format {saved.get('format_version')!r}, written by initorch "
-            f"{saved.get('initorch_version', 'unknown')}; this initorch ({initorch_version()}) "
+            f"{saved.get('initorch_version', 'unknown')}; this initorch ({__version__}) "
             f"reads plan format {FORMAT_VERSION}", hint=redo)
 
 
