@@ -13,6 +13,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -252,7 +253,7 @@ def _conclude_in_json(run: Run, interrupted: RunInterrupted | None) -> int:
     report = run.report
     run.log.info("run_summary", **report.to_dict())
     if interrupted is not None:
-        run.log.warning("run_interrupted", signal=str(interrupted),
+        run.log.warning("run_interrupted", signal=signal.Signals(interrupted.signum).name,
                         exit_code=interrupted.exit_code)
         return interrupted.exit_code
     if report.ok:

@@ -253,4 +253,5 @@ def test_an_interrupted_run_still_prints_its_table(tmp_path: Path, log_format: s
                                                                "interrupted by SIGINT")
         assert {s["step"]: s["status"] for s in summary["steps"]} == {
             "first": "succeeded", "hang": "interrupted"}
-        assert (last["event"], last["exit_code"]) == ("run_interrupted", 130)
+        assert (last["event"], last["signal"], last["exit_code"]) == (
+            "run_interrupted", "SIGINT", 130)

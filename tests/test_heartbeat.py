@@ -12,7 +12,14 @@ from initorch.execution.heartbeat import Heartbeat
 from initorch.execution.run import Run
 from initorch.reporting.logs import get_logger
 from tests.conftest import define
-from tests.helpers_run import EXECUTORS, WAIT, ListHandler, captured_records, plan_of
+from tests.helpers_run import (
+    EXECUTORS,
+    WAIT,
+    ListHandler,
+    captured_records,
+    plan_of,
+    restored_initorch_logger,
+)
 
 INTERVAL = 0.05
 
@@ -125,8 +132,6 @@ def test_the_interval_must_be_positive(interval):
 @pytest.mark.parametrize(("value", "code"), [("0", 0), ("2.5", 0), ("-1", 2), ("x", 2),
                                              ("inf", 2)])
 def test_cli_heartbeat_option(run_cli, value, code):
-    from tests.helpers_run import restored_initorch_logger
-
     with restored_initorch_logger():
         try:
             result, _, err = run_cli("run", "-p", "cpu", "--executor", "dry-run",

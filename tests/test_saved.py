@@ -14,7 +14,7 @@ from initorch.resolution.plan import Plan
 from initorch.resolution.saved import FORMAT_VERSION, saved_form
 from tests.conftest import define, initorch_command, run_python
 from tests.helpers_foundation import assert_single_error_line, write
-from tests.helpers_run import EXECUTORS, Recorder
+from tests.helpers_run import EXECUTORS, Recorder, restored_initorch_logger
 
 ENGINE = "init_shared_mooncake_transfer_engine"
 SYNTHETIC = """
@@ -263,6 +263,18 @@ def test_a_step_no_longer_registered_is_refused(tmp_path):
 
 
 # --- the command line --------------------------------------------------------------------------
+
+@pytest.fixture
+def run_cli(run_cli):
+    """``run_cli`` that leaves the ``initorch`` logger as it found it (``run`` configures
+    logging on a stream that pytest closes after the test)."""
+
+    def run(*argv, **kwargs):
+        with restored_initorch_logger():
+            return run_cli(*argv, **kwargs)
+
+    return run
+
 
 def test_plan_out_then_run_plan(run_cli, tmp_path):
     path = tmp_path / "plan.json"

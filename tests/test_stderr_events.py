@@ -7,7 +7,7 @@ import sys
 import warnings
 
 from initorch.reporting.stderr_events import StderrEvents
-from tests.helpers_run import captured_records
+from tests.helpers_run import captured_records, restored_initorch_logger
 
 GLOG = (b"W1130 18:33:29.710994 13256 topology.cpp:201] No RDMA devices found\n"
         b"I1130 18:33:29.711047 13256 transfer_engine_impl.cpp:274] Found 0 HCAs.\n"
@@ -18,15 +18,11 @@ GLOG = (b"W1130 18:33:29.710994 13256 topology.cpp:201] No RDMA devices found\n"
 def test_native_lines_warnings_and_python_prints_become_events(capfd):
     before = os.fstat(2)
     showwarning = warnings.showwarning
-    with captured_records() as records, StderrEvents() as capture:
-        os.write(2, GLOG)
-        os.write(2, b"WARNING: Logging before InitGoogleLogging() is written to STDERR\n\n")
-        os.write(2, b'{"event": "from_a_child", "level": "info"}\n')
-        print("a Python print to stderr", file=sys.__stderr__, flush=True)
-        with warnings.catch_warnings():  # whatever filters earlier tests left behind
-            warnings.simplefilter("always")
-            warnings.warn_explicit("probe", UserWarning, "/x/y.py", 7)
-        assert warnings.showwarning != showwarning
+    with restored_initorch_logger() as logger, captured_records() as records:
+        logger.handlers[:] = [records]  # only this test's handler sees the events
+        logger.propagate = False
+        with StderrEvents() as capture:
+            write_to_stderr()
     # fd 2 and the warning hook are back as they were
     after = os.fstat(2)
     assert (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino)
@@ -51,6 +47,20 @@ def test_native_lines_warnings_and_python_prints_become_events(capfd):
     assert '{"event": "from_a_child", "level": "info"}' in passed
     assert not [line for line in passed if "No RDMA" in line or "Python print" in line]
     capture.stream.write("")  # the events' stream outlives the capture
+
+
+def write_to_stderr() -> None:
+    """What a run in JSON mode meets: glog lines, plain native lines, a JSON line from a
+    child process, a Python print and a warning."""
+    showwarning = warnings.showwarning
+    os.write(2, GLOG)
+    os.write(2, b"WARNING: Logging before InitGoogleLogging() is written to STDERR\n\n")
+    os.write(2, b'{"event": "from_a_child", "level": "info"}\n')
+    print("a Python print to stderr", file=sys.__stderr__, flush=True)
+    with warnings.catch_warnings():  # whatever filters earlier tests left behind
+        warnings.simplefilter("always")
+        warnings.warn_explicit("probe", UserWarning, "/x/y.py", 7)
+    assert warnings.showwarning is showwarning  # the capture's hook, restored by the block
 
 
 def test_the_log_can_be_rebound_to_the_run(capfd):
