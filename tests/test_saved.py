@@ -12,7 +12,7 @@ from initorch import Registry, SavedPlanError, load_plan, load_saved_plan
 from initorch.execution.run import Run
 from initorch.resolution.plan import Plan
 from initorch.resolution.saved import FORMAT_VERSION, saved_form
-from tests.conftest import define, initorch_command, run_python
+from tests.conftest import FLAG, FLAGS_ENABLED, define, initorch_command, run_python
 from tests.helpers_foundation import assert_single_error_line, write
 from tests.helpers_run import EXECUTORS, Recorder, restored_initorch_logger
 
@@ -20,7 +20,7 @@ ENGINE = "init_shared_mooncake_transfer_engine"
 SYNTHETIC = """
 device: {type: cpu}
 config:
-  flags: {extra: false}
+  flags: {enabled: false}
 steps:
   a: {}
   b: {timeout: 30}
@@ -36,7 +36,8 @@ def synthetic_registry(recorder: Recorder | None = None, **changed: object) -> R
     registry.steps.add(define("a", recorder.action("a")))
     registry.steps.add(define("b", recorder.action("b"), **{"requires": ["a"], **changed}))
     registry.steps.add(define("c", recorder.action("c"), requires=["b"]))
-    registry.steps.add(define("gated", recorder.action("gated"), when="flags.extra"))
+    registry.steps.add(define("gated", recorder.action("gated"), when="flags.enabled",
+                              settings=[FLAGS_ENABLED]))
     return registry
 
 
@@ -112,7 +113,10 @@ def test_the_file_holds_the_plan_json_plus_origins_edges_and_a_header(tmp_path):
     assert {"name", "wave", "why", "requires", "timeout", "declared"} <= set(step)
     assert step["declared"]["action"] == "initorch.steps.backend:import_backend"
     assert {"from", "to", "kind", "declared_at", "declared_by"} == set(data["edges"][0])
-    assert set(data["setting_origins"]["hicache.layout"]) == {"source", "location"}
+    assert set(data["setting_sources"]["hicache.layout"]) == {
+        "source", "location", "key_location", "is_default"}
+    origin = data["setting_origins"]["checks.verify_transfer"]  # a default, from a step
+    assert origin.startswith("default (declared by step verify_transfer at /")
 
 
 def test_paths_in_a_saved_plan_are_absolute(tmp_path, monkeypatch):
@@ -172,7 +176,7 @@ def test_a_failure_in_a_saved_plan_skips_what_requires_it(tmp_path):
     registry.steps.add(define("a"))
     registry.steps.add(define("b", broken, requires=["a"]))
     registry.steps.add(define("c", requires=["b"]))
-    registry.steps.add(define("gated", when="flags.extra"))
+    registry.steps.add(define("gated", when="flags.enabled", settings=[FLAGS_ENABLED]))
     _, path = saved_synthetic(tmp_path, registry)
     report = Run(load_saved_plan(path, registry)).start()
     assert report.outcomes["b"].status == "failed"
@@ -236,6 +240,7 @@ def test_an_edit_that_forges_the_checksum_still_fails_the_fingerprint(tmp_path):
     ({"device_bound": True}, "device_bound was False, is True"),
     ({"retries": 1, "retry_on": (ConnectionError,)}, "builtins:ConnectionError"),
     ({"wanted_by": ["a"]}, "wanted_by was [], is ['a']"),
+    ({"settings": [FLAG]}, "settings was [], is [{'key': 'flag', 'kind': 'bool'"),
 ])
 def test_a_step_declared_differently_now_is_refused(tmp_path, changed, fragment):
     _, path = saved_synthetic(tmp_path, synthetic_registry())
@@ -248,7 +253,8 @@ def test_a_step_with_other_code_now_is_refused(tmp_path):
     _, path = saved_synthetic(tmp_path, synthetic_registry())
     registry = Registry()
     for definition in (define("a"), define("b", requires=["a"]),
-                       define("c", requires=["b"]), define("gated", when="flags.extra")):
+                       define("c", requires=["b"]),
+                       define("gated", when="flags.enabled", settings=[FLAGS_ENABLED])):
         registry.steps.add(definition)
     error = refusal(path, registry, "action was 'tests.helpers_run:Recorder.action.<locals>.act'"
                     ", is 'tests.conftest:noop'")

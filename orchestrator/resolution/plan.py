@@ -13,6 +13,7 @@ resolver's networkx graph: running a plan never needs networkx.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -23,6 +24,7 @@ from typing import Any
 from initorch.errors import ResolveError
 from initorch.loading.document import Setting
 from initorch.model.devices import DeviceRef
+from initorch.model.settings import SettingSpec
 from initorch.model.step import EDGE_KINDS, Step
 from initorch.resolution.plangraph import Edge, PlanGraph
 from initorch.suggest import closest
@@ -173,6 +175,7 @@ class Plan:
             ],
             "skipped": [{"step": s.name, "reason": s.reason} for s in self.skipped],
             "settings": {key: s.value for key, s in sorted(self.settings.items())},
+            "setting_origins": {key: s.origin for key, s in sorted(self.settings.items())},
             "fingerprint": self.fingerprint,
         }
 
@@ -191,6 +194,7 @@ def step_fields(step: Step) -> dict[str, Any]:
         "timeout": step.timeout,
         "retries": step.retries,
         "teardown": step.teardown is not None,
+        "settings": [spec.key for spec in step.settings],
     }
 
 
@@ -204,15 +208,26 @@ def _qualified_name(value: object) -> str | None:
 
 def declaration(step: Step) -> dict[str, Any]:
     """A registered step's declaration as JSON: every field its code sets, with the
-    action, the teardown and the transient errors by qualified name."""
+    action, the teardown and the transient errors by qualified name, and the
+    settings it reads in full (kind, default, choices, bounds)."""
     return {
         **step_fields(step),
+        "settings": [_spec_json(spec) for spec in step.settings],
         "wanted_by": list(step.wanted_by),
         "action": _qualified_name(step.action),
         "teardown": _qualified_name(step.teardown),
         "retry_on": [_qualified_name(error) for error in step.retry_on],
         "retry_backoff": step.retry_backoff,
     }
+
+
+def _spec_json(spec: SettingSpec) -> dict[str, Any]:
+    return {name.name: _json_value(getattr(spec, name.name))
+            for name in dataclasses.fields(spec) if name.name != "defined_at"}
+
+
+def _json_value(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
 
 
 def fingerprint(

@@ -6,7 +6,8 @@ plan; ``initorch run --plan plan.json`` (or :func:`load_saved_plan` then
 server start never imports networkx.  The file is one JSON object: the keys of
 ``initorch plan --json`` (profiles, device, order, waves, steps with their
 effective fields, why they are planned and their declaration in code, skipped
-steps with reasons, settings, fingerprint) plus ``setting_origins``, ``edges``
+steps with reasons, settings and their origins, fingerprint) plus
+``setting_sources`` (each setting's origin as data), ``edges``
 (kind and where each was declared), a format header and a checksum.  Paths in
 it are absolute, so the file means the same from any working directory.
 
@@ -65,8 +66,13 @@ def saved_form(plan: Plan) -> dict[str, Any]:
         planned["why"] = [_absolute_text(text) for text in planned["why"]]
     for skipped in body["skipped"]:
         skipped["reason"] = _absolute_text(skipped["reason"])
-    body["setting_origins"] = {
-        key: {"source": setting.source, "location": _location_json(setting.location)}
+    body["setting_origins"] = {key: _absolute_text(origin)
+                               for key, origin in body["setting_origins"].items()}
+    body["setting_sources"] = {
+        key: {"source": setting.source, "location": _location_json(setting.location),
+              "key_location": (_location_json(setting.key_location)
+                               if setting.key_location else None),
+              "is_default": setting.is_default}
         for key, setting in sorted(plan.settings.items())
     }
     body["edges"] = [
@@ -209,11 +215,9 @@ def _plan(saved: dict[str, Any], steps: list[PlannedStep]) -> Plan:
     order = [planned.name for planned in steps]
     if saved["order"] != order:
         raise ValueError("'order' does not list the steps in their order")
-    origins = saved["setting_origins"]
-    settings = {
-        key: Setting(key, value, _location(origins[key]["location"]), origins[key]["source"])
-        for key, value in saved["settings"].items()
-    }
+    sources = saved["setting_sources"]
+    settings = {key: _setting(key, value, sources[key])
+                for key, value in saved["settings"].items()}
     skipped = tuple(SkippedStep(s["step"], s["reason"]) for s in saved["skipped"])
     device = DeviceRef(saved["device"], saved["device_index"])
     profiles = tuple(saved["profiles"])
@@ -243,6 +247,13 @@ def _whole(value: object) -> int:
 
 def _location(data: dict[str, Any]) -> SourceLocation:
     return SourceLocation(str(data["path"]), _whole(data["line"]), _whole(data["column"]))
+
+
+def _setting(key: str, value: Any, source: dict[str, Any]) -> Setting:
+    key_location = source["key_location"]
+    return Setting(key, value, _location(source["location"]), source["source"],
+                   key_location=_location(key_location) if key_location else None,
+                   is_default=bool(source["is_default"]))
 
 
 def _edge(data: dict[str, Any]) -> Edge:
