@@ -76,7 +76,7 @@ run.teardown()
 print(json.dumps({
     "ok": report.ok,
     "statuses": {n: o.status for n, o in report.outcomes.items()},
-    "teardown": [t["step"] for t in report.teardown],
+    "teardown": [t.step for t in report.teardown],
     "listening_during": len(during),
     "listening_after": listening_sockets(),
     "master_during": master_up,
@@ -123,7 +123,8 @@ def test_cli_run_cpu_with_report(tmp_path) -> None:
     assert report["environment"] == [{"name": "MC_FORCE_TCP", "value": "1",
                                       "source": "profile", "profile_value": "1"}]
     trace = json.loads(trace_path.read_text())
-    assert {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"} == set(statuses)
+    assert {e["name"] for e in trace["traceEvents"] if e.get("cat") == "initorch.step"} == set(
+        statuses)
 
 
 def test_cli_run_without_mooncake_skips_its_steps() -> None:
@@ -134,3 +135,24 @@ def test_cli_run_without_mooncake_skips_its_steps() -> None:
     skipped = {e["step"] for e in events if e["event"] == "step_skipped"}
     assert skipped == {"init_shared_mooncake_transfer_engine", "mooncake_master",
                        "init_mooncake_store", "register_mem_pool_host", "verify_transfer"}
+
+
+def test_json_logs_are_json_only_with_mooncake_native_lines_as_events() -> None:
+    # Mooncake logs through glog on fd 2; in JSON mode each of its lines is an event.
+    result = initorch_command("run", "--profile", "cpu", "--set", "checks.verify_transfer=true",
+                              "--log-format", "json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout == ""
+    events = [json.loads(line) for line in result.stderr.splitlines()]  # every line is JSON
+    native = [e for e in events if e["event"] == "native_output"]
+    glog = [e for e in native if "source" in e]
+    assert glog, "Mooncake's glog lines were expected as native_output events"
+    assert all(e["source"].split(":")[0].endswith((".cpp", ".h", ".cc")) for e in glog)
+    assert all(isinstance(e["native_thread"], int) for e in glog)
+    # The cpu profile forces TCP, so Mooncake says so (I) and warns about its allocator (W).
+    forced = [e for e in glog if "MC_FORCE_TCP is set" in e["text"]]
+    assert forced and forced[0]["level"] == "info"  # glog's I
+    malloc = [e for e in glog if "Using default malloc/free for protocol: tcp" in e["text"]]
+    assert malloc and malloc[0]["level"] == "warning"  # glog's W
+    assert all((e["profile"], e["rank"]) == ("base+cpu", 0) for e in native)
+    assert events[-1]["event"] == "run_summary" and events[-1]["ok"] is True

@@ -72,7 +72,7 @@ def test_mooncake_ep_is_refused_at_plan_time_where_mooncake_has_no_backend(profi
         load_plan([profile, "mooncake-ep"])
     assert_problem(caught.value, f"step '{PROCESS_GROUP}' requires 'set_mooncake_pg_engine' "
                                  "(SGLang 0.5.23", "none for this device), which is skipped",
-                   f"mooncake.pg_backend='none' from profiles/{profile}.yaml",
+                   f"mooncake.pg_backend='none' from ./profiles/{profile}.yaml",
                    at="mooncake-ep.yaml:10:15")
 
 
@@ -112,7 +112,7 @@ def test_mps_skips_mooncake_steps_saying_why():
         assert name not in plan.order
         assert "Mooncake has no transport" in reasons[name] or \
             "without a Mooncake transport" in reasons[name]  # why
-        assert "disabled by profile mps (profiles/mps.yaml:" in reasons[name]  # where
+        assert "disabled by profile mps (./profiles/mps.yaml:" in reasons[name]  # where
     assert {"set_device", PROCESS_GROUP, "alloc_host_mem_pool"} <= set(plan.order)
 
 
