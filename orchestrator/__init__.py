@@ -18,6 +18,7 @@ from initorch.errors import (
     CycleError,
     DeviceError,
     InitorchError,
+    PeerError,
     ProfileError,
     ResolveError,
     SavedPlanError,
@@ -28,6 +29,8 @@ from initorch.errors import (
     UnplannedStepWarning,
 )
 from initorch.execution.context import DeviceBinding, RankInfo, StepContext
+from initorch.execution.launchers import LaunchError
+from initorch.execution.peers import JobStore, PeerBounds
 from initorch.loading.compose import ComposedProfile, compose
 from initorch.model.devices import DeviceRef, parse_device
 from initorch.model.registry import StepRegistry
@@ -95,6 +98,10 @@ __all__ = [
     "Edge",
     "Finding",
     "InitorchError",
+    "JobStore",
+    "LaunchError",
+    "PeerBounds",
+    "PeerError",
     "Plan",
     "PlanGraph",
     "PlannedStep",

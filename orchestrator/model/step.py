@@ -58,6 +58,14 @@ class Step:
     exception types the step itself considers transient: only those are retried.
     ``settings`` declares every setting the step reads (``ctx.setting`` refuses
     any other), including those its own ``when`` condition names.
+
+    Two fields concern the other ranks of the job.  ``job_store`` marks the single
+    step whose output is the job's key-value store
+    (:class:`~initorch.execution.peers.JobStore`): when it completes, the run
+    agrees on the plan with every rank, then publishes its progress there.
+    ``barrier`` makes the run wait, before this step, until every rank has
+    finished the steps it depends on (registering memory that peers will read,
+    forming a group), failing fast when a rank failed or died meanwhile.
     """
 
     name: str
@@ -71,6 +79,8 @@ class Step:
     when: str | None = None
     device_bound: bool = False
     binds_device: bool = False
+    job_store: bool = False
+    barrier: bool = False
     timeout: float | None = None
     retries: int = 0
     retry_on: tuple[type[BaseException], ...] = ()
@@ -125,6 +135,8 @@ def step(
     when: str | None = None,
     device_bound: bool = False,
     binds_device: bool = False,
+    job_store: bool = False,
+    barrier: bool = False,
     timeout: float | None = None,
     retries: int = 0,
     retry_on: tuple[type[BaseException], ...] = (),
@@ -152,6 +164,8 @@ def step(
                 "when": when,
                 "device_bound": device_bound,
                 "binds_device": binds_device,
+                "job_store": job_store,
+                "barrier": barrier,
                 "timeout": timeout,
                 "retries": retries,
                 "retry_on": tuple(retry_on),
