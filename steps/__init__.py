@@ -24,14 +24,15 @@ def register(registry: Registry) -> None:
         host_pool,
         mooncake_master,
         mooncake_pg,
+        rendezvous,
         store,
         transfer_engine,
         verify,
     )
     from initorch.steps.diagnoses import BUILTIN_DIAGNOSES
 
-    for module in (backend, device, distributed, transfer_engine, mooncake_pg, mooncake_master,
-                   store, host_pool, verify):
+    for module in (backend, device, rendezvous, distributed, transfer_engine, mooncake_pg,
+                   mooncake_master, store, host_pool, verify):
         for definition in module.STEPS:
             registry.steps.add(definition)
     registry.profiles.add_directory(files("initorch.profiles"), plugin="builtin")
