@@ -13,6 +13,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import warnings
@@ -26,6 +27,7 @@ from initorch.errors import (
     EXIT_OK,
     EXIT_STEP_FAILED,
     InitorchError,
+    PeerError,
     UnplannedStepWarning,
 )
 from initorch.execution.heartbeat import DEFAULT_INTERVAL_S
@@ -35,6 +37,7 @@ from initorch.reporting.render import GRAPH_FORMATS, explain_text
 from initorch.resolution.plan import Plan
 
 if TYPE_CHECKING:
+    from initorch.execution.launchers import RankInfo
     from initorch.execution.run import Run
     from initorch.execution.signals import RunInterrupted
     from initorch.reporting.report import RunReport
@@ -194,12 +197,14 @@ def cmd_settings(args: argparse.Namespace, registry: Registry) -> int:
 
 
 def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
+    from initorch.execution.launchers import LaunchArguments, detect_rank
     from initorch.reporting.logs import configure_logging
 
-    for option, path in (("--report", args.report), ("--trace", args.trace)):
-        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise InitorchError(f"{option} {display_path(path)}: the folder does not exist",
-                                hint="create it first, or write the file elsewhere")
+    rank = detect_rank(os.environ, LaunchArguments(args.dist_init_addr, args.nnodes,
+                                                   args.node_rank, args.nproc_per_node,
+                                                   args.local_rank))
+    args.report, args.trace = (per_rank_path(option, path, rank) for option, path in
+                               (("--report", args.report), ("--trace", args.trace)))
     level = logging.getLevelName(args.log_level.upper())
     if args.log_format == "json":
         # All of stderr becomes JSON lines: native output, warnings, the summary.
@@ -207,23 +212,43 @@ def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
 
         with StderrEvents() as capture:
             configure_logging("json", stream=capture.stream, level=level)
-            return _run(args, registry, capture)
+            return _run(args, registry, rank, capture)
     configure_logging("console", level=level)
-    return _run(args, registry, None)
+    return _run(args, registry, rank, None)
 
 
-def _run(args: argparse.Namespace, registry: Registry, capture: StderrEvents | None) -> int:
+def per_rank_path(option: str, path: str | None, rank: RankInfo) -> str | None:
+    """``path`` with ``{rank}`` and ``{local_rank}`` filled in; refused when its folder
+    is missing, when it names another placeholder, or when several ranks of this job
+    would write the same file."""
+    if not path:
+        return None
+    placeholders = set(re.findall(r"{([^{}]*)}", path))
+    unknown = placeholders - {"rank", "local_rank"}
+    if unknown:
+        raise InitorchError(f"{option} {path}: unknown placeholder {{{sorted(unknown)[0]}}}",
+                            hint="use {rank} or {local_rank}")
+    if rank.world_size > 1 and not placeholders:
+        raise InitorchError(f"{option} {display_path(path)}: every one of the "
+                            f"{rank.world_size} ranks would write this file",
+                            hint="put {rank} in the name (run-{rank}.json), or {local_rank} "
+                                 "on storage that is not shared between hosts")
+    filled = path.replace("{rank}", str(rank.rank)).replace("{local_rank}",
+                                                            str(rank.local_rank))
+    if not os.path.isdir(os.path.dirname(os.path.abspath(filled))):
+        raise InitorchError(f"{option} {display_path(filled)}: the folder does not exist",
+                            hint="create it first, or write the file elsewhere")
+    return filled
+
+
+def _run(args: argparse.Namespace, registry: Registry, rank: RankInfo,
+         capture: StderrEvents | None) -> int:
     """Run the plan once, tear it down, and conclude: the run table and the last line
     for people, or the ``run_summary`` (and ``run_failed``/``run_interrupted``) event."""
-    from initorch.execution.context import RankInfo
     from initorch.execution.run import Run
     from initorch.execution.signals import RunInterrupted
 
     plan = _run_plan(args, registry)
-    try:
-        rank = RankInfo.from_env()
-    except ValueError as exc:
-        raise InitorchError(str(exc), hint="check the variables torchrun exports") from None
     run = Run(plan, executor=args.executor, workers=args.workers, diagnoses=registry.diagnoses,
               rank=rank, handle_signals=True, teardown_at_exit=True,
               heartbeat=args.heartbeat or None)
@@ -286,10 +311,13 @@ def _write_outputs(run: Run, args: argparse.Namespace) -> None:
 
 
 def failure_line(report: RunReport) -> str:
-    """The last line of a failed run: the diagnosis, or the error as it is."""
+    """The last line of a failed run: the diagnosis, the ranks' disagreement (or the
+    peer that stopped), or the error as it is."""
     first = report.failed[0]
     if first.finding is not None:
         return first.finding.summary()
+    if isinstance(first.error, PeerError):
+        return f"initorch: error: rank {report.rank}: {first.error.text()}"
     # One line: the rest (a timeout's stack, native log lines) is in the step_failed event.
     message = str(first.error).strip().splitlines()
     return (f"initorch: step '{first.name}' failed: {type(first.error).__name__}: "
@@ -310,6 +338,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _whole_number(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
     return value
 
 
@@ -378,9 +416,27 @@ def build_parser() -> argparse.ArgumentParser:
                      default="sequential", help="how steps are scheduled (default sequential)")
     run.add_argument("--workers", type=_positive_int, default=4,
                      help="parallel executor threads (default 4)")
-    run.add_argument("--report", metavar="FILE", help="write the run report as JSON")
+    run.add_argument("--report", metavar="FILE",
+                     help="write the run report as JSON ({rank} and {local_rank} are "
+                          "filled in)")
     run.add_argument("--trace", metavar="FILE",
-                     help="write a Chrome trace-event file (open it in Perfetto)")
+                     help="write a Chrome trace-event file (open it in Perfetto; {rank} "
+                          "and {local_rank} are filled in; 'initorch trace merge' joins "
+                          "the ranks' files)")
+    launch = run.add_argument_group(
+        "plain processes (SGLang style; torchrun and srun need none of these)")
+    launch.add_argument("--dist-init-addr", metavar="HOST:PORT",
+                        help="where the ranks meet: rank 0 serves torch.distributed's store "
+                             "there ([v6]:PORT for IPv6)")
+    launch.add_argument("--nnodes", type=_positive_int, metavar="N",
+                        help="number of nodes (default 1)")
+    launch.add_argument("--node-rank", type=_whole_number, metavar="R",
+                        help="this node's rank, from 0 (default 0)")
+    launch.add_argument("--nproc-per-node", type=_positive_int, metavar="K",
+                        help="processes (ranks) per node (default 1)")
+    launch.add_argument("--local-rank", type=_whole_number, metavar="L",
+                        help="this process's rank on its node, from 0 (default 0); "
+                             "its rank is node-rank * nproc-per-node + local-rank")
     run.add_argument("--log-format", choices=["console", "json"], default="console",
                      help="console for people (default), json for one event per line")
     run.add_argument("--heartbeat", type=_seconds, default=DEFAULT_INTERVAL_S,
