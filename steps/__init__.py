@@ -29,6 +29,7 @@ def register(registry: Registry) -> None:
         transfer_engine,
         verify,
     )
+    from initorch.steps.detect import BUILTIN_PROBES
     from initorch.steps.diagnoses import BUILTIN_DIAGNOSES
 
     for module in (backend, device, rendezvous, distributed, transfer_engine, mooncake_pg,
@@ -37,3 +38,4 @@ def register(registry: Registry) -> None:
             registry.steps.add(definition)
     registry.profiles.add_directory(files("initorch.profiles"), plugin="builtin")
     registry.diagnoses.extend(BUILTIN_DIAGNOSES)
+    registry.probes.extend(BUILTIN_PROBES)

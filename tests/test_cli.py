@@ -355,7 +355,6 @@ def test_single_problem_is_one_located_line(run_cli, tmp_path, text, args, file_
 
 
 @pytest.mark.parametrize(("args", "fragments"), [
-    ((), ("no profile selected", "--profile NAME")),
     (("-p", "nonexist"), ("<command line>: unknown profile 'nonexist'", "available: base,")),
     (("-p", "np"), ("did you mean 'npu'?",)),
     (("-p", "base"), ("no device type", "set no device.type")),
