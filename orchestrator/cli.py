@@ -31,6 +31,7 @@ from initorch.errors import (
     UnplannedStepWarning,
 )
 from initorch.execution.heartbeat import DEFAULT_INTERVAL_S
+from initorch.loading.catalog import AUTO_PROFILE
 from initorch.location import display_path
 from initorch.plugins import PluginError, Registry
 from initorch.reporting.render import GRAPH_FORMATS, explain_text
@@ -70,12 +71,16 @@ def _selection_options() -> argparse.ArgumentParser:
 
 
 def _plan(args: argparse.Namespace, registry: Registry) -> Plan:
-    from initorch.api import load_plan  # the resolver (networkx) only when resolving
+    from initorch.api import load_plan, selected_profiles  # the resolver only when resolving
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UnplannedStepWarning)
         plan = load_plan(args.profile, device=args.device, settings=args.settings,
                          registry=registry)
+    if AUTO_PROFILE in selected_profiles(args.profile, args.device) and \
+            getattr(args, "log_format", None) != "json":
+        sys.stderr.write(f"initorch: profile auto: this machine is {plan.device.type} "
+                         "('initorch detect' says why)\n")
     for warning in caught:
         if issubclass(warning.category, UnplannedStepWarning):
             sys.stderr.write(f"initorch: warning: {warning.message}\n")
@@ -324,6 +329,29 @@ def failure_line(report: RunReport) -> str:
             f"{message[0] if message else ''} (no known diagnosis)")
 
 
+def cmd_detect(args: argparse.Namespace, registry: Registry) -> int:
+    from initorch.api import detect_device
+
+    detection = detect_device(registry, deep=args.deep, root=args.root)
+    _emit(json.dumps(detection.to_dict(), indent=2) if args.json else detection.table())
+    return EXIT_OK
+
+
+def cmd_trace_merge(args: argparse.Namespace, registry: Registry) -> int:
+    from initorch.reporting.trace_merge import merge_traces
+
+    merged = merge_traces(args.files)
+    if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        raise InitorchError(f"--out {display_path(args.out)}: the folder does not exist",
+                            hint="create it first, or write the file elsewhere")
+    with open(args.out, "w", encoding="utf-8") as handle:
+        json.dump(merged, handle, indent=1)
+    ranks = merged["otherData"]["ranks"]
+    sys.stderr.write(f"initorch: merged {len(ranks)} rank(s) into {display_path(args.out)}; "
+                     "open it in Perfetto (ui.perfetto.dev)\n")
+    return EXIT_OK
+
+
 def cmd_schema(args: argparse.Namespace, registry: Registry) -> int:
     from initorch.loading.schema import profile_schema
 
@@ -405,6 +433,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "list the declared settings (with a selection: their values and origins)",
                    selection)
     settings.add_argument("--json", action="store_true", help="print as JSON")
+    detect = add("detect", cmd_detect,
+                 "which device profile fits this machine, and why each other was rejected "
+                 "(what --profile auto chooses)")
+    _add_detect_options(detect)
+    _add_trace_commands(sub, debug)
     schema = add("schema", cmd_schema,
                  "print the JSON Schema of profile files (for editors and CI)")
     schema.set_defaults(tolerate_broken_plugins=True)
@@ -423,6 +456,19 @@ def build_parser() -> argparse.ArgumentParser:
                      help="write a Chrome trace-event file (open it in Perfetto; {rank} "
                           "and {local_rank} are filled in; 'initorch trace merge' joins "
                           "the ranks' files)")
+    _add_launch_options(run)
+    run.add_argument("--log-format", choices=["console", "json"], default="console",
+                     help="console for people (default), json for one event per line")
+    run.add_argument("--heartbeat", type=_seconds, default=DEFAULT_INTERVAL_S,
+                     metavar="SECONDS", help="log step_still_running every SECONDS while a "
+                     f"step runs (default {DEFAULT_INTERVAL_S:g}; 0 turns it off)")
+    run.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                     default="info", help="the least severe events shown (default info); "
+                     "console colours follow the terminal and NO_COLOR")
+    return parser
+
+
+def _add_launch_options(run: argparse.ArgumentParser) -> None:
     launch = run.add_argument_group(
         "plain processes (SGLang style; torchrun and srun need none of these)")
     launch.add_argument("--dist-init-addr", metavar="HOST:PORT",
@@ -437,15 +483,31 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--local-rank", type=_whole_number, metavar="L",
                         help="this process's rank on its node, from 0 (default 0); "
                              "its rank is node-rank * nproc-per-node + local-rank")
-    run.add_argument("--log-format", choices=["console", "json"], default="console",
-                     help="console for people (default), json for one event per line")
-    run.add_argument("--heartbeat", type=_seconds, default=DEFAULT_INTERVAL_S,
-                     metavar="SECONDS", help="log step_still_running every SECONDS while a "
-                     f"step runs (default {DEFAULT_INTERVAL_S:g}; 0 turns it off)")
-    run.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
-                     default="info", help="the least severe events shown (default info); "
-                     "console colours follow the terminal and NO_COLOR")
-    return parser
+
+
+def _add_detect_options(detect: argparse.ArgumentParser) -> None:
+    detect.add_argument("--import", dest="deep", action="store_true",
+                        help="also import each candidate's packages and count its devices")
+    detect.add_argument("--root", default="/", metavar="DIR",
+                        help="look for device nodes and libraries under DIR (a host mounted "
+                             "into a container; default /)")
+    detect.add_argument("--json", action="store_true", help="print as JSON")
+
+
+def _add_trace_commands(sub: Any, debug: argparse.ArgumentParser) -> None:
+    trace = sub.add_parser("trace", help="work with --trace files",
+                           description="work with the Chrome trace files of 'initorch run "
+                                       "--trace'", epilog=EPILOG)
+    commands = trace.add_subparsers(dest="trace_command", metavar="COMMAND", required=True)
+    merge = commands.add_parser(
+        "merge", parents=[debug], epilog=EPILOG,
+        help="merge the ranks' trace files into one, a process per rank",
+        description="merge the ranks' trace files (run --trace trace-{rank}.json) into one "
+                    "Perfetto file with a process per rank, on one time line")
+    merge.add_argument("files", nargs="+", metavar="FILE", help="one trace file per rank")
+    merge.add_argument("-o", "--out", required=True, metavar="FILE",
+                       help="where to write the merged trace")
+    merge.set_defaults(handler=cmd_trace_merge)
 
 
 def _report(error: InitorchError, prefix: str = "") -> None:
