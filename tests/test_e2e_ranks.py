@@ -1,0 +1,130 @@
+"""Several real ranks on loopback, started as plain processes or as SLURM tasks: they agree
+on the plan through torch.distributed's store, a rank with another ``--set`` is named on
+every rank, and a rank killed mid-start-up makes the others stop, naming it, long before
+any collective timeout."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from tests.conftest import initorch_command
+from tests.helpers_ranks import clean_env, free_port, spawn, wait_all, wait_for_line
+
+pytestmark = pytest.mark.e2e
+
+NO_MOONCAKE = ("run", "--profile", "cpu", "--set", "mooncake.enabled=false",
+               "--log-format", "json")
+# Far beyond the test's own bound: a rank that waited for a collective would hang the test.
+NO_COLLECTIVE_TIMEOUT = ("--set", "distributed.timeout_s=3600",
+                         "--set", "distributed.join_timeout_s=3600")
+
+
+def plain_ranks(world: int, args_of_rank, env: dict[str, str] | None = None):
+    """``world`` processes started with --dist-init-addr/--nnodes/--node-rank, no launcher
+    variables in their environment."""
+    address = f"127.0.0.1:{free_port()}"
+    return [spawn([*args_of_rank(rank), "--dist-init-addr", address, "--nnodes", str(world),
+                   "--node-rank", str(rank)], env or clean_env())
+            for rank in range(world)]
+
+
+def test_dist_init_addr_alone_starts_two_ranks_with_the_store_path(tmp_path):
+    procs = plain_ranks(2, lambda rank: (
+        "run", "--profile", "cpu", "--set", "checks.verify_transfer=true",
+        "--set", "hicache.host_pool_mb=4", "--log-format", "json",
+        "--trace", str(tmp_path / "trace-{rank}.json"),
+        "--report", str(tmp_path / "run-{rank}.json")))
+    ended = wait_all(procs)
+    for rank, result in enumerate(ended):
+        assert result.returncode == 0, result.stderr[-4000:]
+        [started] = result.named("run_started")
+        assert (started["rank"], started["world_size"], started["launcher"]) == (rank, 2, "args")
+        [agreed] = result.named("plan_agreed")
+        assert agreed["world_size"] == 2
+        [verified] = result.named("transfer_verified")
+        assert verified["received_from"] == (rank - 1) % 2
+    assert ended[0].named("job_store_joining")[0]["serving"] is True
+    assert ended[1].named("job_store_joining")[0]["serving"] is False
+    assert len({e.named("plan_agreed")[0]["fingerprint"] for e in ended}) == 1
+    assert [json.loads((tmp_path / f"run-{rank}.json").read_text())["rank"]
+            for rank in (0, 1)] == [0, 1]
+    merged = initorch_command("trace", "merge", str(tmp_path / "trace-0.json"),
+                              str(tmp_path / "trace-1.json"), "-o", str(tmp_path / "all.json"))
+    assert merged.returncode == 0, merged.stderr
+    events = json.loads((tmp_path / "all.json").read_text())["traceEvents"]
+    steps = {(e["pid"], e["name"]) for e in events if e.get("cat") == "initorch.step"}
+    assert {(rank, "rendezvous") for rank in (0, 1)} <= steps
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert names == {0: "initorch rank 0 (base + cpu)", 1: "initorch rank 1 (base + cpu)"}
+
+
+def test_one_rank_with_another_setting_is_caught_on_every_rank():
+    procs = plain_ranks(3, lambda rank: (
+        *NO_MOONCAKE, *NO_COLLECTIVE_TIMEOUT,
+        *(("--set", "hicache.host_pool_mb=128") if rank == 1 else ())))
+    ended = wait_all(procs)
+    for rank, result in enumerate(ended):
+        assert result.returncode == 1, result.stderr[-4000:]
+        last = result.last
+        assert (last["event"], last["step"]) == ("run_failed", "rendezvous")
+        first, detail, *_ = last["text"].splitlines()
+        assert first.startswith(f"initorch: error: rank {rank}: the ranks' plans differ")
+        assert detail == "  hicache.host_pool_mb: 64 on ranks 0,2; 128 on rank 1"
+        assert result.named("plan_disagreement")[0]["differences"] == [detail.strip()]
+        skipped = {e["step"] for e in result.named("step_skipped")
+                   if e.get("root_cause") == "rendezvous"}
+        assert "init_torch_distributed" in skipped  # nothing waited for a peer
+
+
+def test_a_rank_killed_mid_start_up_makes_the_others_stop_naming_it():
+    procs = plain_ranks(3, lambda rank: (
+        *NO_MOONCAKE, *NO_COLLECTIVE_TIMEOUT, "--plugin", "tests.job_plugin",
+        "--set", "test.linger_rank=1", "--set", "test.linger_s=3600",
+        "--set", "distributed.peer_timeout_s=3"))
+    wait_for_line(procs[1], '"event": "lingering"')
+    os.kill(procs[1].pid, signal.SIGKILL)
+    ended = wait_all(procs)
+    assert ended[1].returncode == -signal.SIGKILL
+    for rank in (0, 2):
+        result = ended[rank]
+        assert result.returncode == 1, result.stderr[-4000:]
+        assert result.last["step"] == "init_torch_distributed"
+        assert ("rank 1 stopped answering: its heartbeat has not moved for "
+                in result.last["text"])
+        assert "it was last seen in step linger (running)" in result.last["text"]
+        lost = result.named("peer_lost")
+        assert not lost or lost[0]["lost_rank"] == 1
+
+
+def test_two_slurm_tasks_are_one_job_of_two():
+    port = free_port()
+    common = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2",
+              "SLURM_NODELIST": "localhost", "SLURM_TASKS_PER_NODE": "2", "SLURM_NODEID": "0",
+              "MASTER_PORT": str(port)}
+    procs = [spawn(NO_MOONCAKE, clean_env({**common, "SLURM_PROCID": str(task),
+                                            "SLURM_LOCALID": str(task)}))
+             for task in (0, 1)]
+    ended = wait_all(procs)
+    for task, result in enumerate(ended):
+        assert result.returncode == 0, result.stderr[-4000:]
+        [started] = result.named("run_started")
+        assert (started["rank"], started["world_size"], started["local_rank"],
+                started["launcher"]) == (task, 2, task, "slurm")
+        [joining] = result.named("job_store_joining")
+        assert joining["address"] == f"localhost:{port}"
+        assert result.named("plan_agreed")[0]["world_size"] == 2
+
+
+def test_a_batch_script_with_slurm_ntasks_is_refused_instead_of_running_alone():
+    env = clean_env({"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "2", "SLURM_PROCID": "0",
+                     "SLURM_NODELIST": "localhost"})
+    [result] = wait_all([spawn(NO_MOONCAKE, env)])
+    assert result.returncode == 2
+    assert result.last["event"] == "error"
+    assert "the world size is ambiguous: SLURM_NTASKS=2, but this process is not an srun " \
+           "task" in result.last["text"]
+    assert not result.named("run_started")
