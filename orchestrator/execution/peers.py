@@ -153,6 +153,8 @@ class JobPeers:
         not published its plan within ``join_s`` (naming it and where it was last
         seen).  Agreeing ranks return together; a world of one returns at once.
         """
+        if self.rank.world_size == 1:
+            return
         own = manifest(plan, self.rank)
         if self._store.add(f"claim/{self.rank.rank}", 1) > 1:
             raise PeerError(f"rank {self.rank.rank} is claimed by more than one process "
