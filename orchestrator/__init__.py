@@ -32,6 +32,7 @@ from initorch.plugins import Registry
 from initorch.reporting.diagnosis import Diagnosis, DiagnosisBook, Finding
 from initorch.resolution.graph import Edge, StepGraph
 from initorch.resolution.plan import Plan, PlannedStep, SkippedStep
+from initorch.resolution.preview import PreviewContext
 from initorch.resolution.resolve import resolve
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ __all__ = [
     "InitorchError",
     "Plan",
     "PlannedStep",
+    "PreviewContext",
     "ProfileError",
     "RankInfo",
     "Registry",

@@ -17,7 +17,7 @@ Edge vocabulary follows systemd, because operators already know it:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -25,12 +25,14 @@ from initorch.location import SourceLocation, caller_location
 
 if TYPE_CHECKING:
     from initorch.execution.context import StepContext
+    from initorch.resolution.preview import PreviewContext
 
 EdgeKind = Literal["requires", "wants", "after", "before"]
 EDGE_KINDS: tuple[EdgeKind, ...] = ("requires", "wants", "after", "before")
 
 StepAction = Callable[["StepContext"], Any]
 StepTeardown = Callable[["StepContext", Any], None]
+StepPreview = Callable[["PreviewContext"], Sequence[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,9 @@ class Step:
     thread that runs them; ``binds_device`` marks the single step whose output
     re-establishes that context (``set_device``).  ``retry_on`` lists the
     exception types the step itself considers transient: only those are retried.
+    ``preview`` (optional) tells at plan time, without importing torch, what the
+    step will do here (lines that ``initorch plan`` shows under the step), and may
+    reject settings that cannot work (see :mod:`initorch.resolution.preview`).
     """
 
     name: str
@@ -60,6 +65,7 @@ class Step:
     retry_on: tuple[type[BaseException], ...] = ()
     retry_backoff: float = 0.5
     teardown: StepTeardown | None = None
+    preview: StepPreview | None = None
     defined_at: SourceLocation = field(default=SourceLocation("<unknown>"), compare=False)
 
     def edges(self, kind: EdgeKind) -> tuple[str, ...]:
@@ -81,10 +87,16 @@ class StepDefinition:
     fields: dict[str, Any]
     defined_at: SourceLocation
     teardown_fn: StepTeardown | None = None
+    preview_fn: StepPreview | None = None
 
     def teardown(self, fn: StepTeardown) -> StepTeardown:
         """Decorator: ``fn(ctx, output)`` undoes the step; runs in reverse order."""
         self.teardown_fn = fn
+        return fn
+
+    def preview(self, fn: StepPreview) -> StepPreview:
+        """Decorator: ``fn(preview_ctx)`` returns what the step will do, for the dry run."""
+        self.preview_fn = fn
         return fn
 
     def __call__(self, ctx: StepContext) -> Any:

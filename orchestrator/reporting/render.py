@@ -40,6 +40,7 @@ def plan_text(plan: Plan) -> str:
         suffix = f"  [{', '.join(details)}]" if details else ""
         lines.append(f"{number:>3}  {planned.wave:>4}  {planned.name:<{width}}  "
                      f"{'; '.join(planned.reasons)}{suffix}")
+        lines += [f"{'':>11}  | {note}" for note in planned.notes]
     if plan.skipped:
         lines += ["", "skipped:"]
         lines += [f"  {s.name:<{width}}  {s.reason}" for s in plan.skipped]

@@ -26,11 +26,15 @@ from initorch.suggest import closest
 
 @dataclass(frozen=True, slots=True)
 class PlannedStep:
-    """A step that will run: its effective declaration, wave, and why it is in the plan."""
+    """A step that will run: its effective declaration, wave, and why it is in the plan.
+
+    ``notes`` are what the step's preview says it will do on this machine (not
+    part of the fingerprint)."""
 
     step: Step
     wave: int
     reasons: tuple[str, ...]
+    notes: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -119,6 +123,7 @@ class Plan:
                     "wave": p.wave,
                     "description": p.step.description,
                     "why": list(p.reasons),
+                    "preview": list(p.notes),
                     **_step_fields(p.step),
                 }
                 for p in self.steps

@@ -14,11 +14,14 @@ The stages, each collecting every problem before raising:
    error 107002) impossible by construction.
 5. *Ordering*: the graph is checked for cycles (all of them are reported, each
    edge with where it was declared) and ordered deterministically.
+6. *Previews*: steps that declare one say what they will do here, and may
+   refuse settings (:mod:`initorch.resolution.preview`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -32,6 +35,7 @@ from initorch.model.registry import StepRegistry
 from initorch.model.step import EDGE_KINDS, EdgeKind, Step
 from initorch.resolution.graph import MAX_CYCLES_REPORTED, Edge, StepGraph
 from initorch.resolution.plan import Plan, PlannedStep, SkippedStep, fingerprint
+from initorch.resolution.preview import preview_steps
 
 
 @dataclass(slots=True)
@@ -48,9 +52,11 @@ class _Candidate:
 
 
 def resolve(composed: ComposedProfile, steps: StepRegistry,
-            device_index: int | None = None) -> Plan:
+            device_index: int | None = None,
+            environ: Mapping[str, str] | None = None) -> Plan:
     """Resolve ``composed`` against ``steps``; raise an :class:`InitorchError` subclass
-    listing every problem when the result would not be a valid plan."""
+    listing every problem when the result would not be a valid plan.  Step
+    previews see ``environ`` (default: this process's environment)."""
     device_type = composed.settings.get("device.type")
     if device_type is None:
         raise ResolveError(
@@ -82,6 +88,8 @@ def resolve(composed: ComposedProfile, steps: StepRegistry,
     )
     skipped_steps = tuple(SkippedStep(name, skipped[name]) for name in sorted(skipped))
     device = DeviceRef(device_type.value, device_index)
+    planned = preview_steps(planned, composed.settings, device,
+                            os.environ if environ is None else environ)
     return Plan(
         profiles=composed.names,
         device=device,
