@@ -17,10 +17,22 @@ __all__ = ["register"]
 
 def register(registry: Registry) -> None:
     """Entry point of the ``builtin`` plugin (``initorch.plugins`` group)."""
-    from initorch.steps import backend, device, distributed, host_pool, transfer_engine, verify
+    from initorch.steps import (
+        backend,
+        collectives,
+        cpu_binding,
+        device,
+        distributed,
+        host_pool,
+        memory,
+        parallel,
+        transfer_engine,
+        verify,
+    )
     from initorch.steps.diagnoses import BUILTIN_DIAGNOSES
 
-    for module in (backend, device, distributed, transfer_engine, host_pool, verify):
+    for module in (backend, cpu_binding, device, distributed, transfer_engine, parallel,
+                   collectives, memory, host_pool, verify):
         for definition in module.STEPS:
             registry.steps.add(definition)
     registry.profiles.add_directory(files("initorch.profiles"), plugin="builtin")

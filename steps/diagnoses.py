@@ -382,6 +382,32 @@ BUILTIN_DIAGNOSES: tuple[Diagnosis, ...] = (
             r"|(?-i:\bSocket Timeout\b)"
         ),
     ),
+    Diagnosis(
+        id="memory-capacity-unbalanced",
+        title="Ranks start with unbalanced device memory",
+        cause=(
+            "Before the weights load, every rank measures the memory it has free and the "
+            "figures are compared across the world (SGLang 0.5.23 distributed/bootstrap.py "
+            "_check_tp_memory_balance). One rank has clearly less than the others: its device "
+            "already holds memory, usually another process (a previous server that did not "
+            "exit, another job, a notebook) or two ranks placed on the same device; on CPU, "
+            "something else on the host is using memory. Pools are sized from the smallest "
+            "rank's figure, so starting anyway would waste the others' memory or run out of "
+            "it later."
+        ),
+        remedy=(
+            "Find what holds memory on the short rank (nvidia-smi, npu-smi info, mthreads-gmi, "
+            "xpu-smi, or free -g on CPU) and stop it; check that each rank has its own device "
+            "(LOCAL_RANK and the visible-devices variable). If the imbalance is intended, "
+            "lower memory.balance_threshold, or set memory.balance_check: false."
+        ),
+        prevention=(
+            "Start each server on devices nothing else uses, tear down previous runs before "
+            "starting the next, and keep memory_baseline after warmup_collectives so that "
+            "communicator buffers are counted on every rank alike."
+        ),
+        pattern=r"\bmemory capacity is unbalanced\b",
+    ),
 )
 
 

@@ -8,21 +8,37 @@ default was the CUDA path.  Allocators:
                         ``torch.cuda.cudart()`` (CUDA, and ROCm where cudart is HIP).
 ``pin_memory``          ``torch.empty(..., pin_memory=True)`` (NPU, MUSA, XPU).
 ``plain``               ordinary host memory (CPU, MPS).
+
+The pool's size is ``hicache.host_pool_mb``, or, with ``hicache.host_pool_ratio``
+above 0, that many times the device KV pool, as SGLang sizes it (0.5.23
+``mem_cache/pool_host/base.py``: host tokens = device tokens x
+``host_to_device_ratio``; ``--hicache-ratio`` defaults to 2.0 in
+``arg_groups/hicache_hook.py``).  The device pool is the output of a step this
+one ``requires`` (a profile adds the edge) that has ``device_pool_bytes``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from initorch import StepContext, StepError, step
+from initorch.steps.topology import host_available_bytes
 from initorch.steps.transfer_engine import SharedTransferEngine
 
 SUPPORTED_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head",
                      "page_first_kv_split")
 # A misspelling that circulates in deployed configs; accepted, with a warning.
 LAYOUT_MISSPELLINGS = {"page_first_kv_spilt": "page_first_kv_split"}
+
+
+@runtime_checkable
+class DevicePool(Protocol):
+    """What a device KV pool step returns for the host pool to be sized from it."""
+
+    @property
+    def device_pool_bytes(self) -> int: ...
 
 
 @dataclass(slots=True)
@@ -105,15 +121,40 @@ def alloc_host_mem_pool(ctx: StepContext) -> HostPool:
     if allocator is None:
         raise StepError(f"unknown host allocator '{name}' for device '{ctx.device.type}'",
                         hint=f"set device.host_allocator to one of {', '.join(ALLOCATORS)}")
-    size_mb = ctx.setting("hicache.host_pool_mb")
-    if not isinstance(size_mb, int) or isinstance(size_mb, bool) or size_mb <= 0:
-        raise StepError(f"hicache.host_pool_mb must be a positive whole number, got {size_mb!r}",
-                        hint="e.g. --set hicache.host_pool_mb=64")
-    nbytes = size_mb * 2**20
+    nbytes = host_pool_bytes(ctx)
+    available = host_available_bytes()
+    if nbytes > available:
+        raise StepError(f"a host pool of {nbytes / 2**30:.2f} GiB does not fit in the "
+                        f"{available / 2**30:.2f} GiB of host memory available",
+                        hint="lower hicache.host_pool_mb or hicache.host_pool_ratio")
     buffer, release = allocator(nbytes)
     pool = HostPool(buffer, nbytes, str(ctx.setting("hicache.layout")), name, release)
     ctx.log.info("host_pool_allocated", nbytes=nbytes, allocator=name, ptr=hex(pool.ptr))
     return pool
+
+
+def host_pool_bytes(ctx: StepContext) -> int:
+    """``hicache.host_pool_ratio`` x the required device pool, or ``host_pool_mb``."""
+    ratio = ctx.setting("hicache.host_pool_ratio")
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio < 0:
+        raise StepError(f"hicache.host_pool_ratio must be a number >= 0, got {ratio!r}",
+                        hint="0 sizes the pool from hicache.host_pool_mb")
+    if ratio:
+        requires = ctx.plan.step(ctx.step).step.requires
+        pools = [ctx.output(name) for name in requires
+                 if isinstance(ctx.output(name), DevicePool)]
+        if not pools:
+            raise StepError(
+                f"hicache.host_pool_ratio is {ratio:g}, but none of the steps "
+                f"{ctx.step} requires ({', '.join(requires)}) provides a device pool",
+                hint=f"add your KV pool step to {ctx.step}'s requires in the profile, or "
+                     "set hicache.host_pool_ratio: 0")
+        return int(pools[0].device_pool_bytes * ratio)
+    size_mb = ctx.setting("hicache.host_pool_mb")
+    if not isinstance(size_mb, int) or isinstance(size_mb, bool) or size_mb <= 0:
+        raise StepError(f"hicache.host_pool_mb must be a positive whole number, got {size_mb!r}",
+                        hint="e.g. --set hicache.host_pool_mb=64")
+    return size_mb * 2**20
 
 
 @alloc_host_mem_pool.teardown

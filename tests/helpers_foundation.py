@@ -24,7 +24,8 @@ from initorch.model.step import StepDefinition
 REPO = Path(__file__).resolve().parent.parent
 
 # Every built-in profile, and the ones that set a device (the rest are base/overlays).
-BUILTIN_PROFILES = ("base", "cpu", "cuda", "mooncake-ep", "mps", "musa", "npu", "rocm", "xpu")
+BUILTIN_PROFILES = ("base", "cpu", "cuda", "mooncake-ep", "mps", "musa", "npu", "rocm", "server",
+                    "xpu")
 DEVICE_PROFILES = ("cpu", "cuda", "mps", "musa", "npu", "rocm", "xpu")
 # Device profiles on hardware that Mooncake supports (all but mps).
 MOONCAKE_PROFILES = tuple(p for p in DEVICE_PROFILES if p != "mps")

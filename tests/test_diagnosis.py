@@ -486,6 +486,25 @@ SAMPLES = [
         None,
         id="legacy-socket-timeout",
     ),
+    pytest.param(
+        # SGLang 0.5.23 distributed/bootstrap.py _check_tp_memory_balance, verbatim.
+        lambda: RuntimeError(
+            "The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
+            "pre_model_load_memory=61.2, local_gpu_memory=78.5, "
+            "local_gpu_memory * 0.9=70.65"),
+        "memory-capacity-unbalanced",
+        None,
+        id="sglang-memory-unbalanced",
+    ),
+    pytest.param(
+        lambda: StepError(
+            "The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
+            "Available memory per rank (GiB, host): rank 0 11.00, rank 1 2.75; rank 1 has 25% "
+            "of rank 0's, below memory.balance_threshold 0.9"),
+        "memory-capacity-unbalanced",
+        None,
+        id="memory-baseline-step",
+    ),
 ]
 
 # (specific, generic): the generic entry also matches the specific one's message, so
