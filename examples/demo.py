@@ -7,6 +7,9 @@ we do not have here.
 2. The same with two ranks under ``torchrun``.
 3. ``initorch plan --profile npu`` (and with the ``mooncake-ep`` overlay): the
    order an Ascend server would use, computed without importing torch.
+4. ``examples/tiny_server``: a real tensor-parallel server started by initorch
+   on 2 ranks under torchrun; one request, the start-up's critical chain, a
+   clean shutdown (no process or port left).
 
 Each command is printed before it runs, so it can be copied.
 """
@@ -14,22 +17,26 @@ Each command is printed before it runs, so it can be copied.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
+EXAMPLES = Path(__file__).resolve().parent
 
 
-def show(command: list[str], *, quiet_logs: bool = False) -> subprocess.CompletedProcess[str]:
+def show(command: list[str], *, quiet_logs: bool = False, env: dict[str, str] | None = None
+         ) -> subprocess.CompletedProcess[str]:
     """Print ``command`` like a shell prompt, run it, stop the demo if it fails."""
     shown = [Path(part).name if part.startswith(str(BIN)) else part for part in command]
     print(f"\n$ {shlex.join(shown)}", flush=True)
     captured = subprocess.PIPE if quiet_logs else None
     result = subprocess.run(command, text=True, check=False, stdout=captured,
-                            stderr=captured)
+                            stderr=captured, env=env)
     if result.returncode != 0:
         if quiet_logs:
             sys.stderr.write(result.stdout + result.stderr)
@@ -66,6 +73,59 @@ def main() -> None:
     show([initorch, "plan", "--profile", "npu", "--profile", "mooncake-ep"])
     show([initorch, "explain", "set_device", "init_shared_mooncake_transfer_engine",
           "--profile", "npu"])
+
+    print("\n== 4. a tiny tensor-parallel server, started by initorch (2 ranks) ==")
+    tiny_server()
+
+
+def tiny_server() -> None:
+    """Start examples/tiny_server under torchrun, ask it once, print its start-up's
+    critical chain, stop it and check that nothing is left behind."""
+    sys.path.insert(0, str(EXAMPLES))
+    from tiny_server.client import get, leftovers, post, wait_ready
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(EXAMPLES), os.environ.get("PYTHONPATH")]))}
+    with tempfile.TemporaryDirectory(prefix="tiny-server-") as folder:
+        weights, ready, log = (Path(folder) / name
+                               for name in ("model.safetensors", "ready.json", "ranks.log"))
+        print("\nthe same server's start-up, planned for Ascend NPU (no torch imported):")
+        show([sys.executable, "-m", "tiny_server.launch", "--device", "npu", "--plan"],
+             env={**env, "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2"})
+        show([sys.executable, "-m", "tiny_server.weights", str(weights)], env=env)
+        command = [str(BIN / "torchrun"), "--nproc-per-node=2", f"--master-port={free_port()}",
+                   "-m", "tiny_server.launch", "--set", f"model.path={weights}",
+                   "--ready-file", str(ready), "--log-format", "json"]
+        print(f"\n$ {shlex.join(Path(c).name if c.startswith(str(BIN)) else c for c in command)}"
+              "   # logs to a file", flush=True)
+        with open(log, "w", encoding="utf-8") as sink:
+            proc = subprocess.Popen(command, env=env, text=True, stdout=sink, stderr=sink)
+            try:
+                info = wait_ready(proc, ready)
+                url = info["url"]
+                print(f"  ready: {url} (rank pids {[r['pid'] for r in info['ranks']]})")
+                request = {"prompt": "hello", "max_new_tokens": 8}
+                print(f"\n$ curl -s -X POST {url}/generate -d '{json.dumps(request)}'")
+                _, answer = post(f"{url}/generate", request)
+                print("  " + json.dumps({k: answer[k] for k in
+                                         ("tokens", "ranks", "ranks_agree", "tokens_by_rank")}))
+                startup = get(f"{url}/startup")
+                summary = startup["summary"]
+                print("\nstart-up (rank 0):\n" + summary[:summary.index("\nblame:")])
+                print(f"\n$ curl -s -X POST {url}/shutdown")
+                print("  " + json.dumps(post(f"{url}/shutdown", {})[1]))
+                code = proc.wait(timeout=60)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        if code != 0:
+            sys.stderr.write(log.read_text(encoding="utf-8")[-6000:])
+            sys.exit(f"the tiny server exited with code {code}")
+        left = leftovers(info)
+        if left:
+            sys.exit("left behind: " + "; ".join(left))
+        print("  torchrun exited 0; no rank process, HTTP port or Mooncake port left")
 
 
 if __name__ == "__main__":

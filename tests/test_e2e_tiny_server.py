@@ -10,11 +10,7 @@ import os
 import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,6 +21,7 @@ pytestmark = pytest.mark.e2e
 EXAMPLES = REPO / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
+from tiny_server.client import get, leftovers, post, wait_ready  # noqa: E402
 from tiny_server.kv_cache import KVPool  # noqa: E402
 from tiny_server.model import TensorParallel, TinyDecoder, generate_weights  # noqa: E402
 
@@ -36,49 +33,6 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
-
-
-def post(url: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
-
-
-def get(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(url, timeout=30) as response:
-        return dict(json.loads(response.read()))
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.settimeout(1.0)
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def wait_ready(proc: subprocess.Popen[str], ready: Path) -> dict[str, Any]:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if ready.exists():
-            return dict(json.loads(ready.read_text()))
-        if proc.poll() is not None:
-            break
-        time.sleep(0.2)
-    proc.kill()
-    out, err = proc.communicate()
-    raise AssertionError(f"the server did not become ready (exit {proc.returncode}):\n"
-                         f"{out[-2000:]}\n{err[-6000:]}")
 
 
 def reference_tokens(weights: Path, prompt: str, count: int) -> list[int]:
@@ -101,9 +55,8 @@ def test_tiny_server_starts_answers_and_shuts_down_cleanly(tmp_path: Path) -> No
     proc = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     try:
-        info = wait_ready(proc, ready)
+        info = wait_ready(proc, ready, START_TIMEOUT)
         url = info["url"]
-        port = int(url.rsplit(":", 1)[1])
         assert url.startswith("http://127.0.0.1:")
 
         status, answer = post(f"{url}/generate", {"prompt": "hello", "max_new_tokens": 8})
@@ -140,11 +93,7 @@ def test_tiny_server_starts_answers_and_shuts_down_cleanly(tmp_path: Path) -> No
     kv = {e["rank"]: e["nbytes"] for e in events if e["event"] == "kv_pool_allocated"}
     host = {e["rank"]: e["nbytes"] for e in events if e["event"] == "host_pool_allocated"}
     assert host == {rank: 2 * nbytes for rank, nbytes in kv.items()}  # hicache.host_pool_ratio
-    assert not listening(port), "the HTTP port is still open"
-    for rank in info["ranks"]:
-        assert not alive(rank["pid"]), f"rank process {rank['pid']} is still running"
-        if rank["mooncake_port"]:
-            assert not listening(rank["mooncake_port"]), "a Mooncake port is still open"
+    assert leftovers(info) == []
 
 
 @pytest.mark.parametrize(("body", "message"), [

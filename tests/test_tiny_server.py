@@ -99,3 +99,19 @@ def test_decode_with_the_kv_pool_equals_recomputing_everything(tmp_path: Path) -
         tokens.append(int(logits[-1].argmax()))
     assert cached == tokens[len(b"initorch"):]
     assert pool.free_slots == 64
+
+
+def test_the_launchers_dry_run_imports_no_torch() -> None:
+    from tests.conftest import run_python
+
+    result = run_python(f"""
+        import sys
+        sys.path.insert(0, {str(REPO / "examples")!r})
+        from tiny_server.launch import main
+        assert main(["--device", "musa", "--plan"]) == 0
+        print("TORCH", sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "mooncake")))
+        """, env={"LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2"})
+    assert result.returncode == 0, result.stderr
+    assert "profiles: base -> musa -> server -> tiny-server" in result.stdout
+    assert "local rank 1: cpus" in result.stdout
+    assert result.stdout.splitlines()[-1] == "TORCH []"

@@ -3,6 +3,7 @@
     python -m tiny_server.weights /tmp/tiny/model.safetensors     # once
     torchrun --nproc-per-node=2 -m tiny_server.launch \\
         --set model.path=/tmp/tiny/model.safetensors --ready-file /tmp/tiny/ready.json
+    python -m tiny_server.launch --device npu --plan              # the same server on NPU
 
 The plan is the ``tiny-server`` profile over the device's profile (``--device``,
 default cpu): CPU binding, device, Mooncake engine, process group, model-parallel
@@ -23,14 +24,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch.distributed as dist
-
 from initorch import InitorchError, Registry, RunReport, load_plan
 from initorch.execution.run import Run
 from initorch.execution.signals import RunInterrupted
 from initorch.reporting.logs import configure_logging
-from initorch.reporting.render import run_summary_text
-from tiny_server.serve import Server
+from initorch.reporting.render import plan_text, run_summary_text
 from tiny_server.steps import register
 
 
@@ -56,6 +54,10 @@ def write_ready_file(path: Path, data: dict[str, Any]) -> None:
 
 def serve(run: Run, ready_file: Path | None) -> None:
     """Serve on every rank until ``POST /shutdown``; rank 0 owns HTTP and the ready file."""
+    import torch.distributed as dist
+
+    from tiny_server.serve import Server
+
     setting = run.plan.settings
     group = run.output("init_model_parallel").world.cpu_group
     rank = dist.get_rank()
@@ -90,6 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         metavar="KEY=VALUE", help="override a setting")
     parser.add_argument("--ready-file", type=Path, help="rank 0 writes the URL here when ready")
     parser.add_argument("--log-format", choices=["console", "json"], default="console")
+    parser.add_argument("--plan", action="store_true",
+                        help="print the start-up plan and exit (no torch imported)")
     args = parser.parse_args(argv)
 
     configure_logging(args.log_format)
@@ -98,6 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         plan = load_plan(["tiny-server", *args.profile], device=args.device,
                          settings=args.settings, registry=registry)
+        if args.plan:
+            print(plan_text(plan))
+            return 0
         with Run(plan, diagnoses=registry.diagnoses, handle_signals=True) as run:
             serve(run, args.ready_file)
     except RunInterrupted as interrupt:
