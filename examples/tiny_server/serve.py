@@ -103,7 +103,10 @@ def make_handler(jobs: queue.Queue[Job], startup: dict[str, Any], max_new_tokens
                 except BadRequest as exc:
                     self._reply(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
                     return
-                self._reply(HTTPStatus.OK, self._submit(command))
+                answer = self._submit(command)
+                failed = "error" in answer
+                self._reply(HTTPStatus.INTERNAL_SERVER_ERROR if failed else HTTPStatus.OK,
+                            answer)
             else:
                 self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such path {self.path}"})
 
@@ -175,11 +178,19 @@ class Server:
                 job.done.set()
                 return
             if op == "generate":
-                tokens = self.model.generate(job.command["prompt_tokens"],
-                                             job.command["max_new_tokens"], self.pool)
-                gathered: list[Any] = [None] * dist.get_world_size(self.group)
-                dist.all_gather_object(gathered, tokens, group=self.group)
-                job.answer = answer_generate(job.command, gathered)
+                try:
+                    job.answer = self._generate(job.command)
+                except Exception as exc:  # the handler answers 500; the launcher tears down
+                    job.answer = {"error": f"{type(exc).__name__}: {exc}"}
+                    raise
+                finally:
+                    job.done.set()
                 if on_request is not None:
                     on_request(job.answer)
-                job.done.set()
+
+    def _generate(self, command: dict[str, Any]) -> dict[str, Any]:
+        tokens = self.model.generate(command["prompt_tokens"], command["max_new_tokens"],
+                                     self.pool)
+        gathered: list[Any] = [None] * dist.get_world_size(self.group)
+        dist.all_gather_object(gathered, tokens, group=self.group)
+        return answer_generate(command, gathered)
