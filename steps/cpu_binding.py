@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from initorch import PreviewContext, StepContext, StepError, step
 from initorch.steps.topology import (
@@ -55,10 +54,9 @@ class CpuBinding:
         return self.share.cpus if self.share is not None else ()
 
 
-def plan_shares(local_world: int, allowed: Iterable[int],
-                root: Path = Path("/")) -> tuple[RankShare, ...]:
+def plan_shares(local_world: int, allowed: Iterable[int]) -> tuple[RankShare, ...]:
     """Every local rank's share of this host's allowed CPUs."""
-    return split_cores(read_numa_nodes(allowed, root), local_world)
+    return split_cores(read_numa_nodes(allowed), local_world)
 
 
 def threads_setting(value: object) -> int:
@@ -157,7 +155,10 @@ def preview_cpu_binding(ctx: PreviewContext) -> list[str]:
         ctx.reject(str(exc), setting="cpu_binding.threads",
                    hint="0 gives one thread per physical core")
     allowed = os.sched_getaffinity(0)
-    shares = plan_shares(local_world, allowed)
+    try:
+        shares = plan_shares(local_world, allowed)
+    except ValueError as exc:
+        ctx.reject(str(exc), hint="check the process's CPU affinity (taskset -p)")
     source = ("LOCAL_WORLD_SIZE" if "LOCAL_WORLD_SIZE" in ctx.environ
               else "one process; export LOCAL_WORLD_SIZE=N to preview a torchrun launch")
     lines = [f"{local_world} local rank(s) ({source}); allowed cpus "
