@@ -25,7 +25,7 @@ system-deps:
 
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet "$(TORCH_PIN)"
-	$(BIN)/pip install --quiet -e ".[dev,mooncake-cpu]" "$(TORCH_PIN)"
+	$(BIN)/pip install --quiet -e ".[dev,torch,mooncake-cpu]" "$(TORCH_PIN)"
 	touch $(STAMP)
 
 demo: system-deps $(STAMP)

@@ -90,7 +90,8 @@ def tiny_server() -> None:
         weights, ready, log = (Path(folder) / name
                                for name in ("model.safetensors", "ready.json", "ranks.log"))
         print("\nthe same server's start-up, planned for Ascend NPU (no torch imported):")
-        show([sys.executable, "-m", "tiny_server.launch", "--device", "npu", "--plan"],
+        show([str(BIN / "initorch"), "--plugin", "tiny_server.steps", "plan", "--device", "npu",
+              "--profile", "tiny-server"],
              env={**env, "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2"})
         show([sys.executable, "-m", "tiny_server.weights", str(weights)], env=env)
         command = [str(BIN / "torchrun"), "--nproc-per-node=2", f"--master-port={free_port()}",

@@ -2,12 +2,14 @@
 
 Copy this file.  It shows the whole embedding API:
 
-* declare a step with ``@step`` (dependencies by name, a teardown);
+* declare a step with ``@step`` (dependencies by name, ``wanted_by`` so that it
+  is planned whenever the host pool is, a teardown);
 * register it next to the built-in steps and profiles;
 * compose profiles, override settings, inspect the plan (order, waves, explain,
   fingerprint, graph export) before running anything;
-* run it with ``Run`` as a context manager, read step outputs, and let leaving
-  the block tear everything down in reverse order.
+* run exactly that plan with ``Run`` as a context manager (``initorch.start`` does
+  load_plan and Run in one call), read step outputs, and let leaving the block
+  tear everything down in reverse order.
 
 Run it:  python examples/embed_launcher.py            (real start-up on CPU)
          python examples/embed_launcher.py --dry-run  (plan only; torch is not imported)
@@ -24,14 +26,14 @@ from pathlib import Path
 from initorch import (
     InitorchError,
     Registry,
+    Run,
     StepContext,
     StepFailedError,
+    configure_logging,
+    graph_mermaid,
     load_plan,
     step,
 )
-from initorch.execution.run import Run
-from initorch.reporting.logs import configure_logging
-from initorch.reporting.render import graph_mermaid, plan_text
 
 
 @step(
@@ -39,7 +41,7 @@ from initorch.reporting.render import graph_mermaid, plan_text
     description="Touch every page of the registered host pool so first requests do not fault",
     requires=["register_mem_pool_host"],
     after=["init_torch_distributed"],
-    when="hicache.enabled and mooncake.enabled",
+    wanted_by=["register_mem_pool_host"],  # planned whenever the pool is registered
 )
 def warm_kv_cache(ctx: StepContext) -> int:
     registration = ctx.output("register_mem_pool_host")
@@ -53,12 +55,11 @@ def forget_kv_cache(ctx: StepContext, nbytes: int) -> None:
     ctx.log.info("kv_cache_released", nbytes=nbytes)
 
 
-# A launcher's own profile: the built-in cpu profile plus our step, smaller pool.
+# A launcher's own profile: the built-in cpu profile with a smaller pool.  It need
+# not list warm_kv_cache: its wanted_by pulls it in.
 LAUNCHER_PROFILE = textwrap.dedent("""\
-    description: example launcher - cpu plus a warmed KV cache
+    description: example launcher - cpu with a small, warmed KV cache
     extends: cpu
-    steps:
-      warm_kv_cache: {}
     config:
       hicache:
         host_pool_mb: 16
@@ -85,7 +86,7 @@ def main() -> int:
             print(f"launcher: {error}", file=sys.stderr)
             return error.exit_code
 
-    print(plan_text(plan))
+    print(plan)  # the dry run, as 'initorch plan' prints it
     print("\nwhy is the engine up before the pool is warmed?")
     for edge in plan.explain("init_shared_mooncake_transfer_engine", "warm_kv_cache"):
         print(f"  {edge.describe()}")
@@ -95,12 +96,14 @@ def main() -> int:
         return 0
 
     try:
+        # Run the plan just inspected, exactly.  A launcher that does not inspect it
+        # writes: with initorch.start(profile=..., registry=registry) as started: ...
         with Run(plan, diagnoses=registry.diagnoses) as run:
-            engine = run.output("init_shared_mooncake_transfer_engine")
+            engine = run.outputs["init_shared_mooncake_transfer_engine"]
             print(f"\nserving with Mooncake engine at {engine.session_id}; "
-                  f"{run.output('warm_kv_cache')} bytes of KV cache warmed")
+                  f"{run.outputs['warm_kv_cache']} bytes of KV cache warmed")
             # ... a real server would serve requests here ...
-    except StepFailedError as failure:  # teardown already happened
+    except StepFailedError as failure:  # teardown already happened; __cause__ is the error
         print(f"launcher: {failure}", file=sys.stderr)
         return failure.exit_code
     return 0

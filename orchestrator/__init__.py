@@ -1,15 +1,16 @@
 """initorch: declarative start-up orchestration for LLM inference servers.
 
 The public face of the package; everything else is private to its module.
-The run-time names (``Run``, ``RunReport``, ``StepOutcome``, ``RunInterrupted``)
-are imported on first use, so that a dry run never pays for the executors and
-structlog's stdlib integration.
+The run-time names (``Run``, ``RunReport``, ``StepOutcome``, ``RunInterrupted``,
+``configure_logging``) and the renderers are imported on first use, so that a
+dry run never pays for the executors and structlog's stdlib integration.
 """
 
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from initorch.api import load_plan
+from initorch._version import __version__
+from initorch.api import load_plan, start
 from initorch.errors import (
     ConditionError,
     ConflictError,
@@ -22,13 +23,14 @@ from initorch.errors import (
     StepError,
     StepFailedError,
     UnknownStepError,
+    UnplannedStepWarning,
 )
 from initorch.execution.context import DeviceBinding, RankInfo, StepContext
 from initorch.loading.compose import ComposedProfile, compose
 from initorch.model.devices import DeviceRef, parse_device
 from initorch.model.registry import StepRegistry
 from initorch.model.step import Step, StepDefinition, step
-from initorch.plugins import Registry
+from initorch.plugins import PluginError, Registry
 from initorch.reporting.diagnosis import Diagnosis, DiagnosisBook, Finding
 from initorch.resolution.graph import Edge, StepGraph
 from initorch.resolution.plan import Plan, PlannedStep, SkippedStep
@@ -38,18 +40,32 @@ from initorch.resolution.resolve import resolve
 if TYPE_CHECKING:
     from initorch.execution.run import Run
     from initorch.execution.signals import RunInterrupted
+    from initorch.reporting.logs import configure_logging
+    from initorch.reporting.render import (
+        explain_text,
+        graph_dot,
+        graph_json,
+        graph_mermaid,
+        run_summary_text,
+    )
     from initorch.reporting.report import RunReport, StepOutcome
 
-_RUN_TIME = {
+_ON_FIRST_USE = {
     "Run": "initorch.execution.run",
     "RunInterrupted": "initorch.execution.signals",
     "RunReport": "initorch.reporting.report",
     "StepOutcome": "initorch.reporting.report",
+    "configure_logging": "initorch.reporting.logs",
+    "explain_text": "initorch.reporting.render",
+    "graph_dot": "initorch.reporting.render",
+    "graph_json": "initorch.reporting.render",
+    "graph_mermaid": "initorch.reporting.render",
+    "run_summary_text": "initorch.reporting.render",
 }
 
 
 def __getattr__(name: str) -> Any:
-    module = _RUN_TIME.get(name)
+    module = _ON_FIRST_USE.get(name)
     if module is None:
         raise AttributeError(f"module 'initorch' has no attribute {name!r}")
     value = getattr(import_module(module), name)
@@ -71,6 +87,7 @@ __all__ = [
     "InitorchError",
     "Plan",
     "PlannedStep",
+    "PluginError",
     "PreviewContext",
     "ProfileError",
     "RankInfo",
@@ -90,9 +107,18 @@ __all__ = [
     "StepOutcome",
     "StepRegistry",
     "UnknownStepError",
+    "UnplannedStepWarning",
+    "__version__",
     "compose",
+    "configure_logging",
+    "explain_text",
+    "graph_dot",
+    "graph_json",
+    "graph_mermaid",
     "load_plan",
     "parse_device",
     "resolve",
+    "run_summary_text",
+    "start",
     "step",
 ]

@@ -1,7 +1,8 @@
 """The ``initorch`` command line: the one boundary that turns errors into exit codes.
 
-Exit codes: 0 ok; 1 a step failed at run time; 2 invalid input or usage; 70 an
-internal error (a bug); 128+N interrupted by signal N.
+Exit codes: 0 ok; 1 a step failed at run time; 2 invalid input or usage, or a
+plugin that fails to load; 70 an internal error (a bug); 128+N interrupted by
+signal N.
 Invalid input prints one line per problem (``file:line:col: what (how to fix)``)
 and no traceback unless ``--debug`` is given.
 """
@@ -12,9 +13,11 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from initorch._version import __version__
 from initorch.api import load_plan
 from initorch.errors import (
     EXIT_INTERNAL_ERROR,
@@ -22,9 +25,10 @@ from initorch.errors import (
     EXIT_OK,
     EXIT_STEP_FAILED,
     InitorchError,
+    UnplannedStepWarning,
 )
-from initorch.plugins import Registry
-from initorch.reporting.render import GRAPH_FORMATS, explain_text, plan_text
+from initorch.plugins import PluginError, Registry
+from initorch.reporting.render import GRAPH_FORMATS, explain_text
 from initorch.resolution.plan import Plan
 
 if TYPE_CHECKING:
@@ -32,10 +36,17 @@ if TYPE_CHECKING:
     from initorch.reporting.report import RunReport
 
 EPILOG = """exit codes: 0 ok, 1 a step failed at run time, 2 invalid input or usage,
-70 internal error (a bug; please report it), 128+N interrupted by signal N.
-Profiles are built-in names (see 'initorch profiles') or paths to YAML files."""
+or a plugin that fails to load, 70 internal error (a bug; please report it),
+128+N interrupted by signal N.
+Profiles are built-in names (see 'initorch profiles') or paths to YAML files.
+Plugins: INITORCH_PLUGINS=MODULE[:FUNCTION],no:NAME,... is read before --plugin;
+INITORCH_PLUGINS_ALLOW=NAME,... limits the installed plugins besides builtin."""
 
 Command = Callable[[argparse.Namespace, Registry], int]
+
+PLUGIN_HELP = ("load the plugin function MODULE:FUNCTION (default MODULE:register), or "
+               "skip the installed plugin NAME with no:NAME; repeatable, after "
+               "INITORCH_PLUGINS")
 
 
 def _selection_options() -> argparse.ArgumentParser:
@@ -51,8 +62,17 @@ def _selection_options() -> argparse.ArgumentParser:
 
 
 def _plan(args: argparse.Namespace, registry: Registry) -> Plan:
-    return load_plan(args.profile, device=args.device, settings=args.settings,
-                     registry=registry)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UnplannedStepWarning)
+        plan = load_plan(args.profile, device=args.device, settings=args.settings,
+                         registry=registry)
+    for warning in caught:
+        if issubclass(warning.category, UnplannedStepWarning):
+            sys.stderr.write(f"initorch: warning: {warning.message}\n")
+        else:
+            warnings.showwarning(warning.message, warning.category, warning.filename,
+                                 warning.lineno)
+    return plan
 
 
 def _emit(text: str) -> None:
@@ -61,7 +81,7 @@ def _emit(text: str) -> None:
 
 def cmd_plan(args: argparse.Namespace, registry: Registry) -> int:
     plan = _plan(args, registry)
-    _emit(json.dumps(plan.to_dict(), indent=2) if args.json else plan_text(plan))
+    _emit(json.dumps(plan.to_dict(), indent=2) if args.json else str(plan))
     return EXIT_OK
 
 
@@ -98,11 +118,21 @@ def cmd_profiles(args: argparse.Namespace, registry: Registry) -> int:
     rows = profile_rows(registry)
     if args.json:
         _emit(json.dumps(rows, indent=2))
-    else:
-        width = max(len(r["name"]) for r in rows) if rows else 4
-        for row in rows:
-            _emit(f"{row['name']:<{width}}  {row['device'] or '-':<8}  {row['description']}")
+        return EXIT_OK
+    width = max(len(r["name"]) for r in rows) if rows else 4
+    for row in rows:
+        replaced = row["replaces"]
+        note = (f"  (replaces the profile of {replaced['plugin'] or 'code'})" if replaced
+                else "")
+        _emit(f"{row['name']:<{width}}  {row['device'] or '-':<8}  {_plugin_cell(row, rows)}  "
+              f"{row['description']}{note}")
     return EXIT_OK
+
+
+def _plugin_cell(row: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """The plugin that provides ``row`` ('-' when added in code), padded for ``rows``."""
+    width = max(len(r["plugin"] or "-") for r in rows)
+    return f"{row['plugin'] or '-':<{width}}"
 
 
 def cmd_steps(args: argparse.Namespace, registry: Registry) -> int:
@@ -115,8 +145,9 @@ def cmd_steps(args: argparse.Namespace, registry: Registry) -> int:
         width = max(len(r["name"]) for r in rows) if rows else 4
         for row in rows:
             deps = ", ".join(f"{k} {','.join(row[k])}" for k in ("requires", "wants", "after",
-                                                                 "before") if row[k])
-            _emit(f"{row['name']:<{width}}  {row['description']}")
+                                                                 "before", "wanted_by")
+                             if row[k])
+            _emit(f"{row['name']:<{width}}  {_plugin_cell(row, rows)}  {row['description']}")
             if deps or row["when"]:
                 when = f"  when {row['when']}" if row["when"] else ""
                 _emit(f"{'':<{width}}    {deps}{when}")
@@ -154,6 +185,10 @@ def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
     if report.ok:
         return EXIT_OK
     sys.stdout.flush()
+    if args.debug:
+        for outcome in report.failed:
+            sys.stderr.write(f"initorch: step '{outcome.name}' failed with:\n"
+                             f"{outcome.traceback}")
     sys.stderr.write(failure_line(report) + "\n")
     return EXIT_STEP_FAILED
 
@@ -205,7 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
     debug = argparse.ArgumentParser(add_help=False)
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show tracebacks for errors")
+    debug.add_argument("--plugin", action="append", default=argparse.SUPPRESS,
+                       metavar="MODULE[:FUNCTION]", help=PLUGIN_HELP)
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    parser.add_argument("--plugin", action="append", default=[], dest="early_plugins",
+                        metavar="MODULE[:FUNCTION]", help=PLUGIN_HELP)
+    parser.add_argument("--version", action="version", version=f"initorch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     selection = _selection_options()
 
@@ -230,7 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 ("steps", cmd_steps, "list registered steps")):
         listing = add(name, handler, text)
         listing.add_argument("--json", action="store_true", help="print as JSON")
-    add("schema", cmd_schema, "print the JSON Schema of profile files")
+    schema = add("schema", cmd_schema, "print the JSON Schema of profile files")
+    schema.set_defaults(tolerate_broken_plugins=True)
     run = add("run", cmd_run, "run the plan for real (then tear it down)", selection)
     run.add_argument("--executor", choices=["sequential", "parallel", "dry-run"],
                      default="sequential", help="how steps are scheduled (default sequential)")
@@ -254,11 +295,23 @@ def _report(error: InitorchError, prefix: str = "") -> None:
         sys.stderr.write(f"  {problem}\n")
 
 
+def _registry(args: argparse.Namespace) -> Registry:
+    """The installed plugins and the ``--plugin`` ones; commands that need no step
+    (``schema``) leave a broken plugin out with a warning instead of failing."""
+
+    def leave_out(error: PluginError) -> None:
+        sys.stderr.write(f"initorch: warning: {error} -- left out\n")
+
+    return Registry.with_plugins(
+        [*args.early_plugins, *getattr(args, "plugin", [])],
+        on_error=leave_out if getattr(args, "tolerate_broken_plugins", False) else None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
     args = build_parser().parse_args(argv)
     try:
-        registry = Registry.with_plugins()
+        registry = _registry(args)
         code: int = args.handler(args, registry)
         return code
     except InitorchError as error:

@@ -17,7 +17,7 @@ from initorch.location import SourceLocation
 EXIT_OK = 0
 EXIT_STEP_FAILED = 1
 EXIT_INVALID_INPUT = 2
-EXIT_INTERNAL_ERROR = 70  # a bug in initorch or a plugin (sysexits' EX_SOFTWARE)
+EXIT_INTERNAL_ERROR = 70  # a bug in initorch (sysexits' EX_SOFTWARE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,3 +147,18 @@ class StepError(Exception):
         self.vendor_code = vendor_code
         self.native_log = native_log
         self.hint = hint
+
+
+class UnplannedStepWarning(UserWarning):
+    """A registered step that nothing pulls into any plan: no profile lists it, no
+    step requires or wants it, and it declares no ``wanted_by``.  Usually a
+    launcher registered a step and forgot to say when it runs."""
+
+    def __init__(self, step: str, plugin: str | None) -> None:
+        self.step = step
+        self.plugin = plugin
+        origin = f"plugin '{plugin}'" if plugin else "code"
+        super().__init__(
+            f"step '{step}' (registered by {origin}) is not in the plan: no profile lists "
+            "it, no step requires or wants it, and it declares no wanted_by (list it in a "
+            "profile, pass load_plan(steps=[...]), or declare @step(wanted_by=...))")

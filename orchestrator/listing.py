@@ -15,8 +15,12 @@ def profile_rows(registry: Registry) -> list[dict[str, Any]]:
     rows = []
     for name in registry.profiles.names():
         source = registry.profiles.source(name)
+        replaced = source.replaces
         row: dict[str, Any] = {"name": name, "plugin": source.plugin,
-                               "path": display_path(str(source.file))}
+                               "path": display_path(str(source.file)),
+                               "replaces": None if replaced is None else {
+                                   "plugin": replaced.plugin,
+                                   "path": display_path(str(replaced.file))}}
         try:
             doc = registry.profiles.load(name)
         except InitorchError as error:
@@ -33,8 +37,10 @@ def step_rows(registry: Registry) -> list[dict[str, Any]]:
     return [
         {
             "name": s.name,
+            "plugin": registry.steps.plugin_of(s.name),
             "description": s.description,
             **{kind: list(s.edges(kind)) for kind in EDGE_KINDS},
+            "wanted_by": list(s.wanted_by),
             "when": s.when,
             "device_bound": s.device_bound,
             "binds_device": s.binds_device,

@@ -234,6 +234,23 @@ BUILTIN_DIAGNOSES: tuple[Diagnosis, ...] = (
         pattern=r"No module named '?mooncake\b",
     ),
     Diagnosis(
+        id="numpy-missing",
+        title="A torch call needs NumPy, and NumPy is not installed",
+        cause=(
+            "torch does not depend on NumPy, but some of its calls do: the object "
+            "collectives of torch.distributed (all_gather_object, broadcast_object_list) "
+            "unpickle through Tensor.numpy() (torch 2.13 torch/distributed/"
+            "distributed_c10d.py _tensor_to_object), which raises 'Numpy is not available' "
+            "without it. verify_transfer exchanges pool addresses with all_gather_object."
+        ),
+        remedy="pip install numpy, or install initorch with its 'torch' (or 'npu') extra.",
+        prevention=(
+            "Install torch through initorch's 'torch' or 'npu' extra, which depends on "
+            "NumPy, rather than torch alone."
+        ),
+        pattern=r"\bNumpy is not available\b",
+    ),
+    Diagnosis(
         id="mooncake-engine-init-failed",
         title="Mooncake TransferEngine.initialize returned an error",
         cause=(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -106,3 +107,23 @@ def initorch_command(*args: str, env: dict[str, str] | None = None, timeout: flo
     script = Path(sys.executable).parent / "initorch"
     return subprocess.run([str(script), *args], env=full_env, capture_output=True, text=True,
                           timeout=timeout, check=False)
+
+
+# The wheel a user would install: built once per session, from a copy of the source tree.
+IGNORED = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__",
+                                 ".*_cache", ".hypothesis", "tests", "out")
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A wheel built from a copy of the source tree (no build/ left in the checkout)."""
+    source = tmp_path_factory.mktemp("source") / "initorch"
+    shutil.copytree(REPO, source, ignore=IGNORED)
+    out = tmp_path_factory.mktemp("wheel")
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out),
+         str(source)],
+        capture_output=True, text=True, timeout=600, check=False)
+    assert result.returncode == 0, result.stderr
+    [built] = out.glob("initorch-*.whl")
+    return built

@@ -162,8 +162,9 @@ def test_profiles_lists_every_builtin(run_cli):
     assert code == 0
     names = [line.split()[0] for line in out.splitlines()]
     assert names == list(BUILTIN_PROFILES)
-    assert re.search(r"^npu\s+npu\s+Huawei Ascend", out, re.M)
-    assert re.search(r"^mooncake-ep\s+-\s+Mooncake as the torch.distributed backend", out, re.M)
+    assert re.search(r"^npu\s+npu\s+builtin\s+Huawei Ascend", out, re.M)
+    assert re.search(r"^mooncake-ep\s+-\s+builtin\s+Mooncake as the torch.distributed backend",
+                     out, re.M)
 
 
 def test_profiles_json(run_cli):
@@ -174,7 +175,7 @@ def test_profiles_json(run_cli):
     assert rows["npu"]["device"] == "npu" and rows["npu"]["extends"] == ["base"]
     assert rows["mooncake-ep"]["device"] is None
     assert all(row["plugin"] == "builtin" and row["path"].endswith(f"{name}.yaml")
-               for name, row in rows.items())
+               and row["replaces"] is None for name, row in rows.items())
 
 
 def test_profiles_works_from_another_folder(tmp_path):
@@ -188,13 +189,15 @@ def test_profiles_works_from_another_folder(tmp_path):
 def test_steps_text_and_json(run_cli):
     code, out, _ = run_cli("steps")
     assert code == 0
-    assert re.search(r"^set_device\s+Set this rank's device", out, re.M)
+    assert re.search(r"^set_device\s+builtin\s+Set this rank's device", out, re.M)
     assert re.search(r"^\s+requires alloc_host_mem_pool,init_shared_mooncake_transfer_engine"
                      r"\s+when hicache.enabled and mooncake.enabled$", out, re.M)
     code, out, _ = run_cli("steps", "--json")
     rows = {row["name"]: row for row in json.loads(out)}
     assert rows["set_device"]["binds_device"] is True
     assert rows["init_torch_distributed"]["retry_on"] == ["ConnectionRefusedError"]
+    assert {row["plugin"] for row in rows.values()} == {"builtin"}
+    assert rows["set_device"]["wanted_by"] == []
     assert list(rows) == sorted(rows)
 
 
@@ -426,7 +429,8 @@ def test_help_mentions_the_exit_codes(run_cli, capsys):
     assert caught.value.code == 0
     out = capsys.readouterr().out
     assert "exit codes: 0 ok, 1 a step failed at run time, 2 invalid input or usage," in out
-    assert "70 internal error" in out
+    assert "or a plugin that fails to load, 70 internal error" in out
+    assert "INITORCH_PLUGINS=MODULE[:FUNCTION],no:NAME" in out
     for command in ("plan", "validate", "graph", "explain", "profiles", "steps", "schema"):
         assert re.search(rf"^\s+{command}\s", out, re.M)
 
@@ -443,3 +447,18 @@ def test_profile_reading_commands_take_the_selection_options(run_cli, capsys, co
 def test_error_classes_carry_their_exit_codes():
     assert InitorchError("x").exit_code == EXIT_INVALID_INPUT == 2
     assert StepFailedError("s", "boom").exit_code == EXIT_STEP_FAILED == 1
+
+
+# --- versions -----------------------------------------------------------------------------------
+
+def test_version_option_and_attribute_agree_with_the_installed_metadata(run_cli, capsys):
+    import importlib.metadata
+
+    import initorch
+
+    with pytest.raises(SystemExit) as caught:
+        run_cli("--version")
+    assert caught.value.code == 0
+    assert capsys.readouterr().out == f"initorch {initorch.__version__}\n"
+    assert importlib.metadata.version("initorch") == initorch.__version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+(?:\S*)", initorch.__version__)

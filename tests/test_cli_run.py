@@ -117,6 +117,17 @@ def test_an_unknown_failure_is_printed_as_it_is():
     assert torn == ["init_torch_distributed"]  # the failed pool has nothing to tear down
 
 
+def test_debug_prints_the_traceback_of_the_failed_step():
+    result = run(*NO_MOONCAKE, "--set", "device.host_allocator=bogus", "--debug")
+    assert result.returncode == 1, result.stderr[-3000:]
+    shown = result.stderr[result.stderr.index("initorch: step 'alloc_host_mem_pool' failed with:"):]
+    _, traceback_line, *rest = shown.splitlines()
+    assert traceback_line == "Traceback (most recent call last):"
+    assert any(line.strip().startswith('File "') and "host_pool.py" in line for line in rest)
+    assert rest[-2] == "initorch.errors.StepError: unknown host allocator 'bogus' for device 'cpu'"
+    assert rest[-1].startswith("initorch: step 'alloc_host_mem_pool' failed: StepError")
+
+
 @pytest.mark.parametrize("workers", ["0", "-2"])
 def test_a_bad_worker_count_is_a_usage_error(workers: str):
     result = run(*NO_MOONCAKE, "--executor", "parallel", "--workers", workers)

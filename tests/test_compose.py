@@ -57,14 +57,46 @@ def test_catalog_lists_yaml_files_by_stem(tmp_path):
     assert catalog.source("a").plugin == "test"
 
 
-def test_earlier_plugin_wins_a_name(tmp_path):
+def test_a_plugin_profile_with_a_taken_name_is_an_error_naming_both(tmp_path):
+    # It used to be ignored silently (the earlier plugin's profile won).
+    write(tmp_path / "one", "x.yaml", "description: first\n")
+    write(tmp_path / "two", "x.yaml", "description: second\n")
+    write(tmp_path / "two", "y.yaml", "description: also second\n")
+    catalog = ProfileCatalog()
+    catalog.add_directory(tmp_path / "one", plugin="one")
+    with pytest.raises(ProfileError) as caught:
+        catalog.add_directory(tmp_path / "two", plugin="two")
+    message = str(caught.value)
+    assert "profile 'x' of plugin 'two' has the name of profile 'x' of plugin 'one'" in message
+    assert str(tmp_path / "one" / "x.yaml") in message and "override=True" in message
+    assert catalog.names() == ["x"]  # nothing of the refused directory was added
+    assert catalog.load("x").description == "first"
+
+
+def test_override_replaces_an_earlier_profile_on_purpose(tmp_path):
     write(tmp_path / "one", "x.yaml", "description: first\n")
     write(tmp_path / "two", "x.yaml", "description: second\n")
     catalog = ProfileCatalog()
     catalog.add_directory(tmp_path / "one", plugin="one")
-    catalog.add_directory(tmp_path / "two", plugin="two")
-    assert catalog.load("x").description == "first"
-    assert catalog.source("x").plugin == "one"
+    catalog.add_directory(tmp_path / "two", plugin="two", override=True)
+    assert catalog.load("x").description == "second"
+    source = catalog.source("x")
+    assert source.plugin == "two"
+    assert source.replaces is not None and source.replaces.plugin == "one"
+
+
+def test_one_name_twice_in_a_directory_is_an_error(tmp_path):
+    write(tmp_path, "x.yaml", "description: a\n")
+    write(tmp_path, "x.yml", "description: b\n")
+    with pytest.raises(ProfileError, match="profile 'x' of plugin 'p' has the name of "
+                                           "profile 'x' of plugin 'p'"):
+        ProfileCatalog().add_directory(tmp_path, plugin="p", override=True)
+
+
+def test_the_profile_name_auto_is_reserved(tmp_path):
+    write(tmp_path, "auto.yaml", "description: a\n")
+    with pytest.raises(ProfileError, match="'auto' is reserved for hardware detection"):
+        ProfileCatalog().add_directory(tmp_path, plugin="p")
 
 
 def test_unknown_name_suggests_or_lists(builtin_registry):

@@ -330,6 +330,13 @@ SAMPLES = [
         id="no-mooncake-engine",
     ),
     pytest.param(
+        # torch 2.13 torch/csrc/utils/tensor_numpy.cpp, reached from all_gather_object
+        lambda: RuntimeError("Numpy is not available"),
+        "numpy-missing",
+        None,
+        id="numpy-not-available",
+    ),
+    pytest.param(
         lambda: StepError(
             "TransferEngine.initialize('127.0.0.1', 'P2PHANDSHAKE', 'rdma', 'mlx5_0') returned -1",
             native_log=RDMA_GLOG,

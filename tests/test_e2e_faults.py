@@ -145,3 +145,20 @@ def test_unknown_failure_is_reported_as_it_is(tmp_path: Path) -> None:
     lines, _ = run_failing(tmp_path, "cpu", "device.collective_backend=nccl")
     assert lines[-1].startswith("initorch: step 'init_torch_distributed' failed: ")
     assert "NCCL" in lines[-1] and lines[-1].endswith("(no known diagnosis)")
+
+
+def test_missing_numpy_is_diagnosed(tmp_path: Path) -> None:
+    """torch installed without NumPy (what 'pip install torch' gives) fails in verify_transfer,
+    where all_gather_object needs Tensor.numpy(); the diagnosis says to install it."""
+    shim = tmp_path / "no-numpy" / "numpy"
+    shim.mkdir(parents=True)
+    # What Python raises for a package that is not installed; torch checks exactly this type.
+    (shim / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n",
+        encoding="utf-8")
+    lines, report = run_failing(tmp_path, "cpu", "checks.verify_transfer=true",
+                                env={"PYTHONPATH": str(shim.parent)})
+    assert lines[-1].startswith("diagnosis numpy-missing:"), lines[-5:]
+    steps = {s["step"]: s for s in report["steps"]}  # type: ignore[union-attr]
+    assert steps["verify_transfer"]["status"] == "failed"
+    assert steps["verify_transfer"]["error"]["message"] == "Numpy is not available"  # type: ignore[index]

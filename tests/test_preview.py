@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from initorch import PreviewContext, Registry, ResolveError, StepDefinitionError, compose, resolve
-from initorch.reporting.render import plan_text
 from tests.conftest import define
 
 
@@ -42,7 +41,7 @@ def test_notes_are_shown_and_kept_out_of_the_fingerprint(tmp_path: Path) -> None
     assert one.step("a").notes == ("ranks here: 1", "size 4 on cpu")
     assert two.step("a").notes[0] == "ranks here: 2"
     assert one.fingerprint == two.fingerprint
-    assert "  | ranks here: 1\n" in plan_text(one)
+    assert "  | ranks here: 1\n" in str(one)
     assert one.to_dict()["steps"][0]["preview"] == ["ranks here: 1", "size 4 on cpu"]
 
 

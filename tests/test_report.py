@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import threading
 
 from initorch import RankInfo
@@ -74,12 +75,18 @@ def test_report_json_shape(registry):
     bad = steps["bad"]
     assert (bad["status"], bad["attempts"], bad["start_offset_s"], bad["duration_s"]) == (
         "failed", 1, 3.0, 0.125)
+    traceback_text = bad["error"].pop("traceback")
     assert bad["error"] == {
         "type": "StepError",
         "message": "cudaHostRegister(ptr=0x7f00, nbytes=4096) failed with error 712",
         "vendor_code": "712",
         "text": "StepError: cudaHostRegister(ptr=0x7f00, nbytes=4096) failed with error 712",
     }
+    # The report carries the traceback: where the step raised, then the exception line.
+    assert traceback_text.startswith("Traceback (most recent call last):\n")
+    assert re.search(r'File ".*test_report\.py", line \d+, in act\n', traceback_text)
+    assert traceback_text.endswith("StepError: cudaHostRegister(ptr=0x7f00, nbytes=4096) "
+                                   "failed with error 712\n")
     assert bad["diagnosis"]["id"] == "cuda-host-register-already-registered"
     assert bad["diagnosis"]["vendor_code"] == "712"
     assert set(bad["diagnosis"]) == {"id", "title", "cause", "remedy", "prevention",

@@ -8,7 +8,9 @@ import pytest
 from initorch import (
     ConditionError,
     CycleError,
+    Registry,
     ResolveError,
+    StepDefinitionError,
     compose,
     load_plan,
     resolve,
@@ -436,3 +438,66 @@ def test_condition_error_class_is_not_leaked(tmp_path):
     with pytest.raises(ResolveError) as caught:
         plan_of(tmp_path, "extends: cpu\nsteps:\n  set_device: {when: 'nope'}\n")
     assert not isinstance(caught.value, ConditionError)
+
+
+# --- wanted_by: steps that pull themselves in ----------------------------------------------------
+
+ONLY_TOP = """
+    device: {type: cpu}
+    config: {flag: true}
+    steps:
+      top: {}
+    """
+
+
+def test_wanted_by_pulls_a_step_in_when_its_target_is_planned(tmp_path):
+    plan = plan_of(tmp_path, ONLY_TOP, define("top"),
+                   define("warm", wanted_by=["top"], requires=["helper"]), define("helper"),
+                   define("extra", wanted_by="warm"), define("elsewhere", wanted_by=["absent"]),
+                   define("absent"))
+    assert set(plan.order) == {"top", "warm", "helper", "extra"}
+    assert plan.step("warm").reasons == ("wanted by top",)
+    assert plan.step("helper").reasons == ("required by warm",)
+    assert plan.step("extra").reasons == ("wanted by warm",)
+    # wanted_by pulls in, and orders nothing: only warm's own requires does.
+    assert plan.graph.edges_between("top", "warm") == []
+    assert plan.step("warm").wave == plan.step("top").wave + 1 == 1
+
+
+def test_a_step_only_skipped_steps_want_is_skipped_too(tmp_path):
+    profile = ONLY_TOP.replace("top: {}", "top: {}\n      pool: {}\n      listed: {}")
+    plan = plan_of(tmp_path, profile,
+                   define("top"), define("pool", requires=["top"], when="not flag"),
+                   define("warm", wanted_by=["pool"], requires=["pool"]),
+                   define("warmer", wanted_by=["warm"]),
+                   define("listed", wanted_by=["pool"]))
+    reasons = skipped_reasons(plan)
+    assert reasons["pool"].startswith("condition 'not flag' is false")
+    assert reasons["warm"] == "wanted only by skipped steps (pool)"
+    assert reasons["warmer"] == "wanted only by skipped steps (warm)"
+    assert "listed" in plan.order  # a profile lists it: that is reason enough to run
+
+
+def test_a_step_wanted_by_a_skipped_and_a_planned_step_runs(tmp_path):
+    plan = plan_of(tmp_path, ONLY_TOP, define("top"), define("off", when="not flag"),
+                   define("both", wanted_by=["off", "top"]))
+    assert "both" in plan.order
+    assert plan.step("both").reasons == ("wanted by top",)
+
+
+@pytest.mark.parametrize(("wanted_by", "fragment"), [
+    (["Not-A-Name"], "wanted_by entry 'Not-A-Name' is not a step name"),
+    (["self_ref"], "lists itself under wanted_by"),
+])
+def test_bad_wanted_by_is_a_definition_error(wanted_by, fragment):
+    with pytest.raises(StepDefinitionError, match=fragment):
+        Registry().steps.add(define("self_ref", wanted_by=wanted_by))
+
+
+def test_requested_steps_are_planned_as_if_listed(tmp_path, registry):
+    registry.steps.add(define("load_model", requires=["set_device"]))
+    plan = load_plan(["cpu"], steps=["load_model"], registry=registry)
+    assert plan.step("load_model").reasons == ("requested by load_plan(steps=...)",)
+    assert_before(plan.order, "set_device", "load_model")
+    with pytest.raises(ResolveError, match=r"unknown step 'load_modle'.*did you mean 'load_model'"):
+        load_plan(["cpu"], steps=["load_modle"], registry=registry)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import traceback
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -231,6 +232,28 @@ def test_with_run_raises_step_failed_with_the_diagnosis(registry):
     assert "(vendor code 107002)" in diagnosis
     assert error.report.outcomes["engine"].status == "failed"
     assert teardowns.order == ["import_backend"]  # torn down before raising
+
+
+def test_step_failed_error_keeps_the_step_exception_as_its_cause(registry):
+    class DriverError(RuntimeError):
+        pass
+
+    def load_weights(ctx):
+        try:
+            {}["model.safetensors"]
+        except KeyError as missing:
+            raise DriverError("weights not found") from missing
+
+    plan = plan_of([define("load_weights", load_weights)])
+    with pytest.raises(StepFailedError) as caught, Run(plan, diagnoses=registry.diagnoses):
+        pass
+    cause = caught.value.__cause__
+    assert isinstance(cause, DriverError)
+    assert cause is caught.value.report.outcomes["load_weights"].error
+    assert isinstance(cause.__cause__, KeyError)  # the step's own chain is kept whole
+    shown = "".join(traceback.format_exception(caught.value))
+    assert "in load_weights" in shown
+    assert "The above exception was the direct cause of the following exception" in shown
 
 
 def test_with_run_an_unknown_failure_is_reported_as_it_is(registry):

@@ -22,7 +22,6 @@ from tiny_server.model import (
     generate_weights,
     read_config,
 )
-from tiny_server.steps import register
 
 # SGLang 0.5.23 order, then the launcher's own steps (model_runner.py).
 SERVER_ORDER = ("bind_cpu_threads", "set_device", "init_torch_distributed",
@@ -32,9 +31,7 @@ SERVER_ORDER = ("bind_cpu_threads", "set_device", "init_torch_distributed",
 
 @pytest.fixture(scope="module")
 def registry() -> Registry:
-    registry = Registry.with_plugins()
-    registry.load_plugin("tiny_server", register)
-    return registry
+    return Registry.with_plugins(["tiny_server.steps"])
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda", "npu", "musa", "rocm", "xpu"])
@@ -115,3 +112,19 @@ def test_the_launchers_dry_run_imports_no_torch() -> None:
     assert "profiles: base -> musa -> server -> tiny-server" in result.stdout
     assert "local rank 1: cpus" in result.stdout
     assert result.stdout.splitlines()[-1] == "TORCH []"
+
+
+@pytest.mark.parametrize("device", ["npu", "musa", "cuda"])
+def test_initorch_plans_the_server_with_its_plugin(device: str) -> None:
+    import json
+    import os
+
+    from tests.conftest import initorch_command
+
+    path = os.pathsep.join(filter(None, [str(REPO / "examples"), os.environ.get("PYTHONPATH")]))
+    result = initorch_command("--plugin", "tiny_server.steps", "plan", "-d", device,
+                              "-p", "tiny-server", "--json", env={"PYTHONPATH": path})
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["profiles"] == ["base", device, "server", "tiny-server"]
+    assert [s for s in plan["order"] if s in SERVER_ORDER] == list(SERVER_ORDER)

@@ -28,8 +28,7 @@ from initorch import InitorchError, Registry, RunReport, load_plan
 from initorch.execution.run import Run
 from initorch.execution.signals import RunInterrupted
 from initorch.reporting.logs import configure_logging
-from initorch.reporting.render import plan_text, run_summary_text
-from tiny_server.steps import register
+from initorch.reporting.render import run_summary_text
 
 
 def startup_report(report: RunReport) -> dict[str, Any]:
@@ -97,13 +96,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     configure_logging(args.log_format)
-    registry = Registry.with_plugins()
-    registry.load_plugin("tiny_server", register)
     try:
+        # The same plugin mechanism as `initorch --plugin tiny_server.steps`.
+        registry = Registry.with_plugins(["tiny_server.steps"])
         plan = load_plan(["tiny-server", *args.profile], device=args.device,
                          settings=args.settings, registry=registry)
         if args.plan:
-            print(plan_text(plan))
+            print(plan)
             return 0
         with Run(plan, diagnoses=registry.diagnoses, handle_signals=True) as run:
             serve(run, args.ready_file)

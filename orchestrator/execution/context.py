@@ -81,6 +81,11 @@ class RunState:
         with self._lock:
             return step in self._outputs
 
+    def outputs(self) -> dict[str, Any]:
+        """A copy of every output recorded so far, by step name."""
+        with self._lock:
+            return dict(self._outputs)
+
     def forget(self, step: str) -> Any:
         """Drop and return a step's output, so teardown releases the last reference."""
         with self._lock:

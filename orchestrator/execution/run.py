@@ -19,8 +19,8 @@ import atexit
 import datetime
 import threading
 import time
-from collections.abc import Callable
-from types import TracebackType
+from collections.abc import Callable, Mapping
+from types import MappingProxyType, TracebackType
 from typing import Any
 
 from initorch.errors import StepFailedError
@@ -137,6 +137,12 @@ class Run:
         """The output of a completed step (e.g. the transfer engine)."""
         return self.state.output(step)
 
+    @property
+    def outputs(self) -> Mapping[str, Any]:
+        """Every completed step's output by step name, in completion order (read-only;
+        empty once torn down)."""
+        return MappingProxyType(self.state.outputs())
+
     def __enter__(self) -> Run:
         report = self.start()
         if not report.ok:
@@ -223,10 +229,13 @@ class Run:
 
 
 def failure_error(report: RunReport) -> StepFailedError:
-    """The error a failed run raises: names the first failed step and its diagnosis."""
+    """The error a failed run raises: names the first failed step and its diagnosis,
+    and keeps the step's own exception as ``__cause__`` (tracebacks show both)."""
     first = report.failed[0]
     error = first.error
     text = f"step '{first.name}' failed: {type(error).__name__}: {error}"
     if first.finding is not None:
         text += f"\n{first.finding.summary()}"
-    return StepFailedError(first.name, text, report)
+    failure = StepFailedError(first.name, text, report)
+    failure.__cause__ = error
+    return failure

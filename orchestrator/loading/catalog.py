@@ -22,14 +22,23 @@ from initorch.suggest import closest
 
 PROFILE_SUFFIXES = (".yaml", ".yml")
 
+AUTO_PROFILE = "auto"
+"""Reserved: the profile that hardware detection will choose (not available yet)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ProfileSource:
-    """A named profile file contributed by a plugin."""
+    """A named profile file, the plugin that contributed it (``None``: added in code)
+    and, when it replaced another plugin's profile on purpose, that profile."""
 
     name: str
     file: Traversable
-    plugin: str
+    plugin: str | None
+    replaces: ProfileSource | None = None
+
+    @property
+    def owner(self) -> str:
+        return f"plugin '{self.plugin}'" if self.plugin else "code"
 
 
 def is_path_reference(ref: str) -> bool:
@@ -38,18 +47,54 @@ def is_path_reference(ref: str) -> bool:
 
 
 class ProfileCatalog:
-    """Named profiles from plugin directories, plus loading of files by path."""
+    """Named profiles from plugin directories, plus loading of files by path.
+
+    ``provider`` names the plugin whose ``register`` function is running (the
+    plugin loader sets it); it wins over the ``plugin`` a directory is added with.
+    """
 
     def __init__(self) -> None:
         self._named: dict[str, ProfileSource] = {}
         self._cache: dict[str, ProfileDocument] = {}
+        self.provider: str | None = None
 
-    def add_directory(self, directory: Traversable, plugin: str) -> None:
-        """Register every ``*.yaml`` in ``directory``; an earlier plugin's name wins."""
+    def add_directory(self, directory: Traversable, plugin: str | None = None, *,
+                      override: bool = False) -> None:
+        """Register every ``*.yaml`` in ``directory``.
+
+        A name that is already taken (by another plugin, or twice in one) is a
+        :class:`ProfileError`, so that a plugin never silently shadows a built-in
+        profile, nor is silently ignored; ``override=True`` replaces the earlier
+        profile on purpose, and listings show what it replaced.  Nothing is
+        added when any name is refused.
+        """
+        plugin = self.provider or plugin
+        added: dict[str, ProfileSource] = {}
         for entry in sorted(directory.iterdir(), key=lambda e: e.name):
             stem, suffix = os.path.splitext(entry.name)
-            if suffix in PROFILE_SUFFIXES and entry.is_file():
-                self._named.setdefault(stem, ProfileSource(stem, entry, plugin))
+            if suffix not in PROFILE_SUFFIXES or not entry.is_file():
+                continue
+            shown = display_path(str(entry))
+            if stem == AUTO_PROFILE:
+                raise ProfileError(f"{shown}: the profile name '{AUTO_PROFILE}' is reserved "
+                                   "for hardware detection", hint="rename the file")
+            earlier = added.get(stem) or self._named.get(stem)
+            if earlier is not None and (stem in added or not override):
+                raise ProfileError(
+                    f"{shown}: profile '{stem}' of {ProfileSource(stem, entry, plugin).owner} "
+                    f"has the name of profile '{stem}' of {earlier.owner} "
+                    f"({display_path(str(earlier.file))})",
+                    hint="rename one of them, or replace the earlier one on purpose with "
+                         "add_directory(..., override=True)")
+            added[stem] = ProfileSource(stem, entry, plugin, replaces=earlier)
+        self._named.update(added)
+
+    def copy(self) -> ProfileCatalog:
+        """An independent catalog with the same profiles (the plugin loader's undo point)."""
+        clone = ProfileCatalog()
+        clone._named, clone._cache = dict(self._named), dict(self._cache)
+        clone.provider = self.provider
+        return clone
 
     def names(self) -> list[str]:
         return sorted(self._named)

@@ -20,10 +20,17 @@ STEP_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 class StepRegistry:
-    """Registered steps by name, in registration order."""
+    """Registered steps by name, in registration order, with the plugin that added each.
+
+    ``provider`` names the plugin whose ``register`` function is running; the
+    plugin loader sets it, so that ``initorch steps`` can say where a step comes
+    from.  Steps added outside a plugin (by a launcher, in code) have none.
+    """
 
     def __init__(self) -> None:
         self._steps: dict[str, Step] = {}
+        self._providers: dict[str, str | None] = {}
+        self.provider: str | None = None
 
     def add(self, definition: StepDefinition | Step) -> Step:
         """Validate ``definition`` and register it; return the frozen :class:`Step`."""
@@ -31,13 +38,27 @@ class StepRegistry:
         _validate(record)
         existing = self._steps.get(record.name)
         if existing is not None:
+            owner = self._providers[record.name]
+            by = f" by plugin '{owner}'" if owner else ""
             raise StepDefinitionError(
-                f"step '{record.name}' is registered twice: first at {existing.defined_at}",
+                f"step '{record.name}' is registered twice: first{by} at {existing.defined_at}",
                 location=record.defined_at,
                 hint="step names are global; rename one of them",
             )
         self._steps[record.name] = record
+        self._providers[record.name] = self.provider
         return record
+
+    def plugin_of(self, name: str) -> str | None:
+        """The plugin that registered step ``name`` (``None``: added in code)."""
+        return self._providers[name]
+
+    def copy(self) -> StepRegistry:
+        """An independent registry with the same steps (the plugin loader's undo point)."""
+        clone = StepRegistry()
+        clone._steps, clone._providers = dict(self._steps), dict(self._providers)
+        clone.provider = self.provider
+        return clone
 
     def get(self, name: str, location: SourceLocation | None = None) -> Step:
         """The step called ``name``; :class:`UnknownStepError` with a suggestion otherwise."""
@@ -81,8 +102,8 @@ def _validate(step: Step) -> None:
         _fail(step, "no description", "pass description= or give the function a docstring")
     if not callable(step.action):
         _fail(step, "action is not callable", "decorate a function with @step")
-    for kind in EDGE_KINDS:
-        for target in step.edges(kind):
+    for kind in (*EDGE_KINDS, "wanted_by"):
+        for target in getattr(step, kind):
             if not isinstance(target, str) or not STEP_NAME.match(target):
                 _fail(step, f"{kind} entry {target!r} is not a step name",
                       "list step names as strings")

@@ -13,6 +13,13 @@ Edge vocabulary follows systemd, because operators already know it:
 ``wants``     pull it in and run after it, but its failure does not block us.
 ``after``     ordering only: if both steps are in the plan, run after it.
 ``before``    ordering only, the other way round.
+
+And one pull-in from the other side, for steps that no profile lists:
+
+``wanted_by`` whenever one of these steps is in the plan, pull this step in too
+              (systemd's ``WantedBy=``).  It adds no ordering: declare that with
+              ``requires``/``after``.  A step that only skipped steps want is
+              skipped as well.
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ class Step:
     wants: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
     before: tuple[str, ...] = ()
+    wanted_by: tuple[str, ...] = ()
     when: str | None = None
     device_bound: bool = False
     binds_device: bool = False
@@ -116,6 +124,7 @@ def step(
     wants: str | tuple[str, ...] | list[str] = (),
     after: str | tuple[str, ...] | list[str] = (),
     before: str | tuple[str, ...] | list[str] = (),
+    wanted_by: str | tuple[str, ...] | list[str] = (),
     when: str | None = None,
     device_bound: bool = False,
     binds_device: bool = False,
@@ -140,6 +149,7 @@ def step(
                 "wants": _names(wants),
                 "after": _names(after),
                 "before": _names(before),
+                "wanted_by": _names(wanted_by),
                 "when": when,
                 "device_bound": device_bound,
                 "binds_device": binds_device,

@@ -152,6 +152,12 @@ class DiagnosisBook:
         self._entries: list[_Entry] = []
         self.extend(diagnoses)
 
+    def copy(self) -> DiagnosisBook:
+        """An independent book with the same entries (the plugin loader's undo point)."""
+        clone = DiagnosisBook()
+        clone._entries = list(self._entries)
+        return clone
+
     def add(self, diagnosis: Diagnosis, *, before: str | None = None) -> None:
         """Validate and register ``diagnosis``; see :meth:`extend` for ``before``."""
         self.extend((diagnosis,), before=before)

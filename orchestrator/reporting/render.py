@@ -1,4 +1,7 @@
-"""Turning plans into text for people and formats for tools (dot, mermaid, JSON)."""
+"""Turning plans and runs into text for people and formats for tools (dot, mermaid, JSON).
+
+The plan's own text (the dry run) is ``str(plan)``; see :class:`~initorch.resolution.plan.Plan`.
+"""
 
 from __future__ import annotations
 
@@ -16,36 +19,6 @@ _EDGE_STYLE = {
     "before": "dotted",
     "device": "bold",
 }
-
-
-def plan_text(plan: Plan) -> str:
-    """The human dry run: ordered steps with waves and reasons, then skipped steps."""
-    width = max([len(p.name) for p in plan.steps] + [len(s.name) for s in plan.skipped] + [4])
-    lines = [
-        f"profiles: {' -> '.join(plan.profiles)}",
-        f"device:   {plan.device}",
-        f"plan:     {len(plan.steps)} steps in {len(plan.waves)} waves, "
-        f"{len(plan.skipped)} skipped",
-        "",
-        f"  #  wave  {'step':<{width}}  why",
-    ]
-    for number, planned in enumerate(plan.steps, 1):
-        details = []
-        if planned.step.device_bound:
-            details.append("device-bound")
-        if planned.step.timeout:
-            details.append(f"timeout {planned.step.timeout:g}s")
-        if planned.step.retries:
-            details.append(f"retries {planned.step.retries}")
-        suffix = f"  [{', '.join(details)}]" if details else ""
-        lines.append(f"{number:>3}  {planned.wave:>4}  {planned.name:<{width}}  "
-                     f"{'; '.join(planned.reasons)}{suffix}")
-        lines += [f"{'':>11}  | {note}" for note in planned.notes]
-    if plan.skipped:
-        lines += ["", "skipped:"]
-        lines += [f"  {s.name:<{width}}  {s.reason}" for s in plan.skipped]
-    lines += ["", f"fingerprint: {plan.fingerprint}"]
-    return "\n".join(lines)
 
 
 def explain_text(first: str, second: str, chain: list[Edge]) -> str:

@@ -8,6 +8,7 @@ overlap in the parallel executor is visible.
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -41,6 +42,13 @@ class StepOutcome:
         return vendor_code_of(self.error) if self.error is not None else None
 
     @property
+    def traceback(self) -> str | None:
+        """The failure's Python traceback, with its chained causes, as text."""
+        if self.error is None:
+            return None
+        return "".join(traceback.format_exception(self.error))
+
+    @property
     def duration(self) -> float:
         if self.started is None or self.finished is None:
             return 0.0
@@ -65,6 +73,7 @@ class StepOutcome:
                 "message": str(self.error),
                 "vendor_code": self.vendor_code,
                 "text": failure_text(self.error),
+                "traceback": self.traceback,
             }
             data["diagnosis"] = self.finding.as_dict() if self.finding else None
         return data

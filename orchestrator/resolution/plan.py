@@ -72,6 +72,37 @@ class Plan:
             waves.setdefault(planned.wave, []).append(planned.name)
         return tuple(tuple(sorted(waves[i])) for i in sorted(waves))
 
+    def __str__(self) -> str:
+        """The dry run as ``initorch plan`` prints it: ordered steps with waves and
+        reasons, then skipped steps, then the fingerprint."""
+        width = max([len(p.name) for p in self.steps] + [len(s.name) for s in self.skipped]
+                    + [4])
+        lines = [
+            f"profiles: {' -> '.join(self.profiles)}",
+            f"device:   {self.device}",
+            f"plan:     {len(self.steps)} steps in {len(self.waves)} waves, "
+            f"{len(self.skipped)} skipped",
+            "",
+            f"  #  wave  {'step':<{width}}  why",
+        ]
+        for number, planned in enumerate(self.steps, 1):
+            details = []
+            if planned.step.device_bound:
+                details.append("device-bound")
+            if planned.step.timeout:
+                details.append(f"timeout {planned.step.timeout:g}s")
+            if planned.step.retries:
+                details.append(f"retries {planned.step.retries}")
+            suffix = f"  [{', '.join(details)}]" if details else ""
+            lines.append(f"{number:>3}  {planned.wave:>4}  {planned.name:<{width}}  "
+                         f"{'; '.join(planned.reasons)}{suffix}")
+            lines += [f"{'':>11}  | {note}" for note in planned.notes]
+        if self.skipped:
+            lines += ["", "skipped:"]
+            lines += [f"  {s.name:<{width}}  {s.reason}" for s in self.skipped]
+        lines += ["", f"fingerprint: {self.fingerprint}"]
+        return "\n".join(lines)
+
     def step(self, name: str) -> PlannedStep:
         for planned in self.steps:
             if planned.name == name:

@@ -2,12 +2,14 @@
 
 The stages, each collecting every problem before raising:
 
-1. *Selection*: the steps the profiles list, plus everything they ``requires``
-   or ``wants``, transitively (systemd's pull-in).
+1. *Selection*: the steps the profiles list and the caller requests, plus
+   everything they ``requires`` or ``wants`` and every step that declares itself
+   ``wanted_by`` one of them, transitively (systemd's pull-in).
 2. *Effective declarations*: profile overrides applied to each step (edges
    added or removed, timeout, retries, ``when``, ``enabled``).
 3. *Conditions*: disabled steps and false ``when`` conditions are skipped with
-   a reason; a hard requirement on a skipped step is an error.
+   a reason, and so is a step that only skipped steps pulled in through its
+   ``wanted_by``; a hard requirement on a skipped step is an error.
 4. *Device context*: every ``device_bound`` step gets an implicit edge from the
    one step that ``binds_device``.  This edge cannot be removed by a profile —
    it is what makes "engine init on a thread without device context" (Ascend
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from initorch.errors import ConditionError, CycleError, InitorchError, Problem, ResolveError
@@ -49,14 +51,30 @@ class _Candidate:
     disabled: Setting | None = None
     disabled_reason: str = ""
     when_location: SourceLocation | None = None
+    # The planned steps whose presence pulled this one in through its wanted_by.
+    wanted_by_pulls: list[str] = field(default_factory=list)
+
+    @property
+    def only_wanted_by(self) -> bool:
+        """True when nothing but its own ``wanted_by`` pulled this step in."""
+        return bool(self.wanted_by_pulls) and len(self.reasons) == len(self.wanted_by_pulls)
+
+
+REQUESTED = "requested by load_plan(steps=...)"
+
+# A queued pull-in: step name, (why, by whom), where it was declared, via wanted_by.
+_Pull = tuple[str, tuple[str, str | None], SourceLocation | None, bool]
 
 
 def resolve(composed: ComposedProfile, steps: StepRegistry,
-            device_index: int | None = None,
+            device_index: int | None = None, requested: Sequence[str] = (),
             environ: Mapping[str, str] | None = None) -> Plan:
     """Resolve ``composed`` against ``steps``; raise an :class:`InitorchError` subclass
-    listing every problem when the result would not be a valid plan.  Step
-    previews see ``environ`` (default: this process's environment)."""
+    listing every problem when the result would not be a valid plan.
+
+    ``requested`` names steps to plan as if a profile listed them (a launcher's
+    own steps, without writing a profile).  Step previews see ``environ``
+    (default: this process's environment)."""
     device_type = composed.settings.get("device.type")
     if device_type is None:
         raise ResolveError(
@@ -65,10 +83,11 @@ def resolve(composed: ComposedProfile, steps: StepRegistry,
             hint="add a device profile, e.g. --profile cpu, or pass --device",
         )
     problems: list[Problem] = []
-    candidates = _select(composed, steps, problems)
+    candidates = _select(composed, steps, requested, problems)
     _raise_if(problems)
     skipped = _evaluate_conditions(candidates, composed.settings, problems)
     _raise_if(problems)
+    _skip_unwanted(candidates, skipped)
     active = {name: c for name, c in candidates.items() if name not in skipped}
     _check_requirements(active, skipped, problems)
     edges = _edges(active, steps, problems) + _device_edges(candidates, skipped, problems)
@@ -121,33 +140,44 @@ def _raise_if(problems: list[Problem]) -> None:
                            problems=problems)
 
 
-def _select(composed: ComposedProfile, registry: StepRegistry,
+def _select(composed: ComposedProfile, registry: StepRegistry, requested: Sequence[str],
             problems: list[Problem]) -> dict[str, _Candidate]:
-    """Listed steps with overrides applied, plus the closure of requires/wants."""
+    """Listed and requested steps with overrides applied, plus the closure of
+    requires/wants and of the steps ``wanted_by`` a selected one."""
+    wanted_by: dict[str, list[Step]] = {}
+    for declared in registry:
+        for target in declared.wanted_by:
+            wanted_by.setdefault(target, []).append(declared)
     candidates: dict[str, _Candidate] = {}
-    queue: list[tuple[str, tuple[str, str | None], SourceLocation | None]] = []
+    queue: list[_Pull] = []
     for name, entries in composed.step_entries.items():
         first = entries[0]
         queue.append((name, (f"listed by profile {first.source} ({first.location})", None),
-                      first.location))
+                      first.location, False))
+    queue += [(name, (REQUESTED, None), None, False) for name in requested]
     while queue:
-        name, reason, location = queue.pop(0)
+        name, reason, location, via_wanted_by = queue.pop(0)
         if name in candidates:
-            candidates[name].reasons.append(reason)
-            continue
-        try:
-            declared = registry.get(name, location)
-        except InitorchError as exc:
-            problems.extend(exc.problems)
-            continue
-        candidate = _apply_overrides(declared, composed.step_entries.get(name, ()), problems)
+            candidate = candidates[name]
+        else:
+            try:
+                declared = registry.get(name, location)
+            except InitorchError as exc:
+                problems.extend(exc.problems)
+                continue
+            candidate = candidates[name] = _apply_overrides(
+                declared, composed.step_entries.get(name, ()), problems)
+            pulls: tuple[tuple[EdgeKind, str], ...] = (("requires", "required"),
+                                                       ("wants", "wanted"))
+            for kind, verb in pulls:
+                for target in candidate.step.edges(kind):
+                    where, _ = candidate.edge_sources[(kind, target)]
+                    queue.append((target, (f"{verb} by", name), where, False))
+            queue += [(wanter.name, ("wanted by", name), wanter.defined_at, True)
+                      for wanter in wanted_by.get(name, ())]
         candidate.reasons.append(reason)
-        candidates[name] = candidate
-        pulls: tuple[tuple[EdgeKind, str], ...] = (("requires", "required"), ("wants", "wanted"))
-        for kind, verb in pulls:
-            for target in candidate.step.edges(kind):
-                where, _ = candidate.edge_sources[(kind, target)]
-                queue.append((target, (f"{verb} by", name), where))
+        if via_wanted_by:
+            candidate.wanted_by_pulls.append(str(reason[1]))
     return candidates
 
 
@@ -222,6 +252,21 @@ def _evaluate_conditions(candidates: dict[str, _Candidate], located: Mapping[str
         except ConditionError as exc:
             problems.extend(exc.problems)
     return skipped
+
+
+def _skip_unwanted(candidates: dict[str, _Candidate], skipped: dict[str, str]) -> None:
+    """Skip the steps that only skipped steps pulled in through ``wanted_by``, until none
+    is left: a launcher's step for the Mooncake pool is skipped with the pool."""
+    changed = True
+    while changed:
+        changed = False
+        for name, candidate in sorted(candidates.items()):
+            if name in skipped or not candidate.only_wanted_by:
+                continue
+            if all(puller in skipped for puller in candidate.wanted_by_pulls):
+                pullers = ", ".join(sorted(set(candidate.wanted_by_pulls)))
+                skipped[name] = f"wanted only by skipped steps ({pullers})"
+                changed = True
 
 
 def _check_requirements(active: dict[str, _Candidate], skipped: dict[str, str],
