@@ -24,11 +24,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from initorch import InitorchError, Registry, RunReport, load_plan
-from initorch.execution.run import Run
-from initorch.execution.signals import RunInterrupted
-from initorch.reporting.logs import configure_logging
-from initorch.reporting.render import run_summary_text
+from initorch import (
+    InitorchError,
+    Registry,
+    Run,
+    RunInterrupted,
+    RunReport,
+    configure_logging,
+    load_plan,
+    run_summary_text,
+)
 
 
 def startup_report(report: RunReport) -> dict[str, Any]:
