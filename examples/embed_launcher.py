@@ -3,7 +3,7 @@
 Copy this file.  It shows the whole embedding API:
 
 * declare a step with ``@step`` (dependencies by name, ``wanted_by`` so that it
-  is planned whenever the host pool is, a teardown);
+  is planned whenever the host pool is, the settings it reads, a teardown);
 * register it next to the built-in steps and profiles;
 * compose profiles, override settings, inspect the plan (order, waves, explain,
   fingerprint, graph export) before running anything;
@@ -32,8 +32,14 @@ from initorch import (
     configure_logging,
     graph_mermaid,
     load_plan,
+    setting,
     step,
 )
+
+# A setting the step reads: profiles set it under config: (warmup: {fill_byte: 0}),
+# --set warmup.fill_byte=7 overrides it, and a wrong value is refused at plan time.
+FILL_BYTE = setting("warmup.fill_byte", int, default=0, minimum=0, maximum=255,
+                    description="byte written into every page of the host pool at start-up")
 
 
 @step(
@@ -42,10 +48,12 @@ from initorch import (
     requires=["register_mem_pool_host"],
     after=["init_torch_distributed"],
     wanted_by=["register_mem_pool_host"],  # planned whenever the pool is registered
+    settings=(FILL_BYTE,),
 )
 def warm_kv_cache(ctx: StepContext) -> int:
     registration = ctx.output("register_mem_pool_host")
-    registration.pool.buffer.zero_()  # writes every page: they are resident afterwards
+    # writes every page: they are resident afterwards
+    registration.pool.buffer.fill_(ctx.setting("warmup.fill_byte"))
     ctx.log.info("kv_cache_warmed", nbytes=registration.pool.nbytes)
     return int(registration.pool.nbytes)
 
@@ -63,6 +71,8 @@ LAUNCHER_PROFILE = textwrap.dedent("""\
     config:
       hicache:
         host_pool_mb: 16
+      warmup:
+        fill_byte: 0
     """)
 
 

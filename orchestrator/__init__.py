@@ -29,6 +29,7 @@ from initorch.execution.context import DeviceBinding, RankInfo, StepContext
 from initorch.loading.compose import ComposedProfile, compose
 from initorch.model.devices import DeviceRef, parse_device
 from initorch.model.registry import StepRegistry
+from initorch.model.settings import SettingCatalog, SettingSpec, setting
 from initorch.model.step import Step, StepDefinition, step
 from initorch.plugins import PluginError, Registry
 from initorch.reporting.diagnosis import Diagnosis, DiagnosisBook, Finding
@@ -96,6 +97,8 @@ __all__ = [
     "Run",
     "RunInterrupted",
     "RunReport",
+    "SettingCatalog",
+    "SettingSpec",
     "SkippedStep",
     "Step",
     "StepContext",
@@ -119,6 +122,7 @@ __all__ = [
     "parse_device",
     "resolve",
     "run_summary_text",
+    "setting",
     "start",
     "step",
 ]

@@ -6,6 +6,7 @@
 >>> with start(profile="cpu", steps=["load_model"]) as started:
 ...     serve(started.outputs["load_model"])
 
+:func:`load_settings` gives a selection's settings without resolving steps.
 Everything the CLI does goes through here, so a launcher that embeds initorch
 gets exactly what ``initorch plan`` shows.
 """
@@ -17,10 +18,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from initorch.errors import InitorchError, UnplannedStepWarning
+from initorch.errors import InitorchError, ProfileError, UnplannedStepWarning
 from initorch.loading.catalog import AUTO_PROFILE
-from initorch.loading.compose import parse_assignment
+from initorch.loading.compose import ComposedProfile, parse_assignment
 from initorch.loading.selection import compose_selection, normalise_device
+from initorch.loading.settle import SettledSettings, settle
+from initorch.model.devices import DeviceRef
 from initorch.model.step import Step
 from initorch.plugins import Registry
 from initorch.resolution.plan import Plan
@@ -49,12 +52,49 @@ def load_plan(
     (:class:`~initorch.errors.UnplannedStepWarning`) about a registered step
     that nothing could ever pull into a plan.
     """
+    registry = registry or Registry.with_plugins()
+    composed, ref = _compose(registry, profiles, device, settings)
+    plan = resolve(composed, registry.steps, ref.index if ref else None, requested=steps)
+    for unplanned in unplanned_steps(plan, registry):
+        warnings.warn(UnplannedStepWarning(unplanned.name,
+                                           registry.steps.plugin_of(unplanned.name)),
+                      stacklevel=2)
+    return plan
+
+
+def load_settings(
+    profiles: Sequence[str] = (),
+    *,
+    device: object | None = None,
+    settings: Mapping[str, Any] | Iterable[str] = (),
+    registry: Registry | None = None,
+) -> SettledSettings:
+    """The settings a selection gives, each checked and with its origin: declared
+    defaults, overlaid by ``profiles``, overlaid by ``settings``.
+
+    Unlike :func:`load_plan` it resolves no steps, so an overlay or an abstract
+    profile (no device type) works too.  Raises :class:`ProfileError` listing
+    every format or settings problem.
+    """
+    registry = registry or Registry.with_plugins()
+    composed, _ = _compose(registry, profiles, device, settings)
+    settled = settle(composed, registry.settings)
+    problems = [*composed.problems, *settled.problems]
+    if problems:
+        raise ProfileError(f"{len(problems)} problem(s) in the selected profiles",
+                           problems=problems)
+    return settled
+
+
+def _compose(registry: Registry, profiles: Sequence[str], device: object | None,
+             settings: Mapping[str, Any] | Iterable[str]
+             ) -> tuple[ComposedProfile, DeviceRef | None]:
+    """The selection composed (``--set`` values recorded, not yet checked)."""
     if AUTO_PROFILE in profiles:
         raise InitorchError(
             f"profile '{AUTO_PROFILE}' needs hardware detection, which this version of "
             "initorch does not have yet",
             hint="name the device's profile (see 'initorch profiles'), or pass device='npu:0'")
-    registry = registry or Registry.with_plugins()
     overrides = (
         list(settings.items()) if isinstance(settings, Mapping)
         else [parse_assignment(item) for item in settings]
@@ -63,13 +103,7 @@ def load_plan(
     if not profiles and ref is None:
         raise InitorchError("no profile selected",
                             hint="pass --profile NAME (see 'initorch profiles') or --device TYPE")
-    composed = compose_selection(registry.profiles, profiles, ref, overrides)
-    plan = resolve(composed, registry.steps, ref.index if ref else None, requested=steps)
-    for unplanned in unplanned_steps(plan, registry):
-        warnings.warn(UnplannedStepWarning(unplanned.name,
-                                           registry.steps.plugin_of(unplanned.name)),
-                      stacklevel=2)
-    return plan
+    return compose_selection(registry.profiles, profiles, ref, overrides), ref
 
 
 def unplanned_steps(plan: Plan, registry: Registry) -> list[Step]:

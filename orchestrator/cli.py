@@ -99,7 +99,7 @@ def cmd_explain(args: argparse.Namespace, registry: Registry) -> int:
 def cmd_validate(args: argparse.Namespace, registry: Registry) -> int:
     from initorch.validate import validate_all, validate_selection
 
-    if args.profile or args.device:
+    if args.profile or args.device is not None or args.settings:
         problems = validate_selection(registry, args.profile, args.device, args.settings)
     else:
         problems = validate_all(registry)
@@ -151,6 +151,18 @@ def cmd_steps(args: argparse.Namespace, registry: Registry) -> int:
             if deps or row["when"]:
                 when = f"  when {row['when']}" if row["when"] else ""
                 _emit(f"{'':<{width}}    {deps}{when}")
+    return EXIT_OK
+
+
+def cmd_settings(args: argparse.Namespace, registry: Registry) -> int:
+    from initorch.api import load_settings
+    from initorch.listing import setting_lines, setting_rows
+
+    selected = args.profile or args.device is not None or args.settings
+    settled = load_settings(args.profile, device=args.device, settings=args.settings,
+                            registry=registry) if selected else None
+    rows = setting_rows(registry, settled)
+    _emit(json.dumps(rows, indent=2) if args.json else "\n".join(setting_lines(rows)))
     return EXIT_OK
 
 
@@ -218,7 +230,7 @@ def failure_line(report: RunReport) -> str:
 def cmd_schema(args: argparse.Namespace, registry: Registry) -> int:
     from initorch.loading.schema import profile_schema
 
-    _emit(json.dumps(profile_schema(), indent=2))
+    _emit(json.dumps(profile_schema(registry.settings, registry.steps), indent=2))
     return EXIT_OK
 
 
@@ -270,7 +282,12 @@ def build_parser() -> argparse.ArgumentParser:
                                 ("steps", cmd_steps, "list registered steps")):
         listing = add(name, handler, text)
         listing.add_argument("--json", action="store_true", help="print as JSON")
-    schema = add("schema", cmd_schema, "print the JSON Schema of profile files")
+    settings = add("settings", cmd_settings,
+                   "list the declared settings (with a selection: their values and origins)",
+                   selection)
+    settings.add_argument("--json", action="store_true", help="print as JSON")
+    schema = add("schema", cmd_schema,
+                 "print the JSON Schema of profile files (for editors and CI)")
     schema.set_defaults(tolerate_broken_plugins=True)
     run = add("run", cmd_run, "run the plan for real (then tear it down)", selection)
     run.add_argument("--executor", choices=["sequential", "parallel", "dry-run"],

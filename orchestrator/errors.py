@@ -82,15 +82,22 @@ class StepDefinitionError(InitorchError):
 
 
 class UnknownStepError(InitorchError):
-    """A step name that no plugin registered."""
+    """A step name that no plugin registered.
+
+    ``reason`` says why a name that looks registered is not (a look-alike
+    character); it replaces the did-you-mean.
+    """
 
     def __init__(
-        self, name: str, *, location: SourceLocation | None = None, suggestion: str | None = None
+        self, name: str, *, location: SourceLocation | None = None,
+        suggestion: str | None = None, reason: str | None = None,
     ) -> None:
         self.name = name
         self.suggestion = suggestion
         hint = f"did you mean '{suggestion}'?" if suggestion else "see 'initorch steps'"
-        super().__init__(f"unknown step '{name}'", location=location, hint=hint)
+        message = f"unknown step {name!r}: {reason}" if reason else f"unknown step '{name}'"
+        super().__init__(message, location=location,
+                         hint="retype the name in ASCII" if reason else hint)
 
 
 class ResolveError(InitorchError):

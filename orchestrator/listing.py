@@ -1,11 +1,13 @@
-"""Rows for ``initorch profiles`` and ``initorch steps`` (text and JSON)."""
+"""Rows for ``initorch profiles``, ``steps`` and ``settings`` (text and JSON)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from initorch.errors import InitorchError
+from initorch.loading.settle import SettledSettings
 from initorch.location import display_path
+from initorch.model.settings import SettingSpec, show_value
 from initorch.model.step import EDGE_KINDS
 from initorch.plugins import Registry
 
@@ -26,8 +28,10 @@ def profile_rows(registry: Registry) -> list[dict[str, Any]]:
         except InitorchError as error:
             row.update(device=None, extends=[], description=f"INVALID: {error}")
         else:
+            description = doc.description if not doc.problems else (
+                f"INVALID: {len(doc.problems)} problem(s), first: {doc.problems[0]}")
             row.update(device=doc.device_type.value if doc.device_type else None,
-                       extends=[ref for ref, _ in doc.extends], description=doc.description)
+                       extends=[ref for ref, _ in doc.extends], description=description)
         rows.append(row)
     return rows
 
@@ -48,7 +52,57 @@ def step_rows(registry: Registry) -> list[dict[str, Any]]:
             "retries": s.retries,
             "retry_on": [t.__name__ for t in s.retry_on],
             "teardown": s.teardown is not None,
+            "settings": [spec.key for spec in s.settings],
             "defined_at": str(s.defined_at),
         }
         for s in sorted(registry.steps, key=lambda s: s.name)
     ]
+
+
+def setting_rows(registry: Registry, settled: SettledSettings | None = None
+                 ) -> list[dict[str, Any]]:
+    """One row per declared setting, by key; with ``settled`` (a selection's
+    settings) also its value there and where that value came from."""
+    rows = []
+    for spec in registry.settings:
+        row = {**_spec_fields(spec),
+               "declared_by": [str(d) for d in registry.settings.declarations(spec.key)]}
+        if settled is not None:
+            given = settled.values.get(spec.key)
+            row["value"] = given.value if given is not None else None
+            row["origin"] = given.origin if given is not None else "not set (required)"
+        rows.append(row)
+    return rows
+
+
+def _spec_fields(spec: SettingSpec) -> dict[str, Any]:
+    return {
+        "key": spec.key,
+        "type": spec.kind,
+        "default": spec.default_value,
+        "required": spec.required,
+        "nullable": spec.nullable,
+        "choices": list(spec.choices),
+        "minimum": spec.minimum,
+        "exclusive_minimum": spec.exclusive_minimum,
+        "maximum": spec.maximum,
+        "pattern": spec.pattern,
+        "description": spec.description,
+        "allowed": spec.describe_kind(),
+    }
+
+
+def setting_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The text of ``initorch settings``: key, default (or value), description, then
+    what is allowed and who declared it (or where the value came from)."""
+    width = max([len(row["key"]) for row in rows] + [3])
+    selected = bool(rows) and "value" in rows[0]
+    lines = [f"{'setting':<{width}}  {'value' if selected else 'default':<20}  description"]
+    for row in rows:
+        value = row["value"] if selected else row["default"]
+        shown = "(required)" if row["required"] and value is None else show_value(value)
+        lines.append(f"{row['key']:<{width}}  {shown:<20}  {row['description']}")
+        readers = ", ".join(d.split(" at ")[0] for d in row["declared_by"])
+        where = f"from {row['origin']}" if selected else f"declared by {readers}"
+        lines.append(f"{'':<{width}}    {row['allowed']}; {where}")
+    return lines

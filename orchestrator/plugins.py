@@ -37,6 +37,7 @@ from importlib.metadata import EntryPoint, entry_points
 from initorch.errors import InitorchError
 from initorch.loading.catalog import ProfileCatalog
 from initorch.model.registry import StepRegistry
+from initorch.model.settings import SettingCatalog
 from initorch.reporting.diagnosis import DiagnosisBook
 
 ENTRY_POINT_GROUP = "initorch.plugins"
@@ -104,10 +105,12 @@ class PluginSelection:
 
 
 class Registry:
-    """Everything plugins contribute: steps, named profiles, failure diagnoses."""
+    """Everything plugins contribute: steps (with the settings they declare),
+    free-standing settings, named profiles, failure diagnoses."""
 
     def __init__(self) -> None:
-        self.steps = StepRegistry()
+        self.settings = SettingCatalog()
+        self.steps = StepRegistry(self.settings)
         self.profiles = ProfileCatalog()
         self.diagnoses = DiagnosisBook()
         self.plugins: list[str] = []
@@ -180,7 +183,7 @@ class Registry:
             except BaseException as exc:  # an import may do anything, sys.exit included
                 raise PluginError(name, f"plugin '{name}' failed to load: {_describe(exc)}",
                                   hint=hint) from exc
-            self.steps.provider = self.profiles.provider = name
+            self.steps.provider = self.profiles.provider = self.settings.provider = name
             try:
                 register(self)
             except InitorchError:
@@ -189,9 +192,10 @@ class Registry:
                 raise PluginError(name, f"plugin '{name}' failed to register: "
                                         f"{_describe(exc)}", hint=hint) from exc
             finally:
-                self.steps.provider = self.profiles.provider = None
+                self.steps.provider = self.profiles.provider = self.settings.provider = None
         except BaseException:
             self.steps, self.profiles, self.diagnoses = saved
+            self.settings = self.steps.settings  # the steps' copy holds the declarations
             raise
         self.plugins.append(name)
 

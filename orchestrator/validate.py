@@ -3,7 +3,8 @@
 With a selection it validates exactly what ``plan`` would resolve.  Without one
 it checks every available profile: device profiles are resolved fully; overlays
 and abstract profiles (no ``device.type``) are checked for what can be checked
-on their own — format and the step names they mention.
+on their own — format, settings, the steps they mention and their conditions.
+A problem in a shared parent (``base``) is reported once, not once per child.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from collections.abc import Sequence
 
 from initorch.api import load_plan
 from initorch.errors import InitorchError, Problem, ProfileError
-from initorch.loading.compose import ComposedProfile, compose
-from initorch.location import SourceLocation
+from initorch.loading.compose import compose
 from initorch.plugins import Registry
+from initorch.resolution.resolve import lint
 
 Finding = tuple[str, InitorchError]
 
@@ -31,33 +32,31 @@ def validate_selection(registry: Registry, profiles: Sequence[str], device: str 
 
 
 def validate_all(registry: Registry) -> list[Finding]:
-    """Problems in every available profile, in name order."""
+    """Problems in every available profile, in name order, each reported once."""
     findings: list[Finding] = []
+    seen: set[str] = set()
     for name in registry.profiles.names():
         try:
             composed = compose(registry.profiles, [name])
             if "device.type" in composed.settings:
                 load_plan([name], registry=registry)
                 continue
-            problems = _unknown_step_names(registry, composed)
+            problems = lint(composed, registry.steps)
             if problems:
                 raise ProfileError(f"{len(problems)} problem(s)", problems=problems)
         except InitorchError as error:
-            findings.append((name, error))
+            fresh = _unseen(error, seen)
+            if fresh is not None:
+                findings.append((name, fresh))
     return findings
 
 
-def _unknown_step_names(registry: Registry, composed: ComposedProfile) -> list[Problem]:
-    """Every step an overlay mentions (as entry or edge target) that no plugin registered."""
-    mentioned: list[tuple[str, SourceLocation]] = []
-    for name, entries in composed.step_entries.items():
-        mentioned.append((name, entries[0].location))
-        mentioned += [(c.target, c.location) for e in entries for c in e.changes]
-    problems: list[Problem] = []
-    for name, location in mentioned:
-        if name not in registry.steps:
-            try:
-                registry.steps.get(name, location)
-            except InitorchError as error:
-                problems.extend(error.problems)
-    return problems
+def _unseen(error: InitorchError, seen: set[str]) -> InitorchError | None:
+    """``error`` without the problems an earlier finding reported (None if none is left)."""
+    fresh: list[Problem] = [p for p in error.problems if str(p) not in seen]
+    seen.update(str(p) for p in fresh)
+    if len(fresh) == len(error.problems):
+        return error
+    if not fresh:
+        return None
+    return InitorchError(f"{len(fresh)} problem(s)", problems=fresh)

@@ -10,7 +10,18 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from initorch import StepContext, StepError, step
+from initorch import StepContext, StepError, setting, step
+
+# A Python module path: the profile names it, import_backend imports it.
+MODULE_PATH = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+BACKEND_PACKAGE = setting(
+    "device.backend_package", str, required=True, pattern=MODULE_PATH,
+    description="package import_backend imports after torch: torch, or the vendor plugin "
+                "that registers the device (torch_npu, torch_musa)")
+TORCH_MODULE = setting(
+    "device.torch_module", str, required=True, pattern=MODULE_PATH,
+    description="the torch device module set_device uses (torch.cuda, torch.npu; torch.cuda "
+                "on ROCm)")
 
 INSTALL_HINTS = {
     "torch": "pip install 'initorch[torch]' (or a torch build for your accelerator)",
@@ -35,6 +46,7 @@ def import_or_explain(package: str) -> ModuleType:
 @step(
     "import_backend",
     description="Import torch and the profile's vendor plugin; check its device module exists",
+    settings=(BACKEND_PACKAGE, TORCH_MODULE),
 )
 def import_backend(ctx: StepContext) -> ModuleType:
     """Returns the torch device module (``torch.npu``, ``torch.cuda``...)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from initorch import StepContext, StepError, step
-from initorch.steps.device import tensor_device
+from initorch.steps.device import VISIBLE_DEVICES_ENV, tensor_device
 from initorch.steps.parallel import ModelParallel
 
 
@@ -39,6 +39,7 @@ def members_seen(group: Any, rank: int, world_size: int, device: Any) -> tuple[i
                 "proving who is in it",
     requires=["import_backend", "init_model_parallel"],
     device_bound=True,
+    settings=(VISIBLE_DEVICES_ENV,),
 )
 def warmup_collectives(ctx: StepContext) -> dict[str, tuple[int, ...]]:
     parallel: ModelParallel = ctx.output("init_model_parallel")

@@ -27,7 +27,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from initorch import PreviewContext, StepContext, StepError, step
+from initorch import PreviewContext, StepContext, StepError, setting, step
 from initorch.steps.topology import (
     RankShare,
     format_cpu_list,
@@ -38,6 +38,10 @@ from initorch.steps.topology import (
 
 # macOS (the mps profile) has no CPU affinity API: only the thread count is set there.
 CAN_PIN = hasattr(os, "sched_setaffinity") and hasattr(os, "sched_getaffinity")
+
+THREADS = setting("cpu_binding.threads", int, default=0, minimum=0, maximum=4096,
+                  description="torch threads per rank; 0 is one per physical core of the "
+                              "rank's share")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,13 +61,6 @@ class CpuBinding:
 def plan_shares(local_world: int, allowed: Iterable[int]) -> tuple[RankShare, ...]:
     """Every local rank's share of this host's allowed CPUs."""
     return split_cores(read_numa_nodes(allowed), local_world)
-
-
-def threads_setting(value: object) -> int:
-    """``cpu_binding.threads``: 0 (one per physical core of the share) or a count."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"cpu_binding.threads must be a whole number >= 0, got {value!r}")
-    return value
 
 
 def _pin_every_thread(cpus: Iterable[int]) -> None:
@@ -96,14 +93,12 @@ def _local_world(environ: Mapping[str, str]) -> int:
                 "thread pool",
     requires=["import_backend"],
     before=["set_device"],
+    settings=(THREADS,),
 )
 def bind_cpu_threads(ctx: StepContext) -> CpuBinding:
     import torch
 
-    try:
-        configured = threads_setting(ctx.setting("cpu_binding.threads"))
-    except ValueError as exc:
-        raise StepError(str(exc), hint="0 gives one thread per physical core") from None
+    configured = int(ctx.setting("cpu_binding.threads"))
     previous_threads = torch.get_num_threads()
     if not CAN_PIN:
         threads = configured or previous_threads
@@ -149,11 +144,7 @@ def preview_cpu_binding(ctx: PreviewContext) -> list[str]:
     if local_world is None:
         return [f"WORLD_SIZE={ctx.environ.get('WORLD_SIZE')} without LOCAL_WORLD_SIZE: the "
                 "split is unknown (the run fails unless LOCAL_WORLD_SIZE is set)"]
-    try:
-        configured = threads_setting(ctx.setting("cpu_binding.threads"))
-    except ValueError as exc:
-        ctx.reject(str(exc), setting="cpu_binding.threads",
-                   hint="0 gives one thread per physical core")
+    configured = int(ctx.setting("cpu_binding.threads"))
     allowed = os.sched_getaffinity(0)
     try:
         shares = plan_shares(local_world, allowed)

@@ -15,10 +15,15 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from initorch import StepContext, StepError, step
+from initorch import StepContext, StepError, setting, step
 
 # Devices without per-rank device selection: binding is a no-op.
 HOST_DEVICE_TYPES = frozenset({"cpu"})
+
+VISIBLE_DEVICES_ENV = setting(
+    "device.visible_devices_env", str, nullable=True, pattern=r"[A-Za-z_][A-Za-z0-9_]*",
+    description="environment variable that limits the visible devices "
+                "(CUDA_VISIBLE_DEVICES, ASCEND_RT_VISIBLE_DEVICES); null for none")
 
 
 @dataclass(slots=True)
@@ -43,10 +48,10 @@ class ThreadDeviceBinding:
 
 def visible_devices(ctx: StepContext) -> list[str] | None:
     """The entries of the profile's visible-devices variable, if it is set."""
-    variable = ctx.plan.settings.get("device.visible_devices_env")
+    variable = ctx.setting("device.visible_devices_env")
     if variable is None:
         return None
-    raw = os.environ.get(str(variable.value))
+    raw = os.environ.get(str(variable))
     if raw is None or not raw.strip():
         return None
     return [item.strip() for item in raw.split(",") if item.strip()]
@@ -90,6 +95,7 @@ def tensor_device(ctx: StepContext) -> Any:
     description="Set this rank's device on the calling thread (LOCAL_RANK, visible devices)",
     requires=["import_backend"],
     binds_device=True,
+    settings=(VISIBLE_DEVICES_ENV,),
 )
 def set_device(ctx: StepContext) -> ThreadDeviceBinding:
     module: ModuleType = ctx.output("import_backend")

@@ -294,9 +294,9 @@ BUILTIN_DIAGNOSES: tuple[Diagnosis, ...] = (
             "page_first_kv_split, not page_first_kv_spilt."
         ),
         prevention=(
-            "Take hicache.layout from the device profile (page_first in base, "
-            "page_first_direct in npu) and validate overrides against the backend's "
-            "accepted layouts when the profile is loaded."
+            "Take hicache.layout from the device profile (page_first by default, "
+            "page_first_direct in npu); initorch refuses any other value when the "
+            "profile is loaded, so this is reached only through layouts set elsewhere."
         ),
         pattern=(
             r"storage backend only supports [\w ,]{0,200}layout"
@@ -318,7 +318,7 @@ BUILTIN_DIAGNOSES: tuple[Diagnosis, ...] = (
             "'sport = :<port>'). Give every job sharing a node its own port."
         ),
         prevention=(
-            "Keep distributed.master_port: 0 (the base default: a free port per run) "
+            "Keep distributed.master_port: 0 (the default: a free port per run) "
             "in shared profiles; pin a port only in site-specific overlays."
         ),
         pattern=(

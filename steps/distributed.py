@@ -15,10 +15,25 @@ import os
 import socket
 from typing import Any
 
-from initorch import StepContext, StepError, step
+from initorch import StepContext, StepError, setting, step
+from initorch.model.step import MAX_TIMEOUT_S
 
 # Backends provided by a package that must be imported first to register them.
 BACKEND_PROVIDERS = {"mooncake": "mooncake.pg"}
+
+COLLECTIVE_BACKEND = setting(
+    "device.collective_backend", str, required=True, pattern=r"[a-z][a-z0-9_-]*",
+    description="torch.distributed backend (gloo, nccl, hccl, mccl, xccl, mooncake, ...)")
+MASTER_ADDR = setting(
+    "distributed.master_addr", str, default="127.0.0.1", pattern=r"\S+",
+    description="rendezvous host outside torchrun (a world of one)")
+MASTER_PORT = setting(
+    "distributed.master_port", int, default=0, minimum=0, maximum=65535,
+    description="rendezvous port outside torchrun; 0 picks a free one")
+# datetime.timedelta overflows long before 1e999 (which YAML reads as infinity).
+TIMEOUT_S = setting(
+    "distributed.timeout_s", float, default=120, exclusive_minimum=0, maximum=MAX_TIMEOUT_S,
+    description="process-group timeout in seconds (rendezvous and collectives)")
 
 
 def free_port(host: str) -> int:
@@ -50,6 +65,7 @@ def init_method(ctx: StepContext) -> str:
     device_bound=True,
     retries=2,
     retry_on=(ConnectionRefusedError,),
+    settings=(COLLECTIVE_BACKEND, MASTER_ADDR, MASTER_PORT, TIMEOUT_S),
 )
 def init_torch_distributed(ctx: StepContext) -> Any:
     import torch.distributed as dist

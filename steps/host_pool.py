@@ -23,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from initorch import StepContext, StepError, step
+from initorch import StepContext, StepError, setting, step
 from initorch.steps.topology import host_available_bytes
-from initorch.steps.transfer_engine import SharedTransferEngine
+from initorch.steps.transfer_engine import MOONCAKE_ENABLED, SharedTransferEngine
 
 SUPPORTED_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head",
                      "page_first_kv_split")
@@ -92,6 +92,24 @@ ALLOCATORS: dict[str, Callable[[int], tuple[Any, Callable[[], None] | None]]] = 
     "plain": _plain,
 }
 
+HICACHE_ENABLED = setting("hicache.enabled", bool, default=True,
+                          description="allocate (and register) the HiCache host KV pool")
+HOST_ALLOCATOR = setting(
+    "device.host_allocator", str, required=True, choices=tuple(ALLOCATORS),
+    description="host KV pool allocator: cuda_host_register (CUDA, ROCm), pin_memory (NPU, "
+                "MUSA, XPU) or plain (CPU, MPS)")
+HOST_POOL_MB = setting("hicache.host_pool_mb", int, default=64, minimum=1, maximum=2**24,
+                       description="HiCache host KV pool size in MiB")
+HOST_POOL_RATIO = setting(
+    "hicache.host_pool_ratio", float, default=0, minimum=0, maximum=1024,
+    description="above 0: the host pool is this many times the device KV pool of a step "
+                "alloc_host_mem_pool requires (SGLang's --hicache-ratio); 0: host_pool_mb")
+LAYOUT = setting(
+    "hicache.layout", str, default="page_first",
+    choices=SUPPORTED_LAYOUTS + tuple(LAYOUT_MISSPELLINGS),
+    description="host pool memory layout the storage backend reads (page_first_direct on "
+                "NPU, page_first_kv_split for MLA models)")
+
 
 def storage_layout(layout: str, ctx: StepContext) -> str:
     """The canonical layout name, if the storage backend supports ``layout``."""
@@ -114,6 +132,7 @@ def storage_layout(layout: str, ctx: StepContext) -> str:
     requires=["import_backend"],
     device_bound=True,
     when="hicache.enabled",
+    settings=(HICACHE_ENABLED, HOST_ALLOCATOR, HOST_POOL_MB, HOST_POOL_RATIO, LAYOUT),
 )
 def alloc_host_mem_pool(ctx: StepContext) -> HostPool:
     name = str(ctx.setting("device.host_allocator"))
@@ -135,10 +154,7 @@ def alloc_host_mem_pool(ctx: StepContext) -> HostPool:
 
 def host_pool_bytes(ctx: StepContext) -> int:
     """``hicache.host_pool_ratio`` x the required device pool, or ``host_pool_mb``."""
-    ratio = ctx.setting("hicache.host_pool_ratio")
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio < 0:
-        raise StepError(f"hicache.host_pool_ratio must be a number >= 0, got {ratio!r}",
-                        hint="0 sizes the pool from hicache.host_pool_mb")
+    ratio = float(ctx.setting("hicache.host_pool_ratio"))
     if ratio:
         requires = ctx.plan.step(ctx.step).step.requires
         pools = [ctx.output(name) for name in requires
@@ -179,6 +195,7 @@ class Registration:
     requires=["alloc_host_mem_pool", "init_shared_mooncake_transfer_engine"],
     device_bound=True,
     when="hicache.enabled and mooncake.enabled",
+    settings=(HICACHE_ENABLED, MOONCAKE_ENABLED),
 )
 def register_mem_pool_host(ctx: StepContext) -> Registration:
     pool: HostPool = ctx.output("alloc_host_mem_pool")

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from initorch import PreviewContext, StepContext, StepError, step
-from initorch.steps.device import HOST_DEVICE_TYPES, device_index
+from initorch import PreviewContext, StepContext, StepError, setting, step
+from initorch.steps.device import HOST_DEVICE_TYPES, VISIBLE_DEVICES_ENV, device_index
 from initorch.steps.topology import host_available_bytes, local_world_size
 
 GIB = float(1 << 30)
@@ -95,6 +95,17 @@ MEMORY_QUERIES: dict[str, MemoryQuerySpec] = {
 }
 
 
+QUERY = setting("memory.query", str, required=True, pattern=r"[a-z][a-z0-9_]*",
+                description="how the device reports its free memory: host, mem_get_info, "
+                            "total_minus_allocated, mps_working_set (a key of MEMORY_QUERIES)")
+BALANCE_CHECK = setting("memory.balance_check", bool, default=True,
+                        description="fail when ranks start with unbalanced memory")
+BALANCE_THRESHOLD = setting(
+    "memory.balance_threshold", float, default=0.9, exclusive_minimum=0, maximum=1,
+    description="every rank needs at least this share of the best rank's memory (SGLang: "
+                "0.9)")
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryBaseline:
     """Bytes available to every rank before the weights load."""
@@ -146,12 +157,6 @@ def gather_figures(local: int, group: Any) -> tuple[int, ...]:
     return tuple(int(t.item()) for t in gathered)
 
 
-def _threshold(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise ValueError(f"memory.balance_threshold must be a number in (0, 1], got {value!r}")
-    return float(value)
-
-
 def _query(name: object) -> MemoryQuerySpec:
     query = MEMORY_QUERIES.get(str(name)) if name else None
     if query is None:
@@ -167,13 +172,14 @@ def _query(name: object) -> MemoryQuerySpec:
     requires=["import_backend", "init_model_parallel"],
     after=["warmup_collectives"],
     device_bound=True,
+    settings=(QUERY, BALANCE_CHECK, BALANCE_THRESHOLD, VISIBLE_DEVICES_ENV),
 )
 def memory_baseline(ctx: StepContext) -> MemoryBaseline:
     try:
         query = _query(ctx.setting("memory.query"))
-        threshold = _threshold(ctx.setting("memory.balance_threshold"))
     except ValueError as exc:
         raise StepError(str(exc), hint="set memory.query in the device profile") from None
+    threshold = float(ctx.setting("memory.balance_threshold"))
     module: ModuleType = ctx.output("import_backend")
     index = None if ctx.device.type in HOST_DEVICE_TYPES else device_index(ctx)
     parallel = ctx.output("init_model_parallel")
@@ -197,10 +203,7 @@ def preview_memory_baseline(ctx: PreviewContext) -> list[str]:
         query = _query(name)
     except ValueError as exc:
         ctx.reject(str(exc), setting="memory.query", hint="set it in the device profile")
-    try:
-        threshold = _threshold(ctx.setting("memory.balance_threshold"))
-    except ValueError as exc:
-        ctx.reject(str(exc), setting="memory.balance_threshold")
+    threshold = float(ctx.setting("memory.balance_threshold"))
     summary = query.summary.format(module=ctx.setting("device.torch_module"))
     check = (f"fail when a rank has < {threshold:.0%} of the best rank's memory"
              if ctx.setting("memory.balance_check") else "balance check off")

@@ -30,7 +30,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from initorch import PreviewContext, StepContext, StepError, step
+from initorch import PreviewContext, StepContext, StepError, setting, step
+from initorch.steps.distributed import COLLECTIVE_BACKEND, TIMEOUT_S
+
+TP_SIZE = setting("parallel.tp_size", int, default=1, minimum=1, maximum=65536,
+                  description="ranks per tensor-parallel group")
+PP_SIZE = setting("parallel.pp_size", int, default=1, minimum=1, maximum=65536,
+                  description="pipeline stages; the world is tp_size x pp_size ranks")
+EP_SIZE = setting("parallel.ep_size", int, default=1, minimum=1, maximum=65536,
+                  description="expert-parallel ranks within a tensor-parallel group (divides "
+                              "tp_size)")
+CPU_GROUP_BACKEND = setting(
+    "parallel.cpu_group_backend", str, default="gloo", pattern=r"[a-z][a-z0-9_-]*",
+    description="backend of each group's coordination (CPU) group (SGLang: gloo; "
+                "mooncake-cpu with Mooncake as the backend)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,17 +59,13 @@ class ParallelLayout:
         return self.tp_size * self.pp_size
 
     def problems(self) -> list[tuple[str, str]]:
-        """``(setting, what is wrong)`` for each size that cannot work."""
-        found = [(f"parallel.{name}", f"parallel.{name} must be a whole number >= 1, got "
-                  f"{value!r}")
-                 for name, value in (("tp_size", self.tp_size), ("pp_size", self.pp_size),
-                                     ("ep_size", self.ep_size))
-                 if not isinstance(value, int) or isinstance(value, bool) or value < 1]
-        if not found and self.tp_size % self.ep_size:
-            found.append(("parallel.ep_size", f"parallel.ep_size ({self.ep_size}) must divide "
-                          f"parallel.tp_size ({self.tp_size}): experts are split within a "
-                          "tensor-parallel group"))
-        return found
+        """``(setting, what is wrong)`` for sizes that cannot work together (each size
+        alone is checked by its declaration)."""
+        if self.tp_size % self.ep_size:
+            return [("parallel.ep_size", f"parallel.ep_size ({self.ep_size}) must divide "
+                     f"parallel.tp_size ({self.tp_size}): experts are split within a "
+                     "tensor-parallel group")]
+        return []
 
     def groups(self) -> dict[str, tuple[tuple[int, ...], ...]]:
         """Rank lists by group kind, in the order every rank creates them."""
@@ -126,6 +135,7 @@ def checked_layout(ctx: StepContext) -> ParallelLayout:
                 "gloo CPU group each",
     requires=["init_torch_distributed"],
     device_bound=True,
+    settings=(TP_SIZE, PP_SIZE, EP_SIZE, CPU_GROUP_BACKEND, COLLECTIVE_BACKEND, TIMEOUT_S),
 )
 def init_model_parallel(ctx: StepContext) -> ModelParallel:
     import torch.distributed as dist

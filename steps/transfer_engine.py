@@ -13,10 +13,28 @@ import gc
 from dataclasses import dataclass
 from typing import Any
 
-from initorch import StepContext, StepError, step
-from initorch.steps.device import device_index, visible_devices
+from initorch import StepContext, StepError, setting, step
+from initorch.steps.device import VISIBLE_DEVICES_ENV, device_index, visible_devices
 from initorch.steps.distributed import free_port
 from initorch.steps.native_log import capture_native_stderr
+
+MOONCAKE_ENABLED = setting(
+    "mooncake.enabled", bool, default=True,
+    description="the switch: false skips every Mooncake step (and plugin steps that follow it)")
+# Mooncake picks the transport from its build, topology and environment as well
+# (Mooncake 0.3.13 transfer_engine.cpp); the names vary by build, so no fixed list.
+MOONCAKE_PROTOCOL = setting(
+    "device.mooncake_protocol", str, required=True, pattern=r"[a-z][a-z0-9_]*",
+    description="Mooncake transfer protocol (tcp, rdma, ascend, ...)")
+MOONCAKE_HOSTNAME = setting(
+    "mooncake.hostname", str, default="127.0.0.1", pattern=r"\S+",
+    description="local hostname the engine registers (Ascend adds :port:npu_<phy id>)")
+MOONCAKE_METADATA_SERVER = setting(
+    "mooncake.metadata_server", str, default="P2PHANDSHAKE", pattern=r"\S+",
+    description="Mooncake metadata server: P2PHANDSHAKE, or an etcd/http URL")
+MOONCAKE_DEVICE_NAME = setting(
+    "mooncake.device_name", str, default="",
+    description="RDMA device(s) for the rdma protocol; empty lets Mooncake choose")
 
 
 @dataclass(slots=True)
@@ -80,6 +98,8 @@ def engine_hostname(ctx: StepContext, protocol: str) -> str:
     requires=["import_backend"],
     device_bound=True,
     when="mooncake.enabled",
+    settings=(MOONCAKE_ENABLED, MOONCAKE_PROTOCOL, MOONCAKE_HOSTNAME, MOONCAKE_METADATA_SERVER,
+              MOONCAKE_DEVICE_NAME, VISIBLE_DEVICES_ENV),
 )
 def init_shared_mooncake_transfer_engine(ctx: StepContext) -> SharedTransferEngine:
     engine_type = import_transfer_engine()

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from initorch import StepContext, StepError, step
-from initorch.steps.host_pool import Registration
+from initorch import StepContext, StepError, setting, step
+from initorch.steps.host_pool import HICACHE_ENABLED, Registration
+from initorch.steps.transfer_engine import MOONCAKE_ENABLED
 
 SLOT_BYTES = 64 * 1024
+VERIFY_TRANSFER = setting(
+    "checks.verify_transfer", bool, default=False,
+    description="move real bytes between ranks through the registered pools")
 
 
 def pattern(sender: int, nbytes: int) -> Any:
@@ -31,6 +35,7 @@ def pattern(sender: int, nbytes: int) -> Any:
     requires=["register_mem_pool_host", "init_torch_distributed"],
     device_bound=True,
     when="checks.verify_transfer and hicache.enabled and mooncake.enabled",
+    settings=(VERIFY_TRANSFER, HICACHE_ENABLED, MOONCAKE_ENABLED),
 )
 def verify_transfer(ctx: StepContext) -> dict[str, Any]:
     import torch.distributed as dist

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from initorch import Registry, StepContext, compose, resolve, step
+from initorch import Registry, StepContext, compose, resolve, setting, step
 from initorch.cli import main
 from initorch.model.step import StepDefinition
 from initorch.resolution.plan import Plan
@@ -59,6 +59,12 @@ def run_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
         return code, out, err
 
     return run
+
+
+# Switches synthetic steps declare for their `when:` conditions.
+FLAGS_ENABLED = setting("flags.enabled", bool, default=True,
+                        description="synthetic switch for gated test steps")
+FLAG = setting("flag", bool, default=True, description="synthetic switch for test steps")
 
 
 def noop(ctx: StepContext) -> None:

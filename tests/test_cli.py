@@ -214,6 +214,69 @@ def test_python_dash_m_is_the_same_command():
     assert {row["name"] for row in json.loads(result.stdout)} == set(BUILTIN_PROFILES)
 
 
+# --- settings -----------------------------------------------------------------------------------
+
+def test_settings_lists_every_declaration(run_cli, builtin_registry):
+    code, out, err = run_cli("settings")
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0].split() == ["setting", "default", "description"]
+    keys = [line.split()[0] for line in lines[1::2]]
+    assert keys == sorted(spec.key for spec in builtin_registry.settings)
+    assert re.search(r"^hicache\.layout\s+'page_first'\s+host pool memory layout", out, re.M)
+    assert re.search(r"^device\.host_allocator\s+\(required\)\s+host KV pool allocator", out,
+                     re.M)
+    assert re.search(r"^\s+text, one of: cuda_host_register, pin_memory, plain; declared by step "
+                     r"alloc_host_mem_pool$", out, re.M)
+
+
+def test_settings_of_a_selection_say_where_each_value_came_from(run_cli):
+    code, out, _ = run_cli("settings", "-p", "npu", "-s", "hicache.host_pool_mb=128", "--json")
+    rows = {row["key"]: row for row in json.loads(out)}
+    assert code == 0
+    assert (rows["hicache.host_pool_mb"]["value"], rows["hicache.host_pool_mb"]["origin"]) == (
+        128, "<command line>")
+    assert rows["hicache.layout"]["origin"].endswith("npu.yaml:15:13")
+    assert rows["distributed.timeout_s"]["origin"].startswith(
+        "default (declared by step init_torch_distributed at ")
+    assert rows["distributed.timeout_s"]["exclusive_minimum"] == 0
+    assert rows["device.host_allocator"]["choices"] == ["cuda_host_register", "pin_memory",
+                                                        "plain"]
+
+
+def test_settings_of_an_overlay_work_without_a_device(run_cli):
+    code, out, _ = run_cli("settings", "-p", "mooncake-ep")
+    assert code == 0
+    assert re.search(r"^device\.collective_backend\s+'mooncake'", out, re.M)
+    assert re.search(r"^device\.backend_package\s+\(required\)", out, re.M)
+    assert "not set (required)" in out
+
+
+def test_settings_of_a_broken_selection_is_an_error(run_cli):
+    code, out, err = run_cli("settings", "-p", "npu", "-s", "hicache.host_pol_mb=1")
+    assert (code, out) == (EXIT_INVALID_INPUT, "")
+    assert_single_error_line(err, "did you mean 'hicache.host_pool_mb'?", located=False)
+
+
+def test_a_schema_key_lets_an_editor_find_the_schema(run_cli, tmp_path):
+    path = write(tmp_path, "mine.yaml",
+                 "$schema: ./profile.schema.json\nextends: cpu\nconfig:\n  hicache:\n"
+                 "    host_pool_mb: 8\n")
+    assert run_cli("validate", "-p", str(path)) == (0, "ok: no problems found\n", "")
+
+
+def test_validate_all_reports_a_shared_parents_problem_once(run_cli, tmp_path, registry):
+    from initorch.validate import validate_all
+
+    write(tmp_path, "parent.yaml", "config:\n  hicache:\n    host_pol_mb: 8\n")
+    for name in ("one", "two"):
+        write(tmp_path, f"{name}.yaml", "extends: [cpu, parent]\n")
+    registry.profiles.add_directory(tmp_path, "test")
+    findings = validate_all(registry)
+    reported = [str(p) for _, error in findings for p in error.problems]
+    assert len([p for p in reported if "host_pol_mb" in p]) == 1
+
+
 # --- validate -----------------------------------------------------------------------------------
 
 def test_validate_all_builtins_is_clean(run_cli):
@@ -290,7 +353,7 @@ def test_single_problem_is_one_located_line(run_cli, tmp_path, text, args, file_
     (("-p", "npu", "-s", "nope=1"), ("--set nope: no such setting",)),
     (("-p", "npu", "-s", "hicache.host_pool=1"), ("did you mean 'hicache.host_pool_mb'?",)),
     (("-p", "npu", "-s", "hicache.host_pool_mb=abc"),
-     ("hicache.host_pool_mb expects a number, got 'abc'", "declared as 64 at")),
+     ("<command line>: hicache.host_pool_mb must be a whole number, got the text 'abc'",)),
     (("-p", "npu", "-s", "device.type=cuda"), ("--set cannot change device.type",)),
     (("-p", "npu", "-s", "novalue"), ("expected KEY=VALUE",)),
     (("-p", "npu", "-s", "hicache.layout=[a"), ("cannot read value '[a'",)),
@@ -337,8 +400,10 @@ def test_several_problems_print_one_line_each(run_cli, tmp_path):
     code, _, err = run_cli("plan", "-p", str(path))
     lines = err.splitlines()
     assert code == EXIT_INVALID_INPUT
-    assert lines[0].startswith("initorch: error: 4 problem(s) in ")
-    assert len(lines) == 5
+    # Four format and settings problems, and the two required settings of the one
+    # planned step this cpu profile leaves out (it extends nothing).
+    assert lines[0].startswith("initorch: error: 6 problem(s) in ")
+    assert len(lines) == 7
     assert all(re.match(r"^  \S*many\.yaml:\d+:\d+: ", line) for line in lines[1:])
     assert "Traceback" not in err
 

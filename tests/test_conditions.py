@@ -137,7 +137,7 @@ def test_unknown_setting_suggests_the_closest():
     condition = parse_condition("zzz", AT)
     with pytest.raises(ConditionError) as far:
         condition.check_names(SETTINGS)
-    assert "declare it under config:" in str(far.value)
+    assert "see 'initorch settings'" in str(far.value)
 
 
 def test_known_names_pass_the_check():

@@ -115,8 +115,6 @@ def run_failing(tmp_path: Path, profile: str, *settings: str, simulated: bool = 
          "mooncake-engine-init-failed"),
         ("alloc_host_mem_pool", "musa", ("device.host_allocator=cuda_host_register",), True,
          None, "cuda-host-register-on-non-cuda"),
-        ("register_mem_pool_host", "cpu", ("hicache.layout=page_frist",), False, None,
-         "host-pool-layout-unsupported"),
     ],
 )
 def test_misconfiguration_fails_with_diagnosis_last(
@@ -127,6 +125,19 @@ def test_misconfiguration_fails_with_diagnosis_last(
     steps = {s["step"]: s for s in report["steps"]}  # type: ignore[union-attr]
     assert steps[failing]["status"] == "failed"
     assert steps[failing]["diagnosis"]["id"] == diagnosis
+
+
+def test_an_unsupported_layout_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    # It used to fail in register_mem_pool_host, after torch, the engine and the pool.
+    report_path = tmp_path / "run.json"
+    result = initorch_command("run", "--profile", "cpu", "--report", str(report_path),
+                              "--set", "hicache.layout=page_frist")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "initorch: error: <command line>: hicache.layout must be one of layer_first, "
+        "page_first, page_first_direct, page_head, page_first_kv_split, page_first_kv_spilt, "
+        "got 'page_frist' (did you mean 'page_first'?)"]
+    assert not report_path.exists()
 
 
 def test_master_port_in_use_is_diagnosed(tmp_path: Path, occupied_port: int) -> None:

@@ -15,7 +15,7 @@ from initorch.execution.executors import (
     make_executor,
 )
 from initorch.execution.run import Run
-from tests.conftest import define
+from tests.conftest import FLAGS_ENABLED, define
 from tests.helpers_run import EXECUTORS, WAIT, Dag, Recorder, dags, plan_of
 
 PROPERTY = settings(max_examples=60, deadline=None,
@@ -174,7 +174,8 @@ def test_parallel_starts_a_step_as_soon_as_its_own_dependencies_are_done():
 def test_plan_time_skipped_steps_never_run(executor):
     recorder = Recorder()
     plan = plan_of([define("kept", recorder.action("kept")),
-                    define("gated", recorder.action("gated"), when="flags.enabled")],
+                    define("gated", recorder.action("gated"), when="flags.enabled",
+                           settings=FLAGS_ENABLED)],
                    extra_yaml="config:\n  flags:\n    enabled: false\n")
     run = Run(plan, executor=executor)
     run.start()

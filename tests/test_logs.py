@@ -13,7 +13,7 @@ from initorch import RankInfo
 from initorch.errors import StepError
 from initorch.execution.run import Run
 from initorch.reporting.logs import configure_logging, get_logger
-from tests.conftest import define
+from tests.conftest import FLAGS_ENABLED, define
 from tests.helpers_run import (
     ListHandler,
     TeardownLog,
@@ -57,7 +57,7 @@ def eventful_plan():
                       teardowns.failing),
         define("broken", broken, after=["flaky"]),
         define("needs_broken", requires=["broken"]),
-        define("gated", when="flags.enabled"),
+        define("gated", when="flags.enabled", settings=FLAGS_ENABLED),
     ], extra_yaml="config:\n  flags:\n    enabled: false\n")
 
 

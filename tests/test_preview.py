@@ -6,8 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from initorch import PreviewContext, Registry, ResolveError, StepDefinitionError, compose, resolve
+from initorch import (
+    PreviewContext,
+    Registry,
+    ResolveError,
+    StepDefinitionError,
+    compose,
+    resolve,
+    setting,
+)
 from tests.conftest import define
+
+POOL_SIZE = setting("pool.size", int, default=1, description="a size a preview reads")
+POOL_ENABLED = setting("pool.enabled", bool, default=True, description="a switch")
 
 
 def registry_with(*definitions) -> Registry:
@@ -24,7 +35,7 @@ def plan_for(registry: Registry, tmp_path: Path, body: str, environ: dict[str, s
 
 
 def previewed(name: str, preview) -> object:
-    definition = define(name)
+    definition = define(name, settings=(POOL_SIZE,))
     definition.preview(preview)
     return definition
 
@@ -77,7 +88,7 @@ def test_a_broken_preview_is_a_bug_not_bad_input(tmp_path: Path) -> None:
 
 def test_skipped_steps_are_not_previewed(tmp_path: Path) -> None:
     calls: list[str] = []
-    definition = define("a", when="pool.enabled")
+    definition = define("a", when="pool.enabled", settings=(POOL_ENABLED,))
     definition.preview(lambda ctx: calls.append(ctx.step) or [])
     plan = plan_for(registry_with(definition), tmp_path,
                     "steps:\n  a: {}\nconfig:\n  pool:\n    enabled: false\n", {})

@@ -7,7 +7,12 @@ import textwrap
 import pytest
 
 from initorch.errors import ProfileError
-from initorch.loading.document import DEVICE_FIELDS, STEP_FIELDS, TOP_LEVEL_KEYS, parse_profile
+from initorch.loading.document import (
+    CORE_DEVICE_FIELDS,
+    STEP_FIELDS,
+    TOP_LEVEL_KEYS,
+    parse_profile,
+)
 from tests.helpers_foundation import assert_problem
 
 
@@ -115,22 +120,35 @@ INVALID = [
     ("extends: 5\n", ("'extends' must be a string or a list of strings",), "p.yaml:1:10"),
     ("extends: [a, 5]\n", ("'extends' must be a string or a list of strings",), "p.yaml:1:10"),
     ("device: npu\n", ("'device' must be a mapping",), "p.yaml:1:9"),
-    ("device:\n  typ: npu\n", ("unknown key 'typ'", "did you mean 'type'?"), "p.yaml:2:3"),
+    ("device:\n  Typ: npu\n", ("device field 'Typ' is not a valid name",), "p.yaml:2:3"),
     ("device:\n  type: 5\n", ("device.type must be a non-empty string",), "p.yaml:2:9"),
     ("device:\n  type: ''\n", ("device.type must be a non-empty string",), "p.yaml:2:9"),
-    ("device:\n  torch_module: '  '\n", ("device.torch_module must be a non-empty string",),
-     "p.yaml:2:17"),
     ("device:\n  type: npu-2\n", ("device.type 'npu-2' is not a valid type name",), "p.yaml:2:9"),
     ("device:\n  type: 9npu\n", ("is not a valid type name",), "p.yaml:2:9"),
     ("device:\n  aliases: [1]\n", ("'aliases' must be a string or a list of strings",),
      "p.yaml:2:12"),
     ("config: [a]\n", ("'config' must be a mapping",), "p.yaml:1:9"),
     ("config:\n  Bad: 1\n", ("config key 'Bad' is not a valid name",), "p.yaml:2:3"),
+    ("config:\n  \"a\\nb\": 1\n", ("config key 'a\\nb' is not a valid name",), "p.yaml:2:3"),
+    ("config:\n  \"abc\\n\": 1\n", ("config key 'abc\\n' is not a valid name",), "p.yaml:2:3"),
+    ("config:\n  h\u043est: 1\n",
+     ("config key 'h\u043est' contains the non-ASCII character '\u043e'",
+      "CYRILLIC SMALL LETTER O", "looks like 'o'"), "p.yaml:2:3"),
+    ("$schema: 5\n", ("$schema must be a string",), "p.yaml:1:10"),
     ("config:\n  a:\n    b-c: 1\n", ("config key 'b-c' is not a valid name",), "p.yaml:3:5"),
     ("config:\n  device: {type: cpu}\n", ("config key 'device' is reserved",), "p.yaml:2:3"),
     ("steps: [set_device]\n", ("'steps' must be a mapping of step name to overrides",),
      "p.yaml:1:8"),
-    ("steps:\n  Set-Device: {}\n", ("'Set-Device' is not a valid step name",), "p.yaml:2:3"),
+    ("steps:\n  Set-Device: {}\n", ("step name 'Set-Device' is not a valid name",), "p.yaml:2:3"),
+    ("steps:\n  \"set_device\\n\": {}\n", ("step name 'set_device\\n' is not a valid name",),
+     "p.yaml:2:3"),
+    ("steps:\n  s\u0435t_device: {}\n",
+     ("step name 's\u0435t_device' contains the non-ASCII character '\u0435' (U+0435 "
+      "CYRILLIC SMALL LETTER IE, looks like 'e') at position 2",), "p.yaml:2:3"),
+    ("steps:\n  x:\n    after: [\uff53et_device]\n", ("step name '\uff53et_device' contains the "
+                                                   "non-ASCII character '\uff53'",
+                                                   "FULLWIDTH LATIN SMALL LETTER S",
+                                                   "looks like 's'"), "p.yaml:3:13"),
     ("steps:\n  x: [after]\n", ("overrides of step 'x' must be a mapping",), "p.yaml:2:6"),
     ("steps:\n  x:\n    aftr: [y]\n", ("unknown key 'aftr'", "did you mean 'after'?"),
      "p.yaml:3:5"),
@@ -139,19 +157,26 @@ INVALID = [
     ("steps:\n  x:\n    enabled: maybe\n", ("steps.x.enabled must be true or false",),
      "p.yaml:3:14"),
     ("steps:\n  x:\n    reason: 5\n", ("steps.x.reason must be a string",), "p.yaml:3:13"),
-    ("steps:\n  x:\n    timeout: 0\n", ("steps.x.timeout must be a positive number",),
+    ("steps:\n  x:\n    timeout: 0\n", ("steps.x.timeout must be a positive",),
      "p.yaml:3:14"),
-    ("steps:\n  x:\n    timeout: -1\n", ("steps.x.timeout must be a positive number",),
+    ("steps:\n  x:\n    timeout: -1\n", ("steps.x.timeout must be a positive",),
      "p.yaml:3:14"),
-    ("steps:\n  x:\n    timeout: true\n", ("steps.x.timeout must be a positive number",),
+    ("steps:\n  x:\n    timeout: true\n", ("steps.x.timeout must be a positive",),
      "p.yaml:3:14"),
-    ("steps:\n  x:\n    timeout: '5'\n", ("steps.x.timeout must be a positive number",),
+    ("steps:\n  x:\n    timeout: '5'\n", ("steps.x.timeout must be a positive",),
      "p.yaml:3:14"),
-    ("steps:\n  x:\n    retries: -1\n", ("steps.x.retries must be a whole number >= 0",),
+    ("steps:\n  x:\n    timeout: .inf\n", ("steps.x.timeout must be a positive, finite number",
+                                          "got inf"), "p.yaml:3:14"),
+    ("steps:\n  x:\n    timeout: .nan\n", ("steps.x.timeout must be a positive, finite number",),
      "p.yaml:3:14"),
-    ("steps:\n  x:\n    retries: 1.5\n", ("steps.x.retries must be a whole number >= 0",),
+    ("steps:\n  x:\n    timeout: 1e9\n", ("up to 604800",), "p.yaml:3:14"),
+    ("steps:\n  x:\n    retries: 1e300\n",
+     ("steps.x.retries must be a whole number from 0 to 100",), "p.yaml:3:14"),
+    ("steps:\n  x:\n    retries: -1\n", ("steps.x.retries must be a whole number from 0 to 100",),
      "p.yaml:3:14"),
-    ("steps:\n  x:\n    retries: true\n", ("steps.x.retries must be a whole number >= 0",),
+    ("steps:\n  x:\n    retries: 1.5\n", ("steps.x.retries must be a whole number from 0 to 100",),
+     "p.yaml:3:14"),
+    ("steps:\n  x:\n    retries: true\n", ("steps.x.retries must be a whole number from 0 to 100",),
      "p.yaml:3:14"),
     ("steps:\n  x:\n    when: 5\n", ("steps.x.when must be a condition string",), "p.yaml:3:11"),
     ("steps:\n  x:\n    when: 'a +'\n", ("condition 'a +' is not a valid expression",),
@@ -177,7 +202,7 @@ def test_all_problems_are_collected_in_one_error():
         confg: {}
         device:
           type: cpu
-          colective_backend: gloo
+          Colective_backend: gloo
         steps:
           set_device:
             timeout: -1
@@ -189,7 +214,7 @@ def test_all_problems_are_collected_in_one_error():
     assert len(error.problems) == 7
     assert "7 problem(s) in p.yaml" in error.args[0]
     for fragment, where in [("unknown key 'confg'", "p.yaml:1:1"),
-                            ("unknown key 'colective_backend'", "p.yaml:4:3"),
+                            ("device field 'Colective_backend'", "p.yaml:4:3"),
                             ("timeout", "p.yaml:7:14"),
                             ("retries", "p.yaml:8:14"),
                             ("enabled", "p.yaml:9:14"),
@@ -203,7 +228,7 @@ def test_problems_are_reported_in_file_order():
     # unknown keys are collected before the device section's problems.
     error = parse_error("""
         device:
-          colective_backend: gloo
+          Colective_backend: gloo
         confg: {}
         """)
     lines = [p.location.line for p in error.problems if p.location]
@@ -234,5 +259,6 @@ def test_valid_step_overrides(override, value):
 def test_field_tables_name_every_edge_kind():
     # The schema and the parser are both built from these tables.
     assert {"requires", "wants", "after", "before", "remove"} <= set(STEP_FIELDS)
-    assert {"type", "aliases", "torch_module", "backend_package", "collective_backend",
-            "host_allocator", "mooncake_protocol", "visible_devices_env"} == set(DEVICE_FIELDS)
+    # Only these device fields belong to the format; the others are declared settings.
+    assert CORE_DEVICE_FIELDS == ("type", "aliases")
+    assert "$schema" in TOP_LEVEL_KEYS

@@ -16,7 +16,7 @@ from initorch.errors import StepError
 from initorch.execution.run import Run
 from initorch.reporting.diagnosis import DiagnosisBook
 from initorch.reporting.report import RunReport, StepOutcome
-from tests.conftest import define
+from tests.conftest import FLAGS_ENABLED, define
 from tests.helpers_run import WAIT, FakeClock, TeardownLog, plan_of, with_teardown
 
 RANK = RankInfo(rank=1, local_rank=1, world_size=2)
@@ -47,7 +47,7 @@ def timed_run(registry=None) -> tuple[Run, FakeClock]:
         define("c", takes(0.5), after=["a"]),
         define("d", takes(0.25), requires=["b", "c"]),
         define("f", takes(9.0), requires=["bad"]),
-        define("g", takes(9.0), when="flags.enabled"),
+        define("g", takes(9.0), when="flags.enabled", settings=FLAGS_ENABLED),
     ], extra_yaml="config:\n  flags:\n    enabled: false\n")
     diagnoses = registry.diagnoses if registry is not None else DiagnosisBook()
     return Run(plan, rank=RANK, clock=clock, diagnoses=diagnoses), clock

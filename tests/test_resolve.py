@@ -15,7 +15,7 @@ from initorch import (
     load_plan,
     resolve,
 )
-from tests.conftest import define, synthetic_plan
+from tests.conftest import FLAG, define, synthetic_plan
 from tests.helpers_foundation import (
     DEVICE_PROFILES,
     MOONCAKE_PROFILES,
@@ -122,7 +122,7 @@ def test_reasons_say_who_listed_and_who_required():
     plan = load_plan(["npu"])
     reasons = plan.step("import_backend").reasons
     assert reasons[0].startswith("listed by profile base (")
-    assert "base.yaml:6:3" in reasons[0]
+    assert "base.yaml:8:3" in reasons[0]
     assert reasons[1].startswith("required by set_device, ")
 
 
@@ -197,7 +197,7 @@ def test_wants_on_a_skipped_step_is_fine(tmp_path):
         config: {flag: false}
         steps:
           a: {}
-        """, define("a", wants=["b"]), define("b", when="flag"))
+        """, define("a", wants=["b"]), define("b", when="flag", settings=FLAG))
     assert plan.order == ("a",)
     assert "condition 'flag' is false (flag=false" in skipped_reasons(plan)["b"]
 
@@ -214,7 +214,8 @@ def test_profile_overrides_edges_timeout_and_condition(tmp_path):
             when: null
           b: {}
           c: {}
-        """, define("a", after=["c"], when="flag"), define("b"), define("c", after=["a"]))
+        """, define("a", after=["c"], when="flag", settings=FLAG), define("b"),
+        define("c", after=["a"]))
     assert plan.order == ("b", "a", "c")
     assert plan.step("a").step.timeout == 9
     assert plan.step("a").step.when is None
@@ -300,7 +301,7 @@ def test_requirement_on_a_skipped_step_is_an_error(tmp_path, override, fragment)
           a: {{}}
           b:
             {override}
-        """, define("a", requires=["b"]), define("b"))
+        """, define("a", requires=["b"]), define("b", settings=FLAG))
     assert_problem(error, "step 'a' requires 'b', which is skipped", fragment,
                    "skip 'a' under the same condition, or enable 'b'")
 
@@ -451,7 +452,7 @@ ONLY_TOP = """
 
 
 def test_wanted_by_pulls_a_step_in_when_its_target_is_planned(tmp_path):
-    plan = plan_of(tmp_path, ONLY_TOP, define("top"),
+    plan = plan_of(tmp_path, ONLY_TOP, define("top", settings=FLAG),
                    define("warm", wanted_by=["top"], requires=["helper"]), define("helper"),
                    define("extra", wanted_by="warm"), define("elsewhere", wanted_by=["absent"]),
                    define("absent"))
@@ -467,7 +468,8 @@ def test_wanted_by_pulls_a_step_in_when_its_target_is_planned(tmp_path):
 def test_a_step_only_skipped_steps_want_is_skipped_too(tmp_path):
     profile = ONLY_TOP.replace("top: {}", "top: {}\n      pool: {}\n      listed: {}")
     plan = plan_of(tmp_path, profile,
-                   define("top"), define("pool", requires=["top"], when="not flag"),
+                   define("top"), define("pool", requires=["top"], when="not flag",
+                                         settings=FLAG),
                    define("warm", wanted_by=["pool"], requires=["pool"]),
                    define("warmer", wanted_by=["warm"]),
                    define("listed", wanted_by=["pool"]))
@@ -479,14 +481,15 @@ def test_a_step_only_skipped_steps_want_is_skipped_too(tmp_path):
 
 
 def test_a_step_wanted_by_a_skipped_and_a_planned_step_runs(tmp_path):
-    plan = plan_of(tmp_path, ONLY_TOP, define("top"), define("off", when="not flag"),
+    plan = plan_of(tmp_path, ONLY_TOP, define("top"),
+                   define("off", when="not flag", settings=FLAG),
                    define("both", wanted_by=["off", "top"]))
     assert "both" in plan.order
     assert plan.step("both").reasons == ("wanted by top",)
 
 
 @pytest.mark.parametrize(("wanted_by", "fragment"), [
-    (["Not-A-Name"], "wanted_by entry 'Not-A-Name' is not a step name"),
+    (["Not-A-Name"], "wanted_by entry: step name 'Not-A-Name' is not a valid name"),
     (["self_ref"], "lists itself under wanted_by"),
 ])
 def test_bad_wanted_by_is_a_definition_error(wanted_by, fragment):

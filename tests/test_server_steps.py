@@ -48,14 +48,11 @@ def test_every_rank_is_in_exactly_one_group_of_each_kind(tp: int, pp: int, ep_di
         assert {len(ranks) for ranks in rank_lists} == {size}
 
 
-@pytest.mark.parametrize(("sizes", "message"), [
-    ((0, 1, 1), "parallel.tp_size must be a whole number >= 1"),
-    ((2, True, 1), "parallel.pp_size must be a whole number >= 1"),
-    ((4, 1, 3), r"parallel.ep_size \(3\) must divide parallel.tp_size \(4\)"),
-])
-def test_layout_problems(sizes: tuple[int, int, int], message: str) -> None:
-    problems = ParallelLayout(*sizes).problems()
-    assert problems and re.search(message, problems[0][1])
+def test_layout_problems_are_the_sizes_that_do_not_fit_together() -> None:
+    problems = ParallelLayout(4, 1, 3).problems()
+    assert problems and re.search(r"parallel.ep_size \(3\) must divide parallel.tp_size \(4\)",
+                                  problems[0][1])
+    assert ParallelLayout(4, 2, 2).problems() == []
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda", "npu", "musa", "rocm", "xpu"])
@@ -111,15 +108,24 @@ def test_plan_refuses_sizes_that_do_not_match_world_size(run_cli, monkeypatch,
     assert "start 4 ranks" in err
 
 
-def test_plan_refuses_every_bad_setting_at_once(run_cli, monkeypatch) -> None:
+def test_plan_refuses_each_bad_size_by_its_declaration(run_cli, monkeypatch) -> None:
+    code, _, err = plan_cli(run_cli, monkeypatch, {}, "-p", "cpu", "-p", "server",
+                            "--set", "parallel.tp_size=0", "--set", "cpu_binding.threads=-1",
+                            "--set", "memory.balance_threshold=1.5")
+    assert code == 2
+    assert "parallel.tp_size must be >= 1, got 0" in err
+    assert "cpu_binding.threads must be >= 0, got -1" in err
+    assert "memory.balance_threshold must be <= 1" in err
+
+
+def test_plan_refuses_what_only_the_previews_can_tell(run_cli, monkeypatch) -> None:
     code, _, err = plan_cli(run_cli, monkeypatch, {}, "-p", "cpu", "-p", "server",
                             "--set", "parallel.tp_size=4", "--set", "parallel.ep_size=3",
-                            "--set", "memory.query=free", "--set", "cpu_binding.threads=-1")
+                            "--set", "memory.query=free")
     assert code == 2
-    assert "3 problem(s) found by step previews" in err
+    assert "2 problem(s) found by step previews" in err
     assert "parallel.ep_size (3) must divide parallel.tp_size (4)" in err
     assert "memory.query 'free' is not a known memory query" in err
-    assert "cpu_binding.threads must be a whole number >= 0" in err
 
 
 def test_plan_json_carries_previews_and_a_machine_independent_fingerprint(

@@ -23,7 +23,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from initorch import StepContext, StepError, step
+from initorch import StepContext, StepError, setting, step
+from initorch.steps.device import VISIBLE_DEVICES_ENV
 from initorch.steps.memory import GIB, MemoryBaseline
 
 if TYPE_CHECKING:
@@ -33,12 +34,33 @@ if TYPE_CHECKING:
 
 WARMUP_PROMPT = b"warm up"
 
+MODEL_PATH = setting("model.path", str, default="~/.cache/initorch/tiny-server/model.safetensors",
+                     description="the weights file (write it once: python -m tiny_server.weights)")
+MEM_FRACTION_STATIC = setting(
+    "kv_pool.mem_fraction_static", float, default=0.88, exclusive_minimum=0, maximum=1,
+    description="share of the memory baseline for weights and KV pool; the rest is slack "
+                "for activations (SGLang's --mem-fraction-static)")
+MAX_TOKENS = setting("kv_pool.max_tokens", int, default=4096, minimum=1, maximum=2**31,
+                     description="at most this many KV token slots, whatever the baseline")
+MIN_TOKENS = setting("kv_pool.min_tokens", int, default=64, minimum=1, maximum=2**31,
+                     description="fail at start-up when the budget gives fewer KV slots")
+# Read by the launcher (not by a step): declared by the plugin, checked like the rest.
+SERVER_SETTINGS = (
+    setting("server.host", str, default="127.0.0.1", pattern=r"\S+",
+            description="address the HTTP endpoint binds (loopback by default)"),
+    setting("server.port", int, default=0, minimum=0, maximum=65535,
+            description="HTTP port; 0 picks a free one (the ready file says which)"),
+    setting("server.max_new_tokens", int, default=64, minimum=1, maximum=4096,
+            description="the most tokens one request may ask for"),
+)
+
 
 @step(
     "load_model",
     description="Load this rank's tensor-parallel shards of the model from safetensors",
     requires=["init_model_parallel", "memory_baseline"],
     device_bound=True,
+    settings=(MODEL_PATH,),
 )
 def load_model(ctx: StepContext) -> TinyDecoder:
     from tiny_server.model import TensorParallel, TinyDecoder
@@ -85,6 +107,7 @@ def kv_pool_tokens(ctx: StepContext, baseline: MemoryBaseline, model: TinyDecode
     description="Allocate the device KV pool, sized from the memory baseline",
     requires=["load_model", "memory_baseline"],
     device_bound=True,
+    settings=(MEM_FRACTION_STATIC, MAX_TOKENS, MIN_TOKENS, VISIBLE_DEVICES_ENV),
 )
 def alloc_kv_pool(ctx: StepContext) -> KVPool:
     from initorch.steps.device import tensor_device
@@ -121,6 +144,8 @@ def register(registry: Registry) -> None:
     """The example's plugin: its steps and its ``tiny-server`` profile."""
     for definition in (load_model, alloc_kv_pool, warmup):
         registry.steps.add(definition)
+    for spec in SERVER_SETTINGS:
+        registry.settings.add(spec)
     registry.profiles.add_directory(files("tiny_server") / "profiles", plugin="tiny_server")
 
 

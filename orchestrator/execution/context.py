@@ -13,7 +13,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from initorch.errors import StepDefinitionError
 from initorch.model.devices import DeviceRef
+from initorch.model.settings import CORE_KEYS
 from initorch.resolution.plan import Plan
 
 DeviceBinding = Callable[[], None]
@@ -126,12 +128,21 @@ class StepContext:
         return self.state.rank
 
     def setting(self, key: str) -> Any:
-        """A setting by dotted key (``hicache.layout``, ``device.collective_backend``)."""
-        try:
-            return self.state.plan.settings[key].value
-        except KeyError:
-            raise KeyError(f"step '{self.step}' reads setting '{key}', which no profile "
-                           "declares") from None
+        """A setting by dotted key (``hicache.layout``, ``device.collective_backend``).
+
+        Only settings the step declares (``@step(settings=...)``) and the core
+        ``device.type``/``device.aliases`` may be read: what a step reads is then
+        exactly what validation, ``--set``, the schema and ``initorch settings``
+        know about.  Anything else raises :class:`StepDefinitionError`.
+        """
+        planned = self.state.plan.step(self.step).step
+        if key not in CORE_KEYS and all(spec.key != key for spec in planned.settings):
+            declared = ", ".join(spec.key for spec in planned.settings) or "none"
+            raise StepDefinitionError(
+                f"step '{self.step}' reads setting '{key}' but does not declare it "
+                f"(declared: {declared})", location=planned.defined_at,
+                hint="add setting(...) for it to the step's @step(settings=...)")
+        return self.state.plan.settings[key].value
 
     def output(self, step: str) -> Any:
         """The output of a completed step this one depends on."""

@@ -5,7 +5,8 @@ that plugins registered (the built-in ``profiles/`` package first), or a *path*
 to a YAML file (anything containing a path separator or ending in ``.yaml`` /
 ``.yml``), resolved against the referring file's folder or the working
 directory.  Parsed files are cached, so a profile extended by several others is
-read once.
+read once.  A loaded document keeps its format problems (``problems``); they
+are reported with everything else that is wrong when the selection is resolved.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from importlib.abc import Traversable
 from pathlib import Path
 
 from initorch.errors import ProfileError
-from initorch.loading.document import ProfileDocument, parse_profile
+from initorch.loading.document import ProfileDocument, read_profile
 from initorch.location import SourceLocation, display_path
 from initorch.suggest import closest
 
@@ -130,5 +131,5 @@ class ProfileCatalog:
     def _parse(self, shown_path: str, name: str, text: str) -> ProfileDocument:
         cached = self._cache.get(shown_path)
         if cached is None:
-            cached = self._cache[shown_path] = parse_profile(text, shown_path, name)
+            cached = self._cache[shown_path] = read_profile(text, shown_path, name)
         return cached

@@ -9,6 +9,10 @@ One rule keeps layering honest: ``device.type`` may only be changed by a
 profile that descends from the one that set it.  ``--profile npu --profile
 musa`` therefore fails, naming both files, instead of silently running NPU
 steps with MUSA settings.
+
+Composition only layers values; whether a key is declared and a value valid is
+decided against the steps' declarations by :mod:`initorch.loading.settle`, which
+also fills in the declared defaults.
 """
 
 from __future__ import annotations
@@ -21,16 +25,25 @@ from initorch.errors import ConflictError, Problem, ProfileError
 from initorch.loading.catalog import ProfileCatalog
 from initorch.loading.document import ProfileDocument, Setting, StepEntry
 from initorch.location import COMMAND_LINE, SourceLocation
-from initorch.suggest import closest
+from initorch.model.settings import CORE_KEYS
 
 
 @dataclass(frozen=True, slots=True)
 class ComposedProfile:
-    """The result of applying every document in order, plus ``--set`` overrides."""
+    """The result of applying every document in order, plus ``--set`` overrides.
+
+    ``settings`` holds the values the profiles and ``--set`` give (not yet checked,
+    no defaults); ``problems`` the format problems of every document, which
+    resolution reports together with its own.
+    """
 
     documents: tuple[ProfileDocument, ...]
     settings: Mapping[str, Setting]
     step_entries: Mapping[str, tuple[StepEntry, ...]] = field(default_factory=dict)
+
+    @property
+    def problems(self) -> tuple[Problem, ...]:
+        return tuple(problem for doc in self.documents for problem in doc.problems)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -121,44 +134,12 @@ def _apply_settings(doc: ProfileDocument, settings: dict[str, Setting],
 
 
 def _apply_overrides(settings: dict[str, Setting], overrides: Iterable[tuple[str, Any]]) -> None:
+    """Record ``--set`` values over the profiles' (checked later, with the rest)."""
     for key, value in overrides:
-        previous = settings.get(key)
-        if previous is None:
-            guess = closest(key, settings)
-            raise ProfileError(
-                f"--set {key}: no such setting",
-                location=COMMAND_LINE,
-                hint=f"did you mean '{guess}'?" if guess else "see 'initorch plan --json' settings",
-            )
-        if key == "device.type":
-            raise ProfileError("--set cannot change device.type", location=COMMAND_LINE,
+        if key in CORE_KEYS:
+            raise ProfileError(f"--set cannot change {key}", location=COMMAND_LINE,
                                hint="select the device with --device or --profile")
-        check_same_kind(previous, value)
         settings[key] = Setting(key, value, COMMAND_LINE, "--set")
-
-
-def check_same_kind(declared: Setting, value: Any) -> None:
-    """An override keeps the kind of value a profile declared (bool, number, text, list)."""
-    def kind(v: Any) -> str | None:
-        if v is None:
-            return None
-        if isinstance(v, bool):
-            return "true/false"
-        if isinstance(v, (int, float)):
-            return "a number"
-        if isinstance(v, str):
-            return "text"
-        return "a list" if isinstance(v, list) else type(v).__name__
-
-    expected, got = kind(declared.value), kind(value)
-    if expected is not None and got is not None and expected != got:
-        # YAML reads `no` as false and `1:30` as a number; text must then be quoted.
-        quote = " — quote it to pass text" if expected == "text" else ""
-        raise ProfileError(
-            f"{declared.key} expects {expected}, got {value!r}",
-            location=COMMAND_LINE,
-            hint=f"declared as {declared.value!r} at {declared.location}{quote}",
-        )
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:

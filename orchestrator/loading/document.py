@@ -1,9 +1,10 @@
 """One profile file: parsed, validated, and flattened into located records.
 
 This module knows the profile *format*; it does not follow ``extends`` or layer
-profiles (see :mod:`initorch.loading.compose`).  Every problem found in a file is
-collected and raised together as one :class:`ProfileError`, each with its
-``file:line:column``.
+profiles (see :mod:`initorch.loading.compose`), and it does not know which
+settings exist: values are checked against the steps' declarations later (see
+:mod:`initorch.loading.settle`).  Every problem found in a file is collected, each
+with its ``file:line:column``.
 
 Settings are flattened to dotted keys: ``device: {type: npu}`` becomes
 ``device.type`` and ``config: {hicache: {layout: x}}`` becomes ``hicache.layout``.
@@ -12,7 +13,7 @@ One flat namespace makes layering, ``--set`` and ``when:`` conditions uniform.
 
 from __future__ import annotations
 
-import re
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -21,43 +22,49 @@ from initorch.errors import ConditionError, Problem, ProfileError
 from initorch.loading.yamlsource import YamlDocument, parse_yaml
 from initorch.location import SourceLocation
 from initorch.model.conditions import parse_condition
-from initorch.model.registry import STEP_NAME
-from initorch.model.step import EDGE_KINDS, EdgeKind
+from initorch.model.names import KEY_SEGMENT, STEP_NAME, name_problem
+from initorch.model.step import EDGE_KINDS, MAX_RETRIES, MAX_TIMEOUT_S, EdgeKind
 from initorch.suggest import closest
 
-TOP_LEVEL_KEYS = ("description", "extends", "device", "config", "steps")
-# Field -> what it means; the JSON Schema (initorch.loading.schema) is built from these.
-DEVICE_FIELDS: dict[str, str] = {
-    "type": "canonical device type, lower case (cpu, cuda, npu, ...)",
-    "aliases": "other spellings that --device accepts for this type (e.g. hip for rocm)",
-    "torch_module": "the torch device module steps use (torch.cuda, torch.npu, ...)",
-    "backend_package": "package to import first: torch, or a vendor plugin (torch_npu)",
-    "collective_backend": "torch.distributed backend (gloo, nccl, hccl, mccl, xccl, mooncake)",
-    "host_allocator": "host KV pool allocator: cuda_host_register, pin_memory or plain",
-    "mooncake_protocol": "Mooncake transfer protocol (tcp, rdma, ascend)",
-    "visible_devices_env": "environment variable that limits visible devices",
-}
+# "$schema" lets an editor's YAML language server find the JSON Schema.
+TOP_LEVEL_KEYS = ("description", "extends", "device", "config", "steps", "$schema")
+# The device fields the profile format itself needs; every other ``device.*`` key
+# is a setting that some step declares (see initorch.model.settings).
+CORE_DEVICE_FIELDS = ("type", "aliases")
 STEP_OVERRIDES: dict[str, str] = {
     "enabled": "false skips the step (the plan says which profile disabled it)",
     "reason": "why the step is disabled; shown in the plan",
     "when": "condition on settings; null drops the step's own condition",
-    "timeout": "seconds before the step is reported as hung; null for none",
-    "retries": "attempts after the first, for errors the step declares transient",
+    "timeout": "seconds before the step is reported as hung (at most a week); null for none",
+    "retries": f"attempts after the first (at most {MAX_RETRIES}), for errors the step "
+               "declares transient",
     **{kind: f"add {kind} edges (step names)" for kind in EDGE_KINDS},
     "remove": "edges to remove: a mapping of edge kind to step names",
 }
 STEP_FIELDS = tuple(STEP_OVERRIDES)
-CONFIG_KEY = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
 @dataclass(frozen=True, slots=True)
 class Setting:
-    """A value with where it was set (a profile location or the command line)."""
+    """A value with where it came from: a profile (``location`` is the value's
+    ``file:line:col``, ``source`` the profile's name), the command line (source
+    ``--set``), or a declared default (``is_default``; ``source`` names the
+    declarer, ``location`` is where it was declared)."""
 
     key: str
     value: Any
     location: SourceLocation
     source: str
+    key_location: SourceLocation | None = None
+    is_default: bool = False
+
+    @property
+    def origin(self) -> str:
+        """Where the value came from, for people: ``profiles/npu.yaml:17:13``,
+        ``<command line>`` or ``default (declared by step x at steps/x.py:12)``."""
+        if self.is_default:
+            return f"default (declared by {self.source} at {self.location})"
+        return str(self.location)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +92,12 @@ class StepEntry:
 
 @dataclass(frozen=True, slots=True)
 class ProfileDocument:
-    """One parsed profile file."""
+    """One parsed profile file.
+
+    ``problems`` lists what is wrong with the file's format; the entries they
+    concern are left out, so that later stages can still report their own
+    problems (unknown steps, unknown settings) in the same pass.
+    """
 
     name: str
     path: str
@@ -93,6 +105,7 @@ class ProfileDocument:
     extends: tuple[tuple[str, SourceLocation], ...]
     settings: tuple[Setting, ...]
     steps: tuple[StepEntry, ...]
+    problems: tuple[Problem, ...] = ()
 
     @property
     def device_type(self) -> Setting | None:
@@ -121,6 +134,19 @@ class _Collector:
 
 def parse_profile(text: str, path: str, name: str) -> ProfileDocument:
     """Parse and validate one profile; raise :class:`ProfileError` listing every problem."""
+    document = read_profile(text, path, name)
+    if document.problems:
+        raise ProfileError(f"{len(document.problems)} problem(s) in {path}",
+                           problems=document.problems)
+    return document
+
+
+def read_profile(text: str, path: str, name: str) -> ProfileDocument:
+    """Parse one profile, keeping its format problems in ``problems`` (in file order).
+
+    Raises :class:`ProfileError` only when nothing can be read: invalid YAML, an
+    empty file, or a top level that is not a mapping.
+    """
     doc = parse_yaml(text, path)
     out = _Collector(doc)
     data = doc.data
@@ -137,15 +163,16 @@ def parse_profile(text: str, path: str, name: str) -> ProfileDocument:
     if not isinstance(description, str):
         out.add("description must be a string", doc.where("description"))
         description = ""
+    if not isinstance(data.get("$schema", ""), str):
+        out.add("$schema must be a string (the schema's path or URL)", doc.where("$schema"))
     extends = _parse_extends(out, data.get("extends"))
     settings = _parse_device(out, data.get("device"), name) + _parse_config(
         out, data.get("config"), name
     )
     steps = _parse_steps(out, data.get("steps"), name)
-    if out.problems:
-        in_file_order = sorted(out.problems, key=lambda p: (p.location or SourceLocation(path)))
-        raise ProfileError(f"{len(out.problems)} problem(s) in {path}", problems=in_file_order)
-    return ProfileDocument(name, path, description, extends, settings, steps)
+    in_file_order = sorted(out.problems, key=lambda p: (p.location or SourceLocation(path)))
+    return ProfileDocument(name, path, description, extends, settings, steps,
+                           tuple(in_file_order))
 
 
 def _string_list(out: _Collector, value: Any, *path: str | int) -> list[tuple[str, SourceLocation]]:
@@ -160,11 +187,26 @@ def _string_list(out: _Collector, value: Any, *path: str | int) -> list[tuple[st
     return []
 
 
+def _step_names(out: _Collector, value: Any, *path: str | int
+                ) -> list[tuple[str, SourceLocation]]:
+    """Edge targets: step names, each checked (a look-alike character is named)."""
+    names = []
+    for target, at in _string_list(out, value, *path):
+        problem = name_problem(target, "step name", STEP_NAME)
+        if problem is None:
+            names.append((target, at))
+        else:
+            out.add(problem, at, "use ASCII lower_snake_case")
+    return names
+
+
 def _parse_extends(out: _Collector, value: Any) -> tuple[tuple[str, SourceLocation], ...]:
     return tuple(_string_list(out, value, "extends"))
 
 
 def _parse_device(out: _Collector, value: Any, source: str) -> tuple[Setting, ...]:
+    """``type`` and ``aliases`` are the format's own; every other field is kept as
+    the setting ``device.<field>``, checked later against the declared settings."""
     if value is None:
         return ()
     if not isinstance(value, dict):
@@ -172,25 +214,25 @@ def _parse_device(out: _Collector, value: Any, source: str) -> tuple[Setting, ..
         return ()
     settings = []
     for key, item in value.items():
-        if key not in DEVICE_FIELDS:
-            out.unknown_key(key, DEVICE_FIELDS, "device")
-            continue
         where = out.doc.where("device", key)
-        field_value: str | list[str]
+        key_where = out.doc.key_where("device", key)
+        field_value: Any = item
+        problem = name_problem(key, "device field", KEY_SEGMENT)
+        if problem is not None:
+            out.add(problem, key_where, "device fields are lower_snake_case settings")
+            continue
         if key == "aliases":
             field_value = [v.lower() for v, _ in _string_list(out, item, "device", key)]
-        elif not isinstance(item, str) or not item.strip():
-            out.add(f"device.{key} must be a non-empty string", where)
-            continue
         elif key == "type":
-            field_value = item.strip().lower()
-            if not CONFIG_KEY.match(field_value):
-                out.add(f"device.type {field_value!r} is not a valid type name", where,
-                        "use a lower-case identifier such as 'npu'")
+            if not isinstance(item, str) or not item.strip():
+                out.add("device.type must be a non-empty string", where)
                 continue
-        else:
-            field_value = item
-        settings.append(Setting(f"device.{key}", field_value, where, source))
+            field_value = item.strip().lower()
+            if not KEY_SEGMENT.fullmatch(field_value):
+                out.add(f"device.type {field_value!r} is not a valid type name", where,
+                        "use a lower-case ASCII identifier such as 'npu'")
+                continue
+        settings.append(Setting(f"device.{key}", field_value, where, source, key_where))
     return tuple(settings)
 
 
@@ -205,36 +247,24 @@ def _parse_config(out: _Collector, value: Any, source: str) -> tuple[Setting, ..
     def walk(mapping: dict[str, Any], path: tuple[str, ...]) -> None:
         for key, item in mapping.items():
             keys = (*path, key)
-            if not CONFIG_KEY.match(key):
-                out.add(f"config key '{key}' is not a valid name",
-                        out.doc.key_where("config", *keys),
-                        "use lower_snake_case so that conditions can name it")
+            key_where = out.doc.key_where("config", *keys)
+            problem = name_problem(key, "config key", KEY_SEGMENT)
+            if problem is not None:
+                out.add(problem, key_where,
+                        "use ASCII lower_snake_case so that conditions can name it")
                 continue
             if keys == ("device",):
-                out.add("config key 'device' is reserved", out.doc.key_where("config", key),
+                out.add("config key 'device' is reserved", key_where,
                         "device fields go in the top-level 'device:' section")
                 continue
             if isinstance(item, dict):
                 walk(item, keys)
-            elif not _plain(item):
-                out.add(f"config value {'.'.join(keys)} is a {type(item).__name__}, which "
-                        "settings cannot hold", out.doc.where("config", *keys),
-                        "use a string, number, boolean, null or list; quote dates")
             else:
                 settings.append(Setting(".".join(keys), item, out.doc.where("config", *keys),
-                                        source))
+                                        source, key_where))
 
     walk(value, ())
     return tuple(settings)
-
-
-def _plain(value: Any) -> bool:
-    """True for values that JSON (and so --json, fingerprints, conditions) can carry."""
-    if isinstance(value, list):
-        return all(_plain(item) for item in value)
-    if isinstance(value, dict):
-        return all(_plain(item) for item in value.values())
-    return isinstance(value, (str, int, float, bool, type(None)))
 
 
 def _parse_steps(out: _Collector, value: Any, source: str) -> tuple[StepEntry, ...]:
@@ -247,8 +277,9 @@ def _parse_steps(out: _Collector, value: Any, source: str) -> tuple[StepEntry, .
     entries = []
     for name, body in value.items():
         where = out.doc.key_where("steps", name)
-        if not STEP_NAME.match(name):
-            out.add(f"'{name}' is not a valid step name", where, "use lower_snake_case")
+        problem = name_problem(name, "step name", STEP_NAME)
+        if problem is not None:
+            out.add(problem, where, "use ASCII lower_snake_case")
             continue
         if not isinstance(body, (dict, type(None))):
             out.add(f"overrides of step '{name}' must be a mapping", out.doc.where("steps", name),
@@ -269,7 +300,7 @@ def _parse_step_entry(out: _Collector, name: str, body: dict[str, Any],
         elif key == "remove":
             changes.extend(_parse_removals(out, name, item, source))
         elif key in EDGE_KINDS:
-            for target, at in _string_list(out, item, "steps", name, key):
+            for target, at in _step_names(out, item, "steps", name, key):
                 changes.append(EdgeChange(name, _edge_kind(key), target, True, at, source))
         else:
             problem = _override_problem(name, key, item, item_where)
@@ -299,10 +330,13 @@ def _override_problem(name: str, key: str, item: Any, where: SourceLocation) -> 
         return wrong("true or false")
     if key == "reason" and not isinstance(item, str):
         return wrong("a string")
-    if key == "timeout" and item is not None and not (number and item > 0):
-        return wrong("a positive number of seconds, or null for none")
-    if key == "retries" and not (number and float(item).is_integer() and item >= 0):
-        return wrong("a whole number >= 0")
+    if key == "timeout" and item is not None \
+            and not (number and math.isfinite(item) and 0 < item <= MAX_TIMEOUT_S):
+        return wrong(f"a positive, finite number of seconds up to {MAX_TIMEOUT_S:g}, "
+                     "or null for none")
+    if key == "retries" and not (number and math.isfinite(item) and float(item).is_integer()
+                                 and 0 <= item <= MAX_RETRIES):
+        return wrong(f"a whole number from 0 to {MAX_RETRIES}")
     if key == "when" and item is not None:
         if not isinstance(item, str):
             return wrong("a condition string, or null to drop the step's own")
@@ -323,6 +357,6 @@ def _parse_removals(out: _Collector, name: str, value: Any, source: str) -> list
         if kind not in EDGE_KINDS:
             out.unknown_key(kind, EDGE_KINDS, "steps", name, "remove")
             continue
-        for target, at in _string_list(out, targets, "steps", name, "remove", kind):
+        for target, at in _step_names(out, targets, "steps", name, "remove", kind):
             changes.append(EdgeChange(name, _edge_kind(kind), target, False, at, source))
     return changes

@@ -17,6 +17,7 @@ from typing import Any
 
 from initorch.errors import ConditionError
 from initorch.location import SourceLocation
+from initorch.model.names import non_ascii_problem
 from initorch.suggest import closest
 
 # YAML's spellings; Python's True/False/None already parse as constants.
@@ -60,7 +61,8 @@ class Condition:
             raise ConditionError(
                 f"condition {self.source!r} reads unknown setting '{name}'",
                 location=self.location,
-                hint=f"did you mean '{guess}'?" if guess else "declare it under config:",
+                hint=f"did you mean '{guess}'?" if guess
+                else "conditions read declared settings: see 'initorch settings'",
             )
 
     def evaluate(self, settings: Mapping[str, Any]) -> bool:
@@ -147,7 +149,27 @@ def parse_condition(source: str, location: SourceLocation | None = None) -> Cond
     except (RecursionError, MemoryError):
         raise ConditionError(f"condition {source[:40]!r}... nests too deeply",
                              location=location, hint="simplify the expression") from None
+    if not source.isascii():
+        _refuse_lookalike_names(source, location)
     return Condition(source, frozenset(names), tree, location)
+
+
+def _refuse_lookalike_names(source: str, location: SourceLocation | None) -> None:
+    """Setting names are ASCII.  Python's parser folds some look-alikes into ASCII
+    (NFKC turns a full-width 'm', U+FF4D, into 'm') and keeps others (a Cyrillic
+    'e', U+0435), so a condition would silently read another setting, or fail with
+    a misleading "unknown setting".  Text inside string literals may hold any
+    character."""
+    import io
+    import tokenize  # only for the rare non-ASCII condition: keeps the dry run lean
+
+    tokens = tokenize.generate_tokens(io.StringIO(source.strip()).readline)
+    for token in tokens:
+        if token.type == tokenize.NAME:
+            problem = non_ascii_problem(token.string, "setting name")
+            if problem is not None:
+                raise ConditionError(f"condition {source!r}: {problem}", location=location,
+                                     hint="retype the name in ASCII")
 
 
 def _validate(node: ast.expr, source: str, location: SourceLocation | None,

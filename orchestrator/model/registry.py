@@ -6,17 +6,17 @@ only ever *name* registered steps; nothing named in a profile is imported.
 
 from __future__ import annotations
 
-import re
+import math
 from collections.abc import Iterator
 from typing import Any
 
 from initorch.errors import StepDefinitionError, UnknownStepError
 from initorch.location import SourceLocation
 from initorch.model.conditions import parse_condition
-from initorch.model.step import EDGE_KINDS, Step, StepDefinition
+from initorch.model.names import name_problem, non_ascii_problem
+from initorch.model.settings import SettingCatalog
+from initorch.model.step import EDGE_KINDS, MAX_RETRIES, MAX_TIMEOUT_S, Step, StepDefinition
 from initorch.suggest import closest
-
-STEP_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 class StepRegistry:
@@ -25,15 +25,19 @@ class StepRegistry:
     ``provider`` names the plugin whose ``register`` function is running; the
     plugin loader sets it, so that ``initorch steps`` can say where a step comes
     from.  Steps added outside a plugin (by a launcher, in code) have none.
+    Registering a step also declares its settings in ``settings`` (the
+    registry's :class:`SettingCatalog`, shared with free-standing declarations).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, settings: SettingCatalog | None = None) -> None:
         self._steps: dict[str, Step] = {}
         self._providers: dict[str, str | None] = {}
         self.provider: str | None = None
+        self.settings = SettingCatalog() if settings is None else settings
 
     def add(self, definition: StepDefinition | Step) -> Step:
-        """Validate ``definition`` and register it; return the frozen :class:`Step`."""
+        """Validate ``definition`` and register it with its settings; return the
+        frozen :class:`Step`.  Nothing is registered when anything is invalid."""
         record = definition if isinstance(definition, Step) else _freeze(definition)
         _validate(record)
         existing = self._steps.get(record.name)
@@ -45,6 +49,8 @@ class StepRegistry:
                 location=record.defined_at,
                 hint="step names are global; rename one of them",
             )
+        self.settings.add_all(record.settings, by=f"step {record.name}",
+                              where=record.defined_at)
         self._steps[record.name] = record
         self._providers[record.name] = self.provider
         return record
@@ -54,19 +60,23 @@ class StepRegistry:
         return self._providers[name]
 
     def copy(self) -> StepRegistry:
-        """An independent registry with the same steps (the plugin loader's undo point)."""
-        clone = StepRegistry()
+        """An independent registry with the same steps and declared settings (the
+        plugin loader's undo point)."""
+        clone = StepRegistry(self.settings.copy())
         clone._steps, clone._providers = dict(self._steps), dict(self._providers)
         clone.provider = self.provider
         return clone
 
     def get(self, name: str, location: SourceLocation | None = None) -> Step:
-        """The step called ``name``; :class:`UnknownStepError` with a suggestion otherwise."""
+        """The step called ``name``; :class:`UnknownStepError` with a suggestion otherwise
+        (or naming the look-alike character that makes it differ)."""
         try:
             return self._steps[name]
         except KeyError:
+            lookalike = non_ascii_problem(name, "step name") if isinstance(name, str) else None
             raise UnknownStepError(
-                name, location=location, suggestion=closest(name, self._steps)
+                name, location=location, suggestion=None if lookalike
+                else closest(name, self._steps), reason=lookalike,
             ) from None
 
     def __contains__(self, name: object) -> bool:
@@ -96,17 +106,19 @@ def _fail(step: Step, message: str, hint: str) -> None:
 
 
 def _validate(step: Step) -> None:
-    if not isinstance(step.name, str) or not STEP_NAME.match(step.name):
-        _fail(step, "invalid name", "use lower_snake_case starting with a letter")
+    problem = name_problem(step.name, "step name")
+    if problem is not None:
+        raise StepDefinitionError(problem, location=step.defined_at,
+                                  hint="use ASCII lower_snake_case starting with a letter")
     if not step.description:
         _fail(step, "no description", "pass description= or give the function a docstring")
     if not callable(step.action):
         _fail(step, "action is not callable", "decorate a function with @step")
     for kind in (*EDGE_KINDS, "wanted_by"):
         for target in getattr(step, kind):
-            if not isinstance(target, str) or not STEP_NAME.match(target):
-                _fail(step, f"{kind} entry {target!r} is not a step name",
-                      "list step names as strings")
+            problem = name_problem(target, "step name")
+            if problem is not None:
+                _fail(step, f"{kind} entry: {problem}", "list step names as strings")
             if target == step.name:
                 _fail(step, f"lists itself under {kind}", "remove the self-reference")
     if step.when is not None:
@@ -114,14 +126,13 @@ def _validate(step: Step) -> None:
             _fail(step, f"when must be a condition string, got {step.when!r}",
                   "e.g. when=\"mooncake.enabled\"")
         parse_condition(step.when, step.defined_at)
-    timeout_ok = isinstance(step.timeout, (int, float)) and not isinstance(step.timeout, bool) \
-        and step.timeout > 0
-    if step.timeout is not None and not timeout_ok:
-        _fail(step, f"timeout must be a positive number of seconds, got {step.timeout!r}",
-              "omit it for no timeout")
-    if not isinstance(step.retries, int) or isinstance(step.retries, bool) or step.retries < 0:
-        _fail(step, f"retries must be a whole number >= 0, got {step.retries!r}",
-              "use 0 for no retries")
+    if step.timeout is not None and not timeout_ok(step.timeout):
+        _fail(step, f"timeout must be a positive, finite number of seconds up to "
+                    f"{MAX_TIMEOUT_S:g}, got {step.timeout!r}", "omit it for no timeout")
+    if not isinstance(step.retries, int) or isinstance(step.retries, bool) \
+            or not 0 <= step.retries <= MAX_RETRIES:
+        _fail(step, f"retries must be a whole number from 0 to {MAX_RETRIES}, "
+                    f"got {step.retries!r}", "use 0 for no retries")
     if step.retries and not step.retry_on:
         _fail(step, "retries given but no retry_on exception types",
               "declare which errors are transient with retry_on=(...)")
@@ -136,3 +147,9 @@ def _validate(step: Step) -> None:
         _fail(step, "teardown is not callable", "use @<step>.teardown on a function")
     if step.preview is not None and not callable(step.preview):
         _fail(step, "preview is not callable", "use @<step>.preview on a function")
+
+
+def timeout_ok(value: object) -> bool:
+    """A step timeout: a positive, finite number of seconds, at most a week."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value) and 0 < value <= MAX_TIMEOUT_S

@@ -24,11 +24,12 @@ And one pull-in from the other side, for steps that no profile lists:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from initorch.location import SourceLocation, caller_location
+from initorch.model.settings import SettingSpec
 
 if TYPE_CHECKING:
     from initorch.execution.context import StepContext
@@ -36,6 +37,11 @@ if TYPE_CHECKING:
 
 EdgeKind = Literal["requires", "wants", "after", "before"]
 EDGE_KINDS: tuple[EdgeKind, ...] = ("requires", "wants", "after", "before")
+
+# Beyond these a timeout or a retry count is a typo (or infinity), and the
+# threading and datetime calls that use them overflow.
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+MAX_RETRIES = 100
 
 StepAction = Callable[["StepContext"], Any]
 StepTeardown = Callable[["StepContext", Any], None]
@@ -52,6 +58,8 @@ class Step:
     thread that runs them; ``binds_device`` marks the single step whose output
     re-establishes that context (``set_device``).  ``retry_on`` lists the
     exception types the step itself considers transient: only those are retried.
+    ``settings`` declares every setting the step reads (``ctx.setting`` refuses
+    any other), including those its own ``when`` condition names.
     ``preview`` (optional) tells at plan time, without importing torch, what the
     step will do here (lines that ``initorch plan`` shows under the step), and may
     reject settings that cannot work (see :mod:`initorch.resolution.preview`).
@@ -74,6 +82,7 @@ class Step:
     retry_backoff: float = 0.5
     teardown: StepTeardown | None = None
     preview: StepPreview | None = None
+    settings: tuple[SettingSpec, ...] = ()
     defined_at: SourceLocation = field(default=SourceLocation("<unknown>"), compare=False)
 
     def edges(self, kind: EdgeKind) -> tuple[str, ...]:
@@ -132,9 +141,11 @@ def step(
     retries: int = 0,
     retry_on: tuple[type[BaseException], ...] = (),
     retry_backoff: float = 0.5,
+    settings: SettingSpec | Iterable[SettingSpec] = (),
 ) -> Callable[[StepAction], StepDefinition]:
     """Declare a step.  The name defaults to the function name, the description
-    to the first line of its docstring.  Nothing is validated here; see
+    to the first line of its docstring; ``settings`` lists what the step reads
+    (see :func:`initorch.setting`).  Nothing is validated here; see
     :meth:`StepRegistry.add`."""
     where = caller_location()
 
@@ -157,6 +168,8 @@ def step(
                 "retries": retries,
                 "retry_on": tuple(retry_on),
                 "retry_backoff": retry_backoff,
+                "settings": (settings,) if isinstance(settings, SettingSpec)
+                else tuple(settings),
             },
             defined_at=where,
         )

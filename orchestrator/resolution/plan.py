@@ -161,6 +161,7 @@ class Plan:
             ],
             "skipped": [{"step": s.name, "reason": s.reason} for s in self.skipped],
             "settings": {key: s.value for key, s in sorted(self.settings.items())},
+            "setting_origins": {key: s.origin for key, s in sorted(self.settings.items())},
             "fingerprint": self.fingerprint,
         }
 
@@ -174,6 +175,7 @@ def _step_fields(step: Step) -> dict[str, Any]:
         "timeout": step.timeout,
         "retries": step.retries,
         "teardown": step.teardown is not None,
+        "settings": [spec.key for spec in step.settings],
     }
 
 

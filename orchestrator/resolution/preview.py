@@ -41,12 +41,15 @@ class PreviewContext:
     environ: Mapping[str, str]
 
     def setting(self, key: str) -> Any:
-        """A setting's value by dotted key."""
+        """A declared setting's value by dotted key (a preview may read any declared
+        setting: showing a device module's name is not reading it at run time)."""
         try:
             return self.settings[key].value
         except KeyError:
-            raise ResolveError(f"step '{self.step}' reads setting '{key}', which no profile "
-                               "declares", hint="declare it in a profile's config") from None
+            raise ResolveError(f"step '{self.step}' reads setting '{key}', which no step "
+                               "or plugin declares",
+                               hint="declare it with setting(...) in @step(settings=...)"
+                               ) from None
 
     def where(self, key: str) -> SourceLocation | None:
         """Where a setting was last set (a profile line or the command line)."""

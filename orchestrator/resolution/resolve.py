@@ -2,22 +2,31 @@
 
 The stages, each collecting every problem before raising:
 
-1. *Selection*: the steps the profiles list and the caller requests, plus
-   everything they ``requires`` or ``wants`` and every step that declares itself
-   ``wanted_by`` one of them, transitively (systemd's pull-in).
-2. *Effective declarations*: profile overrides applied to each step (edges
-   added or removed, timeout, retries, ``when``, ``enabled``).
-3. *Conditions*: disabled steps and false ``when`` conditions are skipped with
+1. *Input*: the profiles' format problems, every setting checked against its
+   declaration (:mod:`initorch.loading.settle`), the steps the profiles list and
+   the caller requests, plus everything they ``requires`` or ``wants`` and every
+   step that declares itself ``wanted_by`` one of them, transitively (systemd's
+   pull-in), with profile overrides applied (edges added or removed, timeout,
+   retries, ``when``, ``enabled``), unknown step names, and every condition
+   parsed and checked to read only declared settings.
+2. *Conditions*: disabled steps and false ``when`` conditions are skipped with
    a reason, and so is a step that only skipped steps pulled in through its
-   ``wanted_by``; a hard requirement on a skipped step is an error.
-4. *Device context*: every ``device_bound`` step gets an implicit edge from the
+   ``wanted_by``; a hard requirement on a skipped step is an error, and so is a
+   required setting that a planned step reads but no profile gives.
+3. *Device context*: every ``device_bound`` step gets an implicit edge from the
    one step that ``binds_device``.  This edge cannot be removed by a profile —
    it is what makes "engine init on a thread without device context" (Ascend
    error 107002) impossible by construction.
-5. *Ordering*: the graph is checked for cycles (all of them are reported, each
+4. *Ordering*: the graph is checked for cycles (all of them are reported, each
    edge with where it was declared) and ordered deterministically.
-6. *Previews*: steps that declare one say what they will do here, and may
+5. *Previews*: steps that declare one say what they will do here, and may
    refuse settings (:mod:`initorch.resolution.preview`).
+
+Stages 1 to 3 run whatever the earlier ones found, on what was valid (a refused
+entry is left out, a condition that reads a refused value is not evaluated), and
+everything is reported at once: a format problem never hides a misspelt step, a
+misspelt setting or a missing required setting.  Only a plan without a device
+type stops after stage 1, and cycles are looked for once everything else holds.
 """
 
 from __future__ import annotations
@@ -26,12 +35,21 @@ import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NoReturn
 
-from initorch.errors import ConditionError, CycleError, InitorchError, Problem, ResolveError
+from initorch.errors import (
+    ConditionError,
+    CycleError,
+    InitorchError,
+    Problem,
+    ProfileError,
+    ResolveError,
+)
 from initorch.loading.compose import ComposedProfile
 from initorch.loading.document import Setting, StepEntry
+from initorch.loading.settle import SettledSettings, settle
 from initorch.location import SourceLocation
-from initorch.model.conditions import parse_condition
+from initorch.model.conditions import Condition, parse_condition
 from initorch.model.devices import DeviceRef
 from initorch.model.registry import StepRegistry
 from initorch.model.step import EDGE_KINDS, EdgeKind, Step
@@ -51,6 +69,7 @@ class _Candidate:
     disabled: Setting | None = None
     disabled_reason: str = ""
     when_location: SourceLocation | None = None
+    condition: Condition | None = None
     # The planned steps whose presence pulled this one in through its wanted_by.
     wanted_by_pulls: list[str] = field(default_factory=list)
 
@@ -66,6 +85,17 @@ REQUESTED = "requested by load_plan(steps=...)"
 _Pull = tuple[str, tuple[str, str | None], SourceLocation | None, bool]
 
 
+@dataclass(frozen=True, slots=True)
+class _Input:
+    """Stage 1: settled settings, selected candidates, and every problem found."""
+
+    settled: SettledSettings
+    candidates: dict[str, _Candidate]
+    problems: list[Problem]
+    # Problems with the profiles' own content (format, settings) make a ProfileError.
+    in_profiles: bool
+
+
 def resolve(composed: ComposedProfile, steps: StepRegistry,
             device_index: int | None = None, requested: Sequence[str] = (),
             environ: Mapping[str, str] | None = None) -> Plan:
@@ -75,23 +105,24 @@ def resolve(composed: ComposedProfile, steps: StepRegistry,
     ``requested`` names steps to plan as if a profile listed them (a launcher's
     own steps, without writing a profile).  Step previews see ``environ``
     (default: this process's environment)."""
+    checked = _check_input(composed, steps, requested)
+    problems = checked.problems
     device_type = composed.settings.get("device.type")
+    error = ProfileError if checked.in_profiles else ResolveError
     if device_type is None:
-        raise ResolveError(
+        problems.append(Problem(
             f"no device type: profile(s) {', '.join(composed.names) or '(none)'} "
             "set no device.type",
-            hint="add a device profile, e.g. --profile cpu, or pass --device",
-        )
-    problems: list[Problem] = []
-    candidates = _select(composed, steps, requested, problems)
-    _raise_if(problems)
-    skipped = _evaluate_conditions(candidates, composed.settings, problems)
-    _raise_if(problems)
+            hint="add a device profile, e.g. --profile cpu, or pass --device"))
+        _fail(problems, error)
+    candidates, settled = checked.candidates, checked.settled
+    skipped = _evaluate_conditions(candidates, settled, problems)
     _skip_unwanted(candidates, skipped)
     active = {name: c for name, c in candidates.items() if name not in skipped}
     _check_requirements(active, skipped, problems)
-    edges = _edges(active, steps, problems) + _device_edges(candidates, skipped, problems)
-    _raise_if(problems)
+    _check_required_settings(active, steps, settled, device_type, problems)
+    edges = _edges(active, steps) + _device_edges(candidates, skipped, problems)
+    _raise_if(problems, error)
     graph = StepGraph(active, edges)
     cycles = graph.cycles()
     if cycles:
@@ -107,18 +138,43 @@ def resolve(composed: ComposedProfile, steps: StepRegistry,
     )
     skipped_steps = tuple(SkippedStep(name, skipped[name]) for name in sorted(skipped))
     device = DeviceRef(device_type.value, device_index)
-    planned = preview_steps(planned, composed.settings, device,
+    planned = preview_steps(planned, settled.values, device,
                             os.environ if environ is None else environ)
     return Plan(
         profiles=composed.names,
         device=device,
-        settings=dict(composed.settings),
+        settings=dict(settled.values),
         steps=planned,
         skipped=skipped_steps,
         graph=graph,
-        fingerprint=fingerprint(composed.names, device, composed.settings, planned,
+        fingerprint=fingerprint(composed.names, device, settled.values, planned,
                                 skipped_steps),
     )
+
+
+def lint(composed: ComposedProfile, steps: StepRegistry) -> list[Problem]:
+    """Every problem that stage 1 finds, for profiles that cannot be resolved on
+    their own (overlays and abstract profiles set no device type)."""
+    return sorted(_check_input(composed, steps, ()).problems, key=_reading_order)
+
+
+def _check_input(composed: ComposedProfile, steps: StepRegistry,
+                 requested: Sequence[str]) -> _Input:
+    settled = settle(composed, steps.settings)
+    problems = [*composed.problems, *settled.problems]
+    in_profiles = bool(problems)
+    candidates = _select(composed, steps, requested, problems)
+    _check_edge_targets(candidates, steps, problems)
+    _parse_conditions(candidates, steps, problems)
+    return _Input(settled, candidates, problems, in_profiles)
+
+
+def _reading_order(problem: Problem) -> tuple[bool, str, int, int]:
+    """Problems in files first, each file top to bottom; the command line last."""
+    where = problem.location
+    if where is None or not where.line:
+        return (True, where.path if where else "", 0, 0)
+    return (False, where.path, where.line, where.column)
 
 
 def _merge_reasons(reasons: list[tuple[str, str | None]],
@@ -134,10 +190,14 @@ def _merge_reasons(reasons: list[tuple[str, str | None]],
     return tuple(key + ", ".join(names) for key, names in merged.items())
 
 
-def _raise_if(problems: list[Problem]) -> None:
+def _raise_if(problems: list[Problem], error: type[InitorchError] = ResolveError) -> None:
     if problems:
-        raise ResolveError(f"{len(problems)} problem(s) in the selected profiles",
-                           problems=problems)
+        _fail(problems, error)
+
+
+def _fail(problems: list[Problem], error: type[InitorchError]) -> NoReturn:
+    raise error(f"{len(problems)} problem(s) in the selected profiles",
+                problems=sorted(problems, key=_reading_order))
 
 
 def _select(composed: ComposedProfile, registry: StepRegistry, requested: Sequence[str],
@@ -227,11 +287,42 @@ def _apply_overrides(step: Step, entries: tuple[StepEntry, ...],
     return candidate
 
 
-def _evaluate_conditions(candidates: dict[str, _Candidate], located: Mapping[str, Setting],
+def _check_edge_targets(candidates: dict[str, _Candidate], registry: StepRegistry,
+                        problems: list[Problem]) -> None:
+    """Every edge of a selected step names a registered step."""
+    for candidate in candidates.values():
+        for kind in EDGE_KINDS:
+            for target in candidate.step.edges(kind):
+                if target not in registry:
+                    where, _ = candidate.edge_sources[(kind, target)]
+                    try:
+                        registry.get(target, where)
+                    except InitorchError as exc:
+                        problems.extend(exc.problems)
+
+
+def _parse_conditions(candidates: dict[str, _Candidate], registry: StepRegistry,
+                      problems: list[Problem]) -> None:
+    """Parse each effective ``when``; it may only read declared settings."""
+    for _, candidate in sorted(candidates.items()):
+        source = candidate.step.when
+        if source is None:
+            continue
+        try:
+            condition = parse_condition(source, candidate.when_location
+                                        or candidate.step.defined_at)
+            condition.check_names(spec.key for spec in registry.settings)
+        except ConditionError as exc:
+            problems.extend(exc.problems)
+        else:
+            candidate.condition = condition
+
+
+def _evaluate_conditions(candidates: dict[str, _Candidate], settled: SettledSettings,
                          problems: list[Problem]) -> dict[str, str]:
     """Skip reasons by step name, for disabled steps and false conditions."""
-    settings = {key: s.value for key, s in located.items()}
-    origins = {key: s.location for key, s in located.items()}
+    settings = settled.for_conditions()
+    origins = {key: s.origin for key, s in settled.values.items()}
     skipped: dict[str, str] = {}
     for name, candidate in sorted(candidates.items()):
         if candidate.disabled is not None:
@@ -239,16 +330,13 @@ def _evaluate_conditions(candidates: dict[str, _Candidate], located: Mapping[str
             skipped[name] = (f"disabled by profile {candidate.disabled.source} "
                              f"({candidate.disabled.location}){why}")
             continue
-        source = candidate.step.when
-        if source is None:
-            continue
+        condition = candidate.condition
+        if condition is None or condition.names & settled.rejected:
+            continue  # unparsable, or reads a refused value: reported already
         try:
-            condition = parse_condition(source, candidate.when_location
-                                        or candidate.step.defined_at)
-            condition.check_names(settings)
             if not condition.evaluate(settings):
                 values = condition.describe(settings, origins)
-                skipped[name] = f"condition '{source}' is false ({values})"
+                skipped[name] = f"condition '{condition.source}' is false ({values})"
         except ConditionError as exc:
             problems.extend(exc.problems)
     return skipped
@@ -269,6 +357,32 @@ def _skip_unwanted(candidates: dict[str, _Candidate], skipped: dict[str, str]) -
                 changed = True
 
 
+def _check_required_settings(active: dict[str, _Candidate], registry: StepRegistry,
+                             settled: SettledSettings, device_type: Setting,
+                             problems: list[Problem]) -> None:
+    """A required setting must be given when a planned step reads it, or always
+    when no step declares it (a plugin's free-standing setting).  Settings of
+    skipped steps are not needed: ``mps`` has no Mooncake protocol to give."""
+    read_by: dict[str, list[str]] = {}
+    for name, candidate in sorted(active.items()):
+        for spec in candidate.step.settings:
+            read_by.setdefault(spec.key, []).append(name)
+    declared_by_steps = {spec.key for step in registry for spec in step.settings}
+    for key, spec in settled.missing.items():
+        readers = read_by.get(key)
+        if readers is None and key in declared_by_steps:
+            continue
+        section = f"device: {{{key.partition('.')[2]}: ...}}" if key.startswith("device.") \
+            else f"config (or --set {key}=...)"
+        who = f"planned step {', '.join(readers)} reads it" if readers else "a plugin needs it"
+        allowed = f"; one of {', '.join(map(str, spec.choices))}" if spec.choices else ""
+        problems.append(Problem(
+            f"required setting {key} is not set for device type '{device_type.value}' "
+            f"({who})", device_type.location,
+            f"give it under {section} in profile '{device_type.source}': "
+            f"{spec.description}{allowed}"))
+
+
 def _check_requirements(active: dict[str, _Candidate], skipped: dict[str, str],
                         problems: list[Problem]) -> None:
     for name, candidate in sorted(active.items()):
@@ -281,22 +395,15 @@ def _check_requirements(active: dict[str, _Candidate], skipped: dict[str, str],
                     f"skip '{name}' under the same condition, or enable '{target}'"))
 
 
-def _edges(active: dict[str, _Candidate], registry: StepRegistry,
-           problems: list[Problem]) -> list[Edge]:
-    """Ordering edges among active steps, including the implicit device-context edges."""
+def _edges(active: dict[str, _Candidate], registry: StepRegistry) -> list[Edge]:
+    """Ordering edges among active steps (edge targets were checked in stage 1)."""
     edges: list[Edge] = []
     for name, candidate in active.items():
         for kind in EDGE_KINDS:
             for target in candidate.step.edges(kind):
-                where, by = candidate.edge_sources[(kind, target)]
-                if target not in registry:
-                    try:
-                        registry.get(target, where)
-                    except InitorchError as exc:
-                        problems.extend(exc.problems)
-                    continue
-                if target not in active:
+                if target not in registry or target not in active:
                     continue  # ordering-only edges bind only steps that are both planned
+                where, by = candidate.edge_sources[(kind, target)]
                 source, dest = (name, target) if kind == "before" else (target, name)
                 edges.append(Edge(source, dest, kind, where, by))
     return edges
