@@ -30,6 +30,7 @@ from types import ModuleType
 from typing import Any
 
 from initorch import PreviewContext, StepContext, StepError, setting, step
+from initorch.steps.backend import TORCH_MODULE
 from initorch.steps.device import HOST_DEVICE_TYPES, VISIBLE_DEVICES_ENV, device_index
 from initorch.steps.topology import host_available_bytes, local_world_size
 
@@ -172,7 +173,8 @@ def _query(name: object) -> MemoryQuerySpec:
     requires=["import_backend", "init_model_parallel"],
     after=["warmup_collectives"],
     device_bound=True,
-    settings=(QUERY, BALANCE_CHECK, BALANCE_THRESHOLD, VISIBLE_DEVICES_ENV),
+    # device.torch_module: the preview names the module the query calls.
+    settings=(QUERY, BALANCE_CHECK, BALANCE_THRESHOLD, VISIBLE_DEVICES_ENV, TORCH_MODULE),
 )
 def memory_baseline(ctx: StepContext) -> MemoryBaseline:
     try:
