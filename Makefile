@@ -43,6 +43,8 @@ test: system-deps $(STAMP) lint unit
 bench: system-deps $(STAMP)
 	$(BIN)/python bench/dry_run.py
 	$(BIN)/python bench/executors.py
+	$(BIN)/python bench/logging_overhead.py
+	$(BIN)/python bench/saved_plan.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

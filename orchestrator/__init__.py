@@ -1,16 +1,17 @@
 """initorch: declarative start-up orchestration for LLM inference servers.
 
 The public face of the package; everything else is private to its module.
-The run-time names (``Run``, ``RunReport``, ``StepOutcome``, ``RunInterrupted``,
-``configure_logging``) and the renderers are imported on first use, so that a
-dry run never pays for the executors and structlog's stdlib integration.
+Two groups of names are imported on first use: the resolver's (``load_plan``,
+``start``, ``resolve``, ``StepGraph``: networkx), so that running a saved plan
+never imports networkx, and the run-time ones (``Run``, ``RunReport``,
+``StepOutcome``, ``RunInterrupted``, ``configure_logging``) and the renderers, so
+that a dry run never pays for the executors and structlog's stdlib integration.
 """
 
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from initorch._version import __version__
-from initorch.api import load_plan, start
 from initorch.errors import (
     ConditionError,
     ConflictError,
@@ -19,6 +20,7 @@ from initorch.errors import (
     InitorchError,
     ProfileError,
     ResolveError,
+    SavedPlanError,
     StepDefinitionError,
     StepError,
     StepFailedError,
@@ -33,12 +35,13 @@ from initorch.model.settings import SettingCatalog, SettingSpec, setting
 from initorch.model.step import Step, StepDefinition, step
 from initorch.plugins import PluginError, Registry
 from initorch.reporting.diagnosis import Diagnosis, DiagnosisBook, Finding
-from initorch.resolution.graph import Edge, StepGraph
 from initorch.resolution.plan import Plan, PlannedStep, SkippedStep
+from initorch.resolution.plangraph import Edge, PlanGraph
 from initorch.resolution.preview import PreviewContext
-from initorch.resolution.resolve import resolve
+from initorch.resolution.saved import load_saved_plan
 
 if TYPE_CHECKING:
+    from initorch.api import load_plan, start
     from initorch.execution.run import Run
     from initorch.execution.signals import RunInterrupted
     from initorch.reporting.logs import configure_logging
@@ -50,8 +53,14 @@ if TYPE_CHECKING:
         run_summary_text,
     )
     from initorch.reporting.report import RunReport, StepOutcome
+    from initorch.resolution.graph import StepGraph
+    from initorch.resolution.resolve import resolve
 
 _ON_FIRST_USE = {
+    "load_plan": "initorch.api",
+    "start": "initorch.api",
+    "resolve": "initorch.resolution.resolve",
+    "StepGraph": "initorch.resolution.graph",
     "Run": "initorch.execution.run",
     "RunInterrupted": "initorch.execution.signals",
     "RunReport": "initorch.reporting.report",
@@ -73,6 +82,7 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
+
 __all__ = [
     "ComposedProfile",
     "ConditionError",
@@ -87,6 +97,7 @@ __all__ = [
     "Finding",
     "InitorchError",
     "Plan",
+    "PlanGraph",
     "PlannedStep",
     "PluginError",
     "PreviewContext",
@@ -97,6 +108,7 @@ __all__ = [
     "Run",
     "RunInterrupted",
     "RunReport",
+    "SavedPlanError",
     "SettingCatalog",
     "SettingSpec",
     "SkippedStep",
@@ -119,6 +131,7 @@ __all__ = [
     "graph_json",
     "graph_mermaid",
     "load_plan",
+    "load_saved_plan",
     "parse_device",
     "resolve",
     "run_summary_text",

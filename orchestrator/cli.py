@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import signal
 import sys
 import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from initorch._version import __version__
-from initorch.api import load_plan
 from initorch.errors import (
     EXIT_INTERNAL_ERROR,
     EXIT_INVALID_INPUT,
@@ -27,13 +28,17 @@ from initorch.errors import (
     InitorchError,
     UnplannedStepWarning,
 )
+from initorch.execution.heartbeat import DEFAULT_INTERVAL_S
+from initorch.location import display_path
 from initorch.plugins import PluginError, Registry
 from initorch.reporting.render import GRAPH_FORMATS, explain_text
 from initorch.resolution.plan import Plan
 
 if TYPE_CHECKING:
     from initorch.execution.run import Run
+    from initorch.execution.signals import RunInterrupted
     from initorch.reporting.report import RunReport
+    from initorch.reporting.stderr_events import StderrEvents
 
 EPILOG = """exit codes: 0 ok, 1 a step failed at run time, 2 invalid input or usage,
 or a plugin that fails to load, 70 internal error (a bug; please report it),
@@ -62,6 +67,8 @@ def _selection_options() -> argparse.ArgumentParser:
 
 
 def _plan(args: argparse.Namespace, registry: Registry) -> Plan:
+    from initorch.api import load_plan  # the resolver (networkx) only when resolving
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UnplannedStepWarning)
         plan = load_plan(args.profile, device=args.device, settings=args.settings,
@@ -81,8 +88,28 @@ def _emit(text: str) -> None:
 
 def cmd_plan(args: argparse.Namespace, registry: Registry) -> int:
     plan = _plan(args, registry)
+    if args.out:
+        plan.save(args.out)
     _emit(json.dumps(plan.to_dict(), indent=2) if args.json else str(plan))
+    if args.out:  # on stderr, so that --json output stays one JSON document
+        shown = display_path(args.out)
+        sys.stderr.write(f"initorch: saved the plan to {shown}; run exactly this plan with: "
+                         f"initorch run --plan {shown}\n")
     return EXIT_OK
+
+
+def _run_plan(args: argparse.Namespace, registry: Registry) -> Plan:
+    """The plan ``run`` executes: the saved one (``--plan``), else resolved from profiles."""
+    if not args.plan:
+        return _plan(args, registry)
+    if args.profile or args.device or args.settings:
+        raise InitorchError("--plan runs a saved plan exactly as it is; it cannot be combined "
+                            "with --profile, --device or --set",
+                            hint="change the selection and save the plan again with "
+                                 "'initorch plan ... --out FILE'")
+    from initorch.resolution.saved import load_saved_plan
+
+    return load_saved_plan(args.plan, registry)
 
 
 def cmd_graph(args: argparse.Namespace, registry: Registry) -> int:
@@ -167,41 +194,83 @@ def cmd_settings(args: argparse.Namespace, registry: Registry) -> int:
 
 
 def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
-    from initorch.execution.context import RankInfo
-    from initorch.execution.run import Run
-    from initorch.execution.signals import RunInterrupted
     from initorch.reporting.logs import configure_logging
-    from initorch.reporting.render import run_summary_text
 
     for option, path in (("--report", args.report), ("--trace", args.trace)):
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise InitorchError(f"{option} {path}: the folder does not exist",
+            raise InitorchError(f"{option} {display_path(path)}: the folder does not exist",
                                 hint="create it first, or write the file elsewhere")
-    configure_logging(args.log_format)
-    plan = _plan(args, registry)
+    level = logging.getLevelName(args.log_level.upper())
+    if args.log_format == "json":
+        # All of stderr becomes JSON lines: native output, warnings, the summary.
+        from initorch.reporting.stderr_events import StderrEvents
+
+        with StderrEvents() as capture:
+            configure_logging("json", stream=capture.stream, level=level)
+            return _run(args, registry, capture)
+    configure_logging("console", level=level)
+    return _run(args, registry, None)
+
+
+def _run(args: argparse.Namespace, registry: Registry, capture: StderrEvents | None) -> int:
+    """Run the plan once, tear it down, and conclude: the run table and the last line
+    for people, or the ``run_summary`` (and ``run_failed``/``run_interrupted``) event."""
+    from initorch.execution.context import RankInfo
+    from initorch.execution.run import Run
+    from initorch.execution.signals import RunInterrupted
+
+    plan = _run_plan(args, registry)
     try:
         rank = RankInfo.from_env()
     except ValueError as exc:
         raise InitorchError(str(exc), hint="check the variables torchrun exports") from None
     run = Run(plan, executor=args.executor, workers=args.workers, diagnoses=registry.diagnoses,
-              rank=rank, handle_signals=True, teardown_at_exit=True)
+              rank=rank, handle_signals=True, teardown_at_exit=True,
+              heartbeat=args.heartbeat or None)
+    if capture is not None:
+        capture.log = run.log  # native output carries the run's profile and rank
+    interrupted: RunInterrupted | None = None
     try:
-        report = run.start()
+        run.start()
         run.teardown()  # the CLI only proves start-up works; a server keeps the run alive
     except RunInterrupted as interrupt:
-        sys.stderr.write(f"initorch: {interrupt}; completed steps were torn down\n")
-        return interrupt.exit_code
+        interrupted = interrupt
     finally:
         _write_outputs(run, args)
+    if capture is not None:
+        return _conclude_in_json(run, interrupted)
+    return _conclude_for_people(run.report, interrupted, debug=args.debug)
+
+
+def _conclude_for_people(report: RunReport, interrupted: RunInterrupted | None, *,
+                         debug: bool) -> int:
+    from initorch.reporting.render import run_summary_text
+
     _emit(run_summary_text(report))
+    sys.stdout.flush()
+    if interrupted is not None:
+        sys.stderr.write(f"initorch: {interrupted}; completed steps were torn down\n")
+        return interrupted.exit_code
     if report.ok:
         return EXIT_OK
-    sys.stdout.flush()
-    if args.debug:
+    if debug:
         for outcome in report.failed:
             sys.stderr.write(f"initorch: step '{outcome.name}' failed with:\n"
                              f"{outcome.traceback}")
     sys.stderr.write(failure_line(report) + "\n")
+    return EXIT_STEP_FAILED
+
+
+def _conclude_in_json(run: Run, interrupted: RunInterrupted | None) -> int:
+    report = run.report
+    run.log.info("run_summary", **report.to_dict())
+    if interrupted is not None:
+        run.log.warning("run_interrupted", signal=signal.Signals(interrupted.signum).name,
+                        exit_code=interrupted.exit_code)
+        return interrupted.exit_code
+    if report.ok:
+        return EXIT_OK
+    run.log.error("run_failed", step=report.failed[0].name, text=failure_line(report))
     return EXIT_STEP_FAILED
 
 
@@ -212,7 +281,7 @@ def _write_outputs(run: Run, args: argparse.Namespace) -> None:
                 with open(path, "w", encoding="utf-8") as handle:
                     json.dump(data(), handle, indent=2)
             except OSError as exc:
-                raise InitorchError(f"cannot write {path}: {exc.strerror}",
+                raise InitorchError(f"cannot write {display_path(path)}: {exc.strerror}",
                                     hint="check the path and its permissions") from None
 
 
@@ -244,6 +313,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="initorch", epilog=EPILOG,
@@ -270,6 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan = add("plan", cmd_plan, "dry run: show the resolved start-up order", selection)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.add_argument("--out", metavar="FILE",
+                      help="also save the plan to FILE, for 'initorch run --plan FILE'")
     add("validate", cmd_validate,
         "lint profiles (all available ones when none is selected)", selection)
     graph = add("graph", cmd_graph, "print the step graph", selection)
@@ -290,6 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
                  "print the JSON Schema of profile files (for editors and CI)")
     schema.set_defaults(tolerate_broken_plugins=True)
     run = add("run", cmd_run, "run the plan for real (then tear it down)", selection)
+    run.add_argument("--plan", metavar="FILE",
+                     help="run exactly the plan saved by 'initorch plan --out FILE' "
+                          "(no profiles are read, nothing is resolved)")
     run.add_argument("--executor", choices=["sequential", "parallel", "dry-run"],
                      default="sequential", help="how steps are scheduled (default sequential)")
     run.add_argument("--workers", type=_positive_int, default=4,
@@ -299,6 +383,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="write a Chrome trace-event file (open it in Perfetto)")
     run.add_argument("--log-format", choices=["console", "json"], default="console",
                      help="console for people (default), json for one event per line")
+    run.add_argument("--heartbeat", type=_seconds, default=DEFAULT_INTERVAL_S,
+                     metavar="SECONDS", help="log step_still_running every SECONDS while a "
+                     f"step runs (default {DEFAULT_INTERVAL_S:g}; 0 turns it off)")
+    run.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                     default="info", help="the least severe events shown (default info); "
+                     "console colours follow the terminal and NO_COLOR")
     return parser
 
 
@@ -310,6 +400,16 @@ def _report(error: InitorchError, prefix: str = "") -> None:
     sys.stderr.write(f"initorch: error: {prefix}{error.args[0]}\n")
     for problem in problems:
         sys.stderr.write(f"  {problem}\n")
+
+
+def _report_json(message: str, exit_code: int, problems: list[str]) -> None:
+    """An error of ``run --log-format json`` as one more JSON line on stderr."""
+    from initorch.reporting.logs import json_event
+
+    fields = {"text": message, "exit_code": exit_code}
+    if len(problems) > 1:
+        fields["problems"] = problems
+    sys.stderr.write(json_event(logging.ERROR, "error", fields) + "\n")
 
 
 def _registry(args: argparse.Namespace) -> Registry:
@@ -327,6 +427,7 @@ def _registry(args: argparse.Namespace) -> Registry:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
     args = build_parser().parse_args(argv)
+    in_json = getattr(args, "log_format", None) == "json"
     try:
         registry = _registry(args)
         code: int = args.handler(args, registry)
@@ -334,11 +435,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InitorchError as error:
         if args.debug:
             raise
-        _report(error)
+        if in_json:
+            _report_json(error.args[0], error.exit_code, [str(p) for p in error.problems])
+        else:
+            _report(error)
         return error.exit_code
     except Exception as error:  # a bug: never let it pass for "a step failed" (exit 1)
         if args.debug:
             raise
-        sys.stderr.write(f"initorch: internal error: {type(error).__name__}: {error} "
-                         "(rerun with --debug for the traceback, and please report it)\n")
+        text = f"internal error: {type(error).__name__}: {error}"
+        hint = "rerun with --debug for the traceback, and please report it"
+        if in_json:
+            _report_json(f"{text} ({hint})", EXIT_INTERNAL_ERROR, [])
+        else:
+            sys.stderr.write(f"initorch: {text} ({hint})\n")
         return EXIT_INTERNAL_ERROR

@@ -121,6 +121,17 @@ class CycleError(ResolveError):
         )
 
 
+class SavedPlanError(InitorchError):
+    """A saved plan cannot be run as it is: unreadable, changed after it was saved,
+    in another format, or no longer matching the registered steps.  ``path`` is
+    the file; the fix is always to save the plan again."""
+
+    def __init__(self, path: str, message: str, *, hint: str | None = None,
+                 problems: Iterable[Problem] = ()) -> None:
+        self.path = path
+        super().__init__(message, location=SourceLocation(path), hint=hint, problems=problems)
+
+
 class StepFailedError(InitorchError):
     """A step failed at run time; raised by runs after teardown has happened."""
 

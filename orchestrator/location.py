@@ -31,13 +31,18 @@ COMMAND_LINE = SourceLocation("<command line>")
 
 
 def display_path(path: str | os.PathLike[str]) -> str:
-    """``path`` relative to the working directory when it lies below it."""
-    text = os.fspath(path)
+    """``path`` as messages show it: ``./relative`` when it lies below the working
+    directory (the ``./`` names the root it is relative to), absolute otherwise.
+
+    Never a bare relative path, so that a line read away from the shell that
+    printed it (a log collector, a saved plan) still says where the file is.
+    """
+    text = os.path.abspath(os.fspath(path))
     try:
         relative = os.path.relpath(text)
-    except ValueError:
+    except ValueError:  # another drive (Windows)
         return text
-    return text if relative.startswith("..") else relative
+    return text if relative.startswith(os.pardir) else os.curdir + os.sep + relative
 
 
 def caller_location(depth: int = 2) -> SourceLocation:

@@ -217,7 +217,7 @@ class ListHandler(logging.Handler):
         self.records.append(record)
 
     def events(self, name: str) -> list[logging.LogRecord]:
-        return [r for r in self.records if r.getMessage() == name]
+        return [r for r in self.records if getattr(r, "event", None) == name]
 
 
 @contextmanager

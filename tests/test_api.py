@@ -181,7 +181,7 @@ def test_start_brings_the_real_cpu_stack_up_and_down():
                   "engine": type(outputs["init_shared_mooncake_transfer_engine"]).__name__,
                   "model": outputs["load_model"]}
         up["group_after"] = dist.is_initialized()
-        up["torn_down"] = [t["step"] for t in started.report.teardown]
+        up["torn_down"] = [t.step for t in started.report.teardown]
         print(json.dumps(up))
         """, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

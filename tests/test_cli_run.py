@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,9 @@ def test_run_writes_a_valid_report_and_trace(tmp_path: Path, executor: str):
 
     trace = json.loads(trace_path.read_text())
     slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
-    assert sorted(e["name"] for e in slices) == sorted(CPU_STEPS)
+    assert sorted(e["name"] for e in slices if e["cat"] == "initorch.step") == sorted(CPU_STEPS)
+    torn = [e["name"] for e in slices if e["cat"] == "initorch.teardown"]
+    assert torn == [f"teardown {entry['step']}" for entry in report["teardown"]] and torn
     assert all({"ts", "dur", "pid", "tid"} <= set(e) for e in slices)
     named = {e["tid"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
     assert {e["tid"] for e in slices} <= named
@@ -51,9 +54,10 @@ def test_run_writes_a_valid_report_and_trace(tmp_path: Path, executor: str):
             f"initorch-worker-{i}" for i in range(4)}
 
 
-def test_json_log_format_is_one_event_per_line():
+def test_json_log_format_is_one_event_per_line_and_the_summary_is_one_too():
     result = run(*NO_MOONCAKE, "--log-format", "json")
     assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout == ""  # the run table is the run_summary event
     lines = result.stderr.splitlines()
     events = [json.loads(line) for line in lines]  # no line is anything but JSON
     names = [e["event"] for e in events]
@@ -61,6 +65,39 @@ def test_json_log_format_is_one_event_per_line():
     assert "run_finished" in names
     assert all(e["profile"] == "base+cpu" and e["rank"] == 0 for e in events)
     assert {e["step"] for e in events if e["event"] == "step_succeeded"} == set(CPU_STEPS)
+    summary = events[-1]
+    assert (summary["event"], summary["ok"], summary["executor"]) == (
+        "run_summary", True, "sequential")
+    assert {s["step"]: s["status"] for s in summary["steps"]}["set_device"] == "succeeded"
+    assert summary["critical_chain"] and summary["blame"] and summary["teardown"]
+
+
+def test_json_log_format_turns_python_warnings_into_events(tmp_path: Path):
+    # A sitecustomize that warns once the run has begun (when the first step starts).
+    (tmp_path / "sitecustomize.py").write_text(
+        "import logging, warnings\n"
+        "class Warn(logging.Handler):\n"
+        "    def emit(self, record):\n"
+        "        if getattr(record, 'event', None) == 'step_started':\n"
+        "            warnings.warn('probe warning', DeprecationWarning, stacklevel=1)\n"
+        "logging.getLogger('initorch').addHandler(Warn())\n"
+        "warnings.simplefilter('always')\n", encoding="utf-8")
+    result = run(*NO_MOONCAKE, "--log-format", "json", env={"PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    events = [json.loads(line) for line in result.stderr.splitlines()]
+    warned = [e for e in events if e["event"] == "python_warning"]
+    assert warned and warned[0]["text"] == "probe warning"
+    assert (warned[0]["level"], warned[0]["category"]) == ("warning", "DeprecationWarning")
+    assert warned[0]["source"].endswith("sitecustomize.py:5")
+    assert warned[0]["source"].startswith(("./", "/"))
+
+
+def test_json_log_format_reports_bad_input_as_an_event():
+    result = run("--profile", "nope", "--log-format", "json")
+    assert (result.returncode, result.stdout) == (2, "")
+    [error] = [json.loads(line) for line in result.stderr.splitlines()]
+    assert (error["event"], error["level"], error["exit_code"]) == ("error", "error", 2)
+    assert "unknown profile 'nope'" in error["text"]
 
 
 def test_console_log_format_is_the_default():
@@ -109,10 +146,13 @@ def test_an_unknown_failure_is_printed_as_it_is():
     result = run(*NO_MOONCAKE, "--set", "distributed.master_addr=no-such-host.invalid",
                  "--log-format", "json")
     assert result.returncode == 1, result.stderr[-3000:]
-    lines = result.stderr.rstrip("\n").splitlines()
-    assert lines[-1].startswith("initorch: step 'init_torch_distributed' failed: gaierror: ")
-    assert lines[-1].endswith(" (no known diagnosis)")
-    events = [json.loads(line) for line in lines[:-1]]
+    events = [json.loads(line) for line in result.stderr.splitlines()]
+    last = events[-1]
+    assert (last["event"], last["level"], last["step"]) == (
+        "run_failed", "error", "init_torch_distributed")
+    assert last["text"].startswith("initorch: step 'init_torch_distributed' failed: gaierror: ")
+    assert last["text"].endswith(" (no known diagnosis)")
+    assert events[-2]["event"] == "run_summary" and events[-2]["ok"] is False
     [failed] = [e for e in events if e["event"] == "step_failed"]
     assert (failed["step"], failed["diagnosis"]) == ("init_torch_distributed", None)
     torn = [e["step"] for e in events if e["event"] == "teardown_started"]
@@ -158,3 +198,66 @@ def test_a_report_in_a_missing_folder_is_refused_before_running(tmp_path):
     assert result.stderr.strip().endswith(
         "the folder does not exist (create it first, or write the file elsewhere)")
     assert "run_started" not in result.stderr  # nothing ran
+
+
+@pytest.mark.parametrize(("level", "shown"), [("warning", False), ("info", True),
+                                              ("debug", True)])
+def test_log_level_hides_less_severe_events(level: str, shown: bool):
+    result = run("--profile", "cpu", "--executor", "dry-run", "--log-level", level)
+    assert result.returncode == 0, result.stderr
+    assert ("run_started" in result.stderr) is shown
+    assert result.stdout.startswith("run: ok in ")
+
+
+INTERRUPTED_CLI = """
+from initorch.plugins import Registry
+from initorch.cli import main
+
+release = threading.Event()
+
+def block(ctx):
+    print("BLOCKING", flush=True)
+    release.wait()
+
+def registry(cls, *plugins, **options):
+    found = Registry()
+    found.steps.add(define("first"))
+    found.steps.add(define("hang", block, requires=["first"]))
+    return found
+
+Registry.with_plugins = classmethod(registry)
+profile = {profile!r}
+sys.exit(main(["run", "--profile", profile, "--log-format", {log_format!r}]))
+"""
+
+
+@pytest.mark.parametrize("log_format", ["console", "json"])
+def test_an_interrupted_run_still_prints_its_table(tmp_path: Path, log_format: str):
+    from tests.helpers_run import finish, spawn_python
+
+    profile = tmp_path / "blocking.yaml"
+    profile.write_text("device: {type: cpu}\nsteps:\n  first: {}\n  hang: {}\n",
+                       encoding="utf-8")
+    proc = spawn_python(INTERRUPTED_CLI.format(profile=str(profile), log_format=log_format))
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "BLOCKING\n"
+    proc.send_signal(signal.SIGINT)
+    done = finish(proc)
+    assert done.returncode == 130, done.stderr
+    if log_format == "console":
+        lines = done.stdout.splitlines()
+        assert lines[0].startswith("run: INTERRUPTED (interrupted by SIGINT) in ")
+        rows = {line.split()[0]: line.split()[1] for line in lines[2:4]}
+        assert rows == {"first": "succeeded", "hang": "interrupted"}
+        assert done.stderr.splitlines()[-1] == (
+            "initorch: interrupted by SIGINT; completed steps were torn down")
+    else:
+        assert done.stdout == ""
+        events = [json.loads(line) for line in done.stderr.splitlines()]
+        summary, last = events[-2], events[-1]
+        assert (summary["event"], summary["interrupted"]) == ("run_summary",
+                                                               "interrupted by SIGINT")
+        assert {s["step"]: s["status"] for s in summary["steps"]} == {
+            "first": "succeeded", "hang": "interrupted"}
+        assert (last["event"], last["signal"], last["exit_code"]) == (
+            "run_interrupted", "SIGINT", 130)

@@ -159,7 +159,8 @@ def test_teardown_of_a_device_bound_step_runs_with_the_context_on_any_thread():
     closer.start()
     closer.join(WAIT)
     assert released == [RANK.local_rank]
-    assert run.report.teardown == [{"step": "engine_init", "status": "succeeded"}]
+    assert [(t.step, t.status, t.thread) for t in run.report.teardown] == [
+        ("engine_init", "succeeded", closer.name)]
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)

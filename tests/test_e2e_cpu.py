@@ -48,7 +48,7 @@ run.teardown()
 print(json.dumps({
     "ok": report.ok,
     "statuses": {n: o.status for n, o in report.outcomes.items()},
-    "teardown": [t["step"] for t in report.teardown],
+    "teardown": [t.step for t in report.teardown],
     "listening_during": len(during),
     "listening_after": listening_sockets(),
     "non_daemon_threads": [t.name for t in threading.enumerate() if not t.daemon],
@@ -88,7 +88,8 @@ def test_cli_run_cpu_with_report(tmp_path) -> None:
     assert report["critical_chain"][0] == "verify_transfer"
     assert [t["status"] for t in report["teardown"]] == ["succeeded"] * 4
     trace = json.loads(trace_path.read_text())
-    assert {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"} == set(statuses)
+    assert {e["name"] for e in trace["traceEvents"] if e.get("cat") == "initorch.step"} == set(
+        statuses)
 
 
 def test_cli_run_without_mooncake_skips_its_steps() -> None:
@@ -99,3 +100,21 @@ def test_cli_run_without_mooncake_skips_its_steps() -> None:
     skipped = {e["step"] for e in events if e["event"] == "step_skipped"}
     assert skipped == {"init_shared_mooncake_transfer_engine", "register_mem_pool_host",
                        "verify_transfer"}
+
+
+def test_json_logs_are_json_only_with_mooncake_native_lines_as_events() -> None:
+    # Mooncake logs through glog on fd 2; in JSON mode each of its lines is an event.
+    result = initorch_command("run", "--profile", "cpu", "--set", "checks.verify_transfer=true",
+                              "--log-format", "json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout == ""
+    events = [json.loads(line) for line in result.stderr.splitlines()]  # every line is JSON
+    native = [e for e in events if e["event"] == "native_output"]
+    glog = [e for e in native if "source" in e]
+    assert glog, "Mooncake's glog lines were expected as native_output events"
+    assert all(e["source"].split(":")[0].endswith((".cpp", ".h", ".cc")) for e in glog)
+    assert all(isinstance(e["native_thread"], int) for e in glog)
+    no_rdma = [e for e in glog if "No RDMA devices found" in e["text"]]
+    assert no_rdma and no_rdma[0]["level"] == "warning"  # glog's W
+    assert all((e["profile"], e["rank"]) == ("base+cpu", 0) for e in native)
+    assert events[-1]["event"] == "run_summary" and events[-1]["ok"] is True

@@ -81,8 +81,8 @@ def test_injected_fault_skips_dependents_and_tears_down_in_reverse(failing: str)
     completed = [o.name for o in sorted(report.outcomes.values(), key=lambda o: o.finished or 0)
                  if o.status == "succeeded"]
     with_teardown = [n for n in reversed(completed) if plan.step(n).step.teardown is not None]
-    assert [t["step"] for t in report.teardown] == with_teardown
-    assert all(t["status"] == "succeeded" for t in report.teardown)
+    assert [t.step for t in report.teardown] == with_teardown
+    assert all(t.status == "succeeded" for t in report.teardown)
 
 
 @pytest.fixture

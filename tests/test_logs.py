@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -71,15 +72,15 @@ def run_eventful(registry) -> Run:
 def test_a_host_servers_stdlib_handler_captures_every_event(host_logging, registry):
     run_eventful(registry)
     records = [r for r in host_logging.records if r.name == "initorch"]
-    names = [r.getMessage() for r in records]
+    names = [r.event for r in records]
     assert names[0] == "run_started"
     assert {"step_started", "step_succeeded", "step_retry", "step_failed", "step_skipped",
             "run_finished", "teardown_started", "teardown_succeeded",
             "teardown_failed"} <= set(names)
     for record in records:
-        assert (record.profile, record.rank) == ("synthetic", 1), record.getMessage()
-        if record.getMessage() not in RUN_EVENTS:
-            assert isinstance(record.step, str), record.getMessage()
+        assert (record.profile, record.rank) == ("synthetic", 1), record.event
+        if record.event not in RUN_EVENTS:
+            assert isinstance(record.step, str), record.event
 
 
 def test_event_fields_and_levels(host_logging, registry):
@@ -89,6 +90,7 @@ def test_event_fields_and_levels(host_logging, registry):
     [started] = by_name("run_started")
     assert (started.executor, started.steps, started.skipped, started.fingerprint) == (
         "sequential", 4, 1, run.plan.fingerprint)
+    assert started.working_directory == os.getcwd()  # the root of ./relative paths
 
     succeeded = {r.step: r for r in by_name("step_succeeded")}
     assert set(succeeded) == {"a", "flaky"}
@@ -197,6 +199,79 @@ def test_console_format_renders_for_people():
     assert "step_succeeded" in lines[2]
     assert "step=only" in lines[2]
     assert "[info" in lines[0]
+
+
+class Terminal(io.StringIO):
+    """A stream that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_plain_stdlib_formatter_shows_every_field(registry):
+    # What logging.basicConfig(format="%(message)s") gives a host server.
+    stream = io.StringIO()
+    plain = logging.StreamHandler(stream)
+    plain.setFormatter(logging.Formatter("%(message)s"))
+    with captured_records("", logging.INFO) as records:
+        logging.getLogger().addHandler(plain)
+        try:
+            run = run_eventful(registry)
+        finally:
+            logging.getLogger().removeHandler(plain)
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == ("run_started profile=synthetic rank=1 executor=sequential steps=4 "
+                        f"skipped=1 fingerprint={run.plan.fingerprint} "
+                        f"working_directory={os.getcwd()}")
+    [failed] = [line for line in lines if line.startswith("step_failed ")]
+    assert f'error="StepError: {REGISTER_712}"' in failed
+    assert "vendor_code=712 " in failed and "step=broken" in failed
+    assert "reason=\"upstream failed: broken\"" in stream.getvalue()
+    # structured handlers keep the fields as attributes and the bare event name
+    [started] = records.events("run_started")
+    assert (started.event, started.steps) == ("run_started", 4)
+
+
+def test_console_lines_name_each_field_once():
+    stream = io.StringIO()
+    with restored_initorch_logger():
+        configure_logging("console", stream=stream)
+        Run(plan_of([define("only")]), rank=RANK).start()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 4
+    for line in lines:
+        timestamp, rest = line.split(" ", 1)
+        level, rest = rest.split("] ", 1)
+        event, *pairs = rest.split()  # no value of this run has a blank in it
+        keys = [pair.split("=", 1)[0] for pair in pairs]
+        assert len(keys) == len(set(keys)), line
+        assert "=" not in event, line
+        assert {"profile", "rank"} <= set(keys), line
+        assert timestamp.endswith("Z") and level.startswith("[")
+
+
+@pytest.mark.parametrize(("no_color", "coloured"), [(None, True), ("1", False), ("", True)])
+def test_console_colours_only_on_a_terminal_without_no_color(monkeypatch, no_color, coloured):
+    if no_color is None:
+        monkeypatch.delenv("NO_COLOR", raising=False)
+    else:
+        monkeypatch.setenv("NO_COLOR", no_color)
+    stream = Terminal()
+    with restored_initorch_logger():
+        configure_logging("console", stream=stream)
+        Run(plan_of([define("only")])).start()
+    assert ("\x1b[" in stream.getvalue()) is coloured
+    assert "run_started" in stream.getvalue()
+
+
+def test_json_lines_never_carry_colour_even_on_a_terminal(monkeypatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    stream = Terminal()
+    with restored_initorch_logger():
+        configure_logging("json", stream=stream)
+        Run(plan_of([define("only")])).start()
+    assert "\x1b[" not in stream.getvalue()
+    assert all(json.loads(line) for line in stream.getvalue().splitlines())
 
 
 def test_configure_logging_respects_the_level():

@@ -17,13 +17,14 @@ from initorch.execution.run import Run
 from initorch.reporting.diagnosis import DiagnosisBook
 from initorch.reporting.report import RunReport, StepOutcome
 from tests.conftest import FLAGS_ENABLED, define
-from tests.helpers_run import WAIT, FakeClock, TeardownLog, plan_of, with_teardown
+from tests.helpers_run import WAIT, FakeClock, plan_of, with_teardown
 
 RANK = RankInfo(rank=1, local_rank=1, world_size=2)
 
 
 def timed_run(registry=None) -> tuple[Run, FakeClock]:
-    """a(1.0) -> b(2.0) and c(0.5, after a) -> d(0.25); bad(0.125) fails; f needs bad.
+    """a(1.0) -> b(2.0) and c(0.5, after a) -> d(0.25); bad(0.125) fails; f needs bad;
+    a's teardown takes 0.0625.
 
     Sequential order a, b, bad, c, d; d's last-finished predecessor is c.
     """
@@ -41,7 +42,7 @@ def timed_run(registry=None) -> tuple[Run, FakeClock]:
     register_error = StepError("cudaHostRegister(ptr=0x7f00, nbytes=4096) failed with error 712",
                                vendor_code=712)
     plan = plan_of([
-        with_teardown(define("a", takes(1.0)), TeardownLog()),
+        with_teardown(define("a", takes(1.0)), lambda ctx, output: clock.advance(0.0625)),
         define("b", takes(2.0), requires=["a"]),
         define("bad", takes(0.125, register_error), wants=["a"]),
         define("c", takes(0.5), after=["a"]),
@@ -58,7 +59,9 @@ def test_report_json_shape(registry):
     report = run.start()
     data = json.loads(json.dumps(report.to_dict()))
     assert set(data) == {"fingerprint", "profiles", "device", "rank", "executor", "started_at",
-                         "wall_time_s", "ok", "steps", "critical_chain", "blame", "teardown"}
+                         "wall_time_s", "ok", "interrupted", "steps", "critical_chain", "blame",
+                         "teardown"}
+    assert data["interrupted"] is None
     assert data["fingerprint"] == run.plan.fingerprint
     assert (data["profiles"], data["device"], data["rank"], data["executor"], data["ok"]) == (
         ["synthetic"], "cpu", 1, "sequential", False)
@@ -100,7 +103,8 @@ def test_report_json_shape(registry):
     assert data["blame"] == [{"step": "b", "duration_s": 2.0}, {"step": "a", "duration_s": 1.0},
                              {"step": "c", "duration_s": 0.5}, {"step": "d", "duration_s": 0.25},
                              {"step": "bad", "duration_s": 0.125}]
-    assert data["teardown"] == [{"step": "a", "status": "succeeded"}]
+    assert data["teardown"] == [{"step": "a", "status": "succeeded", "start_offset_s": 3.875,
+                                 "duration_s": 0.0625, "thread": main}]
 
 
 def test_an_unknown_failure_has_no_diagnosis_in_the_report():
@@ -154,7 +158,11 @@ def test_chrome_trace_events():
         {"name": "thread_name", "ph": "M", "pid": 1, "tid": tid,
          "args": {"name": threading.current_thread().name}},
     ]
-    assert set(complete) == {"a", "b", "bad", "c", "d"}  # skipped steps have no slice
+    # skipped steps have no slice; teardowns have theirs, after the steps
+    assert set(complete) == {"a", "b", "bad", "c", "d", "teardown a"}
+    assert complete["teardown a"] == {"name": "teardown a", "cat": "initorch.teardown",
+                                      "ph": "X", "ts": 3_875_000.0, "dur": 62_500.0, "pid": 1,
+                                      "tid": tid, "args": {"status": "succeeded"}}
     assert complete["b"] == {"name": "b", "cat": "initorch.step", "ph": "X",
                              "ts": 1_000_000.0, "dur": 2_000_000.0, "pid": 1, "tid": tid,
                              "args": {"status": "succeeded", "attempts": 1,

@@ -90,7 +90,7 @@ def test_mps_skips_mooncake_steps_saying_why():
     for name in MOONCAKE_STEPS:
         assert name not in plan.order
         assert "Mooncake has no transport for Apple MPS" in reasons[name]  # why
-        assert "disabled by profile mps (profiles/mps.yaml:" in reasons[name]  # where
+        assert "disabled by profile mps (./profiles/mps.yaml:" in reasons[name]  # where
     assert {"set_device", PROCESS_GROUP, "alloc_host_mem_pool"} <= set(plan.order)
 
 

@@ -127,7 +127,8 @@ def test_a_failed_run_tears_down_completed_steps_in_reverse_order(executor):
     assert not report.ok
     assert teardowns.order == ["c", "b", "a"]  # not the failed step
     assert teardowns.outputs == {"a": "a-output", "b": "b-output", "c": "c-output"}
-    assert report.teardown == [{"step": n, "status": "succeeded"} for n in ("c", "b", "a")]
+    assert [(t.step, t.status) for t in report.teardown] == [
+        (n, "succeeded") for n in ("c", "b", "a")]
     with pytest.raises(LookupError, match="has not completed"):
         run.output("a")  # the output was released for teardown
 
@@ -171,10 +172,10 @@ def test_a_failing_teardown_is_logged_and_the_others_still_run():
     with captured_records() as records:
         run.start()
     assert teardowns.order == ["c", "b", "a"]
-    assert run.report.teardown == [
-        {"step": "c", "status": "succeeded"},
-        {"step": "b", "status": "failed", "error": "OSError: cannot release b"},
-        {"step": "a", "status": "succeeded"},
+    assert [(t.step, t.status, t.error) for t in run.report.teardown] == [
+        ("c", "succeeded", None),
+        ("b", "failed", "OSError: cannot release b"),
+        ("a", "succeeded", None),
     ]
     [failed] = records.events("teardown_failed")
     assert (failed.step, failed.error_type, failed.error) == ("b", "OSError", "cannot release b")
@@ -190,7 +191,7 @@ def test_steps_without_teardown_are_released_silently():
         run.start()
         run.teardown()
     assert run.report.teardown == []
-    assert not [r for r in records.records if r.getMessage().startswith("teardown_")]
+    assert not [r for r in records.records if r.event.startswith("teardown_")]
 
 
 # -- the context manager ------------------------------------------------------------------------
@@ -387,7 +388,7 @@ except RunInterrupted:
     print("interrupted", flush=True)
 release.set()
 print("late teardown" if torn.wait(5) else "late result leaked", flush=True)
-print([entry["step"] for entry in run.report.teardown], flush=True)
+print([entry.step for entry in run.report.teardown], flush=True)
 """
 
 

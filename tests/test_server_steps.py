@@ -188,3 +188,15 @@ def test_server_profile_is_a_layer_with_no_device(tmp_path: Path) -> None:
 
     registry = Registry.with_plugins()
     assert registry.profiles.load("server").device_type is None
+
+
+def test_a_saved_plan_keeps_what_the_previews_said(tmp_path: Path) -> None:
+    from initorch import Registry, load_saved_plan
+
+    registry = Registry.with_plugins()
+    plan = load_plan(["cpu", "server"], registry=registry)
+    plan.save(tmp_path / "plan.json")
+    loaded = load_saved_plan(tmp_path / "plan.json", registry)
+    assert loaded.fingerprint == plan.fingerprint
+    assert loaded.step("bind_cpu_threads").notes == plan.step("bind_cpu_threads").notes
+    assert "local rank 0: cpus" in str(loaded)

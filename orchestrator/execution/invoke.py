@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from initorch.execution.context import RunState, StepContext
+from initorch.execution.heartbeat import Heartbeat
 from initorch.reporting.diagnosis import DiagnosisBook, failure_text
 from initorch.reporting.report import StepOutcome
 from initorch.resolution.plan import PlannedStep
@@ -110,44 +111,60 @@ def call_with_timeout(planned: PlannedStep, ctx: StepContext, outcome: StepOutco
 
 def invoke_step(planned: PlannedStep, state: RunState, outcome: StepOutcome,
                 diagnoses: DiagnosisBook, log: Any, clock: Callable[[], float],
-                late: LateResult, sleep: Callable[[float], None] = time.sleep) -> Any:
+                late: LateResult, sleep: Callable[[float], None] = time.sleep,
+                heartbeat: Heartbeat | None = None) -> Any:
     """Run ``planned`` with retries, filling ``outcome``; returns the step's output.
 
     Only exceptions the step lists in ``retry_on`` are retried, with exponential
     backoff; a timeout is never retried (the hung attempt is still running).
-    ``KeyboardInterrupt``/``SystemExit`` are never swallowed.
+    ``KeyboardInterrupt``/``SystemExit`` are never swallowed.  While the step
+    runs (retries included), ``heartbeat`` logs that it is still running.
     """
     step = planned.step
     step_log = log.bind(step=step.name)
     ctx = StepContext(state, step.name, step_log)
     outcome.started = clock()
-    for attempt in range(1, step.retries + 2):
-        outcome.attempts = attempt
-        step_log.info("step_started", attempt=attempt, wave=planned.wave,
-                      device_bound=step.device_bound)
-        try:
-            output = call_with_timeout(planned, ctx, outcome, late)
-            state.record_output(step.name, output, binds_device=step.binds_device)
-        except Exception as exc:
-            transient = isinstance(exc, step.retry_on) and not isinstance(exc, StepTimeoutError)
-            if transient and attempt <= step.retries:
-                delay = step.retry_backoff * 2 ** (attempt - 1)
-                step_log.warning("step_retry", attempt=attempt, delay_s=delay,
-                                 error_type=type(exc).__name__, error=str(exc))
-                sleep(delay)
-                continue
+    if heartbeat is not None:
+        heartbeat.watch(step.name, step.timeout)
+    try:
+        for attempt in range(1, step.retries + 2):
+            outcome.attempts = attempt
+            step_log.info("step_started", attempt=attempt, wave=planned.wave,
+                          device_bound=step.device_bound)
+            try:
+                output = call_with_timeout(planned, ctx, outcome, late)
+                state.record_output(step.name, output, binds_device=step.binds_device)
+            except Exception as exc:
+                transient = (isinstance(exc, step.retry_on)
+                             and not isinstance(exc, StepTimeoutError))
+                if transient and attempt <= step.retries:
+                    delay = step.retry_backoff * 2 ** (attempt - 1)
+                    step_log.warning("step_retry", attempt=attempt, delay_s=delay,
+                                     error_type=type(exc).__name__, error=str(exc))
+                    sleep(delay)
+                    continue
+                outcome.finished = clock()
+                outcome.status, outcome.error = "failed", exc
+                outcome.finding = diagnoses.match(exc)
+                _stop_watching(heartbeat, step.name)  # no beat after the outcome
+                step_log.error(
+                    "step_failed", error_type=type(exc).__name__, error=failure_text(exc),
+                    vendor_code=outcome.vendor_code, attempts=attempt,
+                    duration_s=round(outcome.duration, 6),
+                    diagnosis=outcome.finding.summary() if outcome.finding else None,
+                )
+                return None
             outcome.finished = clock()
-            outcome.status, outcome.error = "failed", exc
-            outcome.finding = diagnoses.match(exc)
-            step_log.error(
-                "step_failed", error_type=type(exc).__name__, error=failure_text(exc),
-                vendor_code=outcome.vendor_code, attempts=attempt,
-                duration_s=round(outcome.duration, 6),
-                diagnosis=outcome.finding.summary() if outcome.finding else None,
-            )
-            return None
-        outcome.finished = clock()
-        outcome.status = "succeeded"
-        step_log.info("step_succeeded", attempts=attempt, duration_s=round(outcome.duration, 6))
-        return output
+            outcome.status = "succeeded"
+            _stop_watching(heartbeat, step.name)
+            step_log.info("step_succeeded", attempts=attempt,
+                          duration_s=round(outcome.duration, 6))
+            return output
+    finally:  # also when a signal interrupts the step
+        _stop_watching(heartbeat, step.name)
     raise AssertionError("unreachable: the loop returns on the last attempt")
+
+
+def _stop_watching(heartbeat: Heartbeat | None, step: str) -> None:
+    if heartbeat is not None:
+        heartbeat.stop_watching(step)

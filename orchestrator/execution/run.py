@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -26,19 +27,24 @@ from typing import Any
 from initorch.errors import StepFailedError
 from initorch.execution.context import RankInfo, RunState, StepContext
 from initorch.execution.executors import Executor, make_executor
+from initorch.execution.heartbeat import DEFAULT_INTERVAL_S, Heartbeat
 from initorch.execution.invoke import invoke_step
 from initorch.execution.signals import SignalGuard
 from initorch.plugins import Registry
 from initorch.reporting.diagnosis import DiagnosisBook
 from initorch.reporting.logs import get_logger
-from initorch.reporting.report import RunReport, StepOutcome
+from initorch.reporting.report import RunReport, StepOutcome, TeardownOutcome
 from initorch.resolution.plan import Plan, PlannedStep
 
 HARD_EDGE_KINDS = frozenset({"requires", "device"})
 
 
 class Run:
-    """Executes a plan and owns the resources its steps produced."""
+    """Executes a plan and owns the resources its steps produced.
+
+    ``heartbeat`` is the interval in seconds at which a step that is still
+    running logs ``step_still_running`` (``None``: never).
+    """
 
     def __init__(
         self,
@@ -50,6 +56,7 @@ class Run:
         rank: RankInfo | None = None,
         handle_signals: bool = False,
         teardown_at_exit: bool = False,
+        heartbeat: float | None = DEFAULT_INTERVAL_S,
         clock: Callable[[], float] = time.perf_counter,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -69,6 +76,7 @@ class Run:
         self._completed: list[str] = []
         self._started = self._closing = self._torn_down = False
         self._signals = SignalGuard(self.log)
+        self._heartbeat = Heartbeat(heartbeat, self.log) if heartbeat is not None else None
         outcomes = {name: StepOutcome(name) for name in plan.order}
         for skipped in plan.skipped:
             outcomes[skipped.name] = StepOutcome(skipped.name, "skipped", reason=skipped.reason)
@@ -95,13 +103,19 @@ class Run:
             self._t0 = self._clock()
             self.log.info("run_started", executor=self.executor.name,
                           steps=len(self._plan.steps), skipped=len(self._plan.skipped),
-                          fingerprint=self._plan.fingerprint)
+                          fingerprint=self._plan.fingerprint,
+                          working_directory=os.getcwd())  # what ./paths are relative to
             for skipped in self._plan.skipped:
                 self.log.info("step_skipped", step=skipped.name, reason=skipped.reason)
             self.executor.execute(self)
+            self._stop_heartbeat()
             if self.report.ok and self.state.has_binding:
                 self.state.bind_device()  # leave the caller's thread on this rank's device
-        except BaseException:
+        except BaseException as stop:
+            self._stop_heartbeat()
+            self.report.interrupted = str(stop) or type(stop).__name__
+            if self._t0:
+                self.report.wall_time = self._clock() - self._t0
             for outcome in self.report.outcomes.values():
                 if outcome.status == "pending" and outcome.started is not None:
                     outcome.status = "interrupted"
@@ -180,7 +194,7 @@ class Run:
             outcome.status, outcome.reason = "skipped", "the run was torn down"
             return
         invoke_step(planned, self.state, outcome, self.diagnoses, self.log,
-                    self._elapsed, self._late_result, self._sleep)
+                    self._elapsed, self._late_result, self._sleep, self._heartbeat)
         if outcome.status != "succeeded":
             return
         with self._lock:
@@ -198,6 +212,10 @@ class Run:
 
     # -- internals -------------------------------------------------------------------
 
+    def _stop_heartbeat(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+
     def _elapsed(self) -> float:
         return self._clock() - self._t0
 
@@ -213,18 +231,20 @@ class Run:
             return
         log = self.log.bind(step=name)
         log.info("teardown_started")
-        began = self._clock()
-        entry: dict[str, Any] = {"step": name}
+        current = threading.current_thread()
+        entry = TeardownOutcome(name, started=self._elapsed(), thread=current.name,
+                                thread_id=current.ident)
         try:
             if planned.step.device_bound and self.state.has_binding:
                 self.state.bind_device()
             teardown(StepContext(self.state, name, log), output)
         except Exception as exc:
-            entry.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+            entry.finished = self._elapsed()
+            entry.status, entry.error = "failed", f"{type(exc).__name__}: {exc}"
             log.error("teardown_failed", error_type=type(exc).__name__, error=str(exc))
         else:
-            entry["status"] = "succeeded"
-            log.info("teardown_succeeded", duration_s=round(self._clock() - began, 6))
+            entry.finished = self._elapsed()
+            log.info("teardown_succeeded", duration_s=round(entry.duration, 6))
         self.report.teardown.append(entry)
 
 

@@ -9,8 +9,8 @@ import json
 from typing import Any
 
 from initorch.reporting.report import RunReport
-from initorch.resolution.graph import Edge
 from initorch.resolution.plan import Plan
+from initorch.resolution.plangraph import Edge
 
 _EDGE_STYLE = {
     "requires": "solid",
@@ -81,7 +81,10 @@ def run_summary_text(report: RunReport) -> str:
     """Per-step table, critical chain and blame list of a finished run."""
     plan = report.plan
     width = max(len(name) for name in report.outcomes) if report.outcomes else 4
-    state = "ok" if report.ok else f"FAILED ({len(report.failed)} step(s))"
+    if report.interrupted:
+        state = f"INTERRUPTED ({report.interrupted})"
+    else:
+        state = "ok" if report.ok else f"FAILED ({len(report.failed)} step(s))"
     lines = [
         f"run: {state} in {report.wall_time:.3f}s "
         f"({report.executor}, rank {report.rank}, device {plan.device}, "

@@ -79,6 +79,31 @@ class StepOutcome:
         return data
 
 
+@dataclass(slots=True)
+class TeardownOutcome:
+    """One teardown: how it ended, when (seconds since the run started) and where."""
+
+    step: str
+    status: Literal["succeeded", "failed"] = "succeeded"
+    started: float = 0.0
+    finished: float | None = None
+    thread: str | None = None
+    thread_id: int | None = None
+    error: str | None = None
+
+    @property
+    def duration(self) -> float:
+        return 0.0 if self.finished is None else self.finished - self.started
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"step": self.step, "status": self.status,
+                                "start_offset_s": _round(self.started),
+                                "duration_s": _round(self.duration), "thread": self.thread}
+        if self.error is not None:
+            data["error"] = self.error
+        return data
+
+
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
 
@@ -93,7 +118,8 @@ class RunReport:
     outcomes: dict[str, StepOutcome]
     started_at: str
     wall_time: float = 0.0
-    teardown: list[dict[str, Any]] = field(default_factory=list)
+    teardown: list[TeardownOutcome] = field(default_factory=list)
+    interrupted: str | None = None  # what stopped the run ("interrupted by SIGINT"), if anything
 
     @property
     def failed(self) -> list[StepOutcome]:
@@ -133,10 +159,11 @@ class RunReport:
             "started_at": self.started_at,
             "wall_time_s": _round(self.wall_time),
             "ok": self.ok,
+            "interrupted": self.interrupted,
             "steps": [self.outcomes[name].to_dict() for name in self.step_order()],
             "critical_chain": [o.name for o in self.critical_chain()],
             "blame": [{"step": o.name, "duration_s": _round(o.duration)} for o in self.blame()],
-            "teardown": self.teardown,
+            "teardown": [entry.to_dict() for entry in self.teardown],
         }
 
     def step_order(self) -> list[str]:
@@ -145,7 +172,8 @@ class RunReport:
         return planned + sorted(n for n in self.outcomes if n not in planned)
 
     def trace_events(self) -> dict[str, Any]:
-        """Chrome trace-event JSON: complete ("X") events in microseconds."""
+        """Chrome trace-event JSON: complete ("X") events in microseconds, one per step
+        that ran and one per teardown, on the track of the thread that ran it."""
         events: list[dict[str, Any]] = [
             {"name": "process_name", "ph": "M", "pid": self.rank, "tid": 0,
              "args": {"name": f"initorch rank {self.rank} ({' + '.join(self.plan.profiles)})"}},
@@ -155,18 +183,24 @@ class RunReport:
             if outcome.started is None or outcome.thread_id is None:
                 continue
             threads.setdefault(outcome.thread_id, outcome.thread or str(outcome.thread_id))
-            events.append({
-                "name": outcome.name,
-                "cat": "initorch.step",
-                "ph": "X",
-                "ts": round(outcome.started * 1e6, 3),
-                "dur": round(outcome.duration * 1e6, 3),
-                "pid": self.rank,
-                "tid": outcome.thread_id,
-                "args": {"status": outcome.status, "attempts": outcome.attempts,
-                         "wave": self.plan.step(outcome.name).wave},
-            })
+            events.append(self._span(outcome.name, "initorch.step", outcome.started,
+                                     outcome.duration, outcome.thread_id,
+                                     {"status": outcome.status, "attempts": outcome.attempts,
+                                      "wave": self.plan.step(outcome.name).wave}))
+        for entry in self.teardown:
+            if entry.thread_id is None:
+                continue
+            threads.setdefault(entry.thread_id, entry.thread or str(entry.thread_id))
+            details = {"status": entry.status, **({"error": entry.error} if entry.error else {})}
+            events.append(self._span(f"teardown {entry.step}", "initorch.teardown",
+                                     entry.started, entry.duration, entry.thread_id, details))
         events += [{"name": "thread_name", "ph": "M", "pid": self.rank, "tid": tid,
                     "args": {"name": name}} for tid, name in sorted(threads.items())]
         return {"traceEvents": events, "displayTimeUnit": "ms",
                 "otherData": {"fingerprint": self.plan.fingerprint}}
+
+    def _span(self, name: str, category: str, started: float, duration: float, tid: int,
+              details: dict[str, Any]) -> dict[str, Any]:
+        return {"name": name, "cat": category, "ph": "X", "ts": round(started * 1e6, 3),
+                "dur": round(duration * 1e6, 3), "pid": self.rank, "tid": tid,
+                "args": details}

@@ -1,51 +1,27 @@
-"""The step graph: storage and validation over networkx, behind a small API.
+"""The step graph of resolution: cycles and ordering over networkx, behind a small API.
 
 An edge ``u -> v`` means "u runs before v".  Several declarations can produce
 the same edge (a step's ``requires`` and a profile's ``after``); every one is
-kept with its location, so that cycle reports and ``explain`` can say where
-each constraint came from.  Ordering is deterministic: lexicographic
-topological order, waves sorted by name.
+kept with its location, so that cycle reports can say where each constraint
+came from.  Ordering is deterministic: lexicographic topological order, waves
+sorted by name.  Only the resolver uses this class; a resolved plan carries a
+networkx-free :class:`~initorch.resolution.plangraph.PlanGraph` instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from itertools import islice, pairwise
 
 import networkx as nx
 
-from initorch.location import SourceLocation
+from initorch.resolution.plangraph import Edge
 
 MAX_CYCLES_REPORTED = 64
 
-_EDGE_PHRASES = {
-    "requires": "{target} requires {source}",
-    "wants": "{target} wants {source}",
-    "after": "{target} is ordered after {source}",
-    "before": "{source} is ordered before {target}",
-    "device": "{target} is device_bound, so it runs after {source} binds the device",
-}
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class Edge:
-    """``source`` runs before ``target`` because of one declaration of ``kind``."""
-
-    source: str
-    target: str
-    kind: str
-    declared_at: SourceLocation
-    declared_by: str
-
-    def describe(self) -> str:
-        """A sentence: ``init_torch_distributed requires set_device (steps/x.py:12)``."""
-        phrase = _EDGE_PHRASES[self.kind].format(source=self.source, target=self.target)
-        return f"{phrase} [{self.declared_by}, {self.declared_at}]"
-
 
 class StepGraph:
-    """Immutable-by-convention DAG of planned steps."""
+    """Immutable-by-convention graph of the selected steps, cycles and all."""
 
     def __init__(self, nodes: Iterable[str], edges: Iterable[Edge]) -> None:
         self._g: nx.DiGraph = nx.DiGraph()
@@ -64,17 +40,6 @@ class StepGraph:
         """Every declared edge, in a stable order."""
         for source, target in sorted(self._g.edges):
             yield from self._g[source][target]["edges"]
-
-    def edges_between(self, source: str, target: str) -> list[Edge]:
-        if not self._g.has_edge(source, target):
-            return []
-        return list(self._g[source][target]["edges"])
-
-    def predecessors(self, name: str) -> list[str]:
-        return sorted(self._g.predecessors(name))
-
-    def successors(self, name: str) -> list[str]:
-        return sorted(self._g.successors(name))
 
     def cycles(self) -> list[tuple[str, ...]]:
         """Every elementary cycle (up to a bound), each rotated to start at its
@@ -101,26 +66,3 @@ class StepGraph:
     def waves(self) -> list[list[str]]:
         """Groups of steps whose dependencies are all in earlier groups."""
         return [sorted(generation) for generation in nx.topological_generations(self._g)]
-
-    def path(self, first: str, second: str) -> list[Edge] | None:
-        """The shortest chain of edges by which ``first`` runs before ``second``."""
-        try:
-            nodes = nx.shortest_path(self._g, first, second)
-        except nx.NetworkXNoPath:
-            return None
-        return [self._g[u][v]["edges"][0] for u, v in pairwise(nodes)]
-
-    def longest_path(self, weights: dict[str, float]) -> list[str]:
-        """The chain with the largest total node weight (the critical chain)."""
-        if not weights:
-            return []
-        weighted = nx.DiGraph()
-        weighted.add_nodes_from(self._g.nodes)
-        # Weight each edge by its target's cost; a virtual source carries the first cost.
-        for u, v in self._g.edges:
-            weighted.add_edge(u, v, weight=weights.get(v, 0.0))
-        start = "\0start"
-        for node in self._g.nodes:
-            weighted.add_edge(start, node, weight=weights.get(node, 0.0))
-        chain: list[str] = nx.dag_longest_path(weighted, weight="weight")
-        return [node for node in chain if node != start]

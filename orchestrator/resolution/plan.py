@@ -2,38 +2,47 @@
 
 A :class:`Plan` is what ``initorch plan`` prints and what executors run; its
 ``fingerprint`` (sha256 over a canonical JSON of the steps, their effective
-fields, the order and the settings) lets a launcher check that what runs is
-what was reviewed, like a saved Terraform plan.  File paths are left out of the
-fingerprint so that the same profiles give the same fingerprint on every
-machine.
+fields and their declarations in code, the order and the settings) lets a
+launcher check that what runs is what was reviewed, like a saved Terraform
+plan (:meth:`Plan.save`).  File paths are left out of the fingerprint so that
+the same profiles give the same fingerprint on every machine.
+
+A plan carries a :class:`~initorch.resolution.plangraph.PlanGraph`, not the
+resolver's networkx graph: running a plan never needs networkx.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from initorch.errors import ResolveError
 from initorch.loading.document import Setting
 from initorch.model.devices import DeviceRef
+from initorch.model.settings import SettingSpec
 from initorch.model.step import EDGE_KINDS, Step
-from initorch.resolution.graph import Edge, StepGraph
+from initorch.resolution.plangraph import Edge, PlanGraph
 from initorch.suggest import closest
 
 
 @dataclass(frozen=True, slots=True)
 class PlannedStep:
-    """A step that will run: its effective declaration, wave, and why it is in the plan.
-
-    ``notes`` are what the step's preview says it will do on this machine (not
-    part of the fingerprint)."""
+    """A step that will run: its effective declaration (``step``: the registered
+    step with the profiles' overrides applied), its wave, why it is in the plan,
+    and the step as registered in code (``declared``), which the fingerprint
+    covers so that a saved plan notices when the code changed under it.
+    ``notes`` are what the step's preview said it will do on the machine the plan
+    was made on (not part of the fingerprint)."""
 
     step: Step
     wave: int
     reasons: tuple[str, ...]
+    declared: Step
     notes: tuple[str, ...] = ()
 
     @property
@@ -58,8 +67,12 @@ class Plan:
     settings: Mapping[str, Setting]
     steps: tuple[PlannedStep, ...]
     skipped: tuple[SkippedStep, ...]
-    graph: StepGraph
+    graph: PlanGraph
     fingerprint: str
+    _by_name: dict[str, PlannedStep] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_name", {planned.name: planned for planned in self.steps})
 
     @property
     def order(self) -> tuple[str, ...]:
@@ -104,10 +117,15 @@ class Plan:
         return "\n".join(lines)
 
     def step(self, name: str) -> PlannedStep:
-        for planned in self.steps:
-            if planned.name == name:
-                return planned
-        raise KeyError(name)
+        """The planned step called ``name`` (``KeyError`` if it is not planned)."""
+        return self._by_name[name]
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write this plan to ``path`` for :func:`~initorch.resolution.saved.load_saved_plan`
+        (``initorch plan --out``); the file is replaced atomically."""
+        from initorch.resolution.saved import save_plan
+
+        save_plan(self, path)
 
     def config(self) -> dict[str, Any]:
         """Flat ``{dotted key: value}`` of every setting (what steps read)."""
@@ -120,7 +138,7 @@ class Plan:
         constraint orders them (then they may run in the same wave).
         """
         for name in (first, second):
-            if name not in self.order:
+            if name not in self._by_name:
                 skipped = next((s for s in self.skipped if s.name == name), None)
                 if skipped is not None:
                     raise ResolveError(f"step '{name}' is not in the plan: skipped "
@@ -155,7 +173,8 @@ class Plan:
                     "description": p.step.description,
                     "why": list(p.reasons),
                     "preview": list(p.notes),
-                    **_step_fields(p.step),
+                    **step_fields(p.step),
+                    "declared": declaration(p.declared),
                 }
                 for p in self.steps
             ],
@@ -166,7 +185,12 @@ class Plan:
         }
 
 
-def _step_fields(step: Step) -> dict[str, Any]:
+OVERRIDABLE_FIELDS = (*EDGE_KINDS, "when", "timeout", "retries")
+"""The effective fields a profile may change; the rest of a step is as registered."""
+
+
+def step_fields(step: Step) -> dict[str, Any]:
+    """A step's effective fields as JSON: what ``plan --json`` shows for each step."""
     return {
         **{kind: list(step.edges(kind)) for kind in EDGE_KINDS},
         "when": step.when,
@@ -177,6 +201,38 @@ def _step_fields(step: Step) -> dict[str, Any]:
         "teardown": step.teardown is not None,
         "settings": [spec.key for spec in step.settings],
     }
+
+
+def _qualified_name(value: object) -> str | None:
+    if value is None:
+        return None
+    module = getattr(value, "__module__", None) or type(value).__module__
+    name = getattr(value, "__qualname__", None) or type(value).__qualname__
+    return f"{module}:{name}"
+
+
+def declaration(step: Step) -> dict[str, Any]:
+    """A registered step's declaration as JSON: every field its code sets, with the
+    action, the teardown and the transient errors by qualified name, and the
+    settings it reads in full (kind, default, choices, bounds)."""
+    return {
+        **step_fields(step),
+        "settings": [_spec_json(spec) for spec in step.settings],
+        "wanted_by": list(step.wanted_by),
+        "action": _qualified_name(step.action),
+        "teardown": _qualified_name(step.teardown),
+        "retry_on": [_qualified_name(error) for error in step.retry_on],
+        "retry_backoff": step.retry_backoff,
+    }
+
+
+def _spec_json(spec: SettingSpec) -> dict[str, Any]:
+    return {name.name: _json_value(getattr(spec, name.name))
+            for name in dataclasses.fields(spec) if name.name != "defined_at"}
+
+
+def _json_value(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
 
 
 def fingerprint(
@@ -191,7 +247,8 @@ def fingerprint(
         "profiles": list(profiles),
         "device": [device.type, device.index],
         "settings": {key: s.value for key, s in sorted(settings.items())},
-        "steps": [{"name": p.name, "wave": p.wave, **_step_fields(p.step)} for p in steps],
+        "steps": [{"name": p.name, "wave": p.wave, **step_fields(p.step),
+                   "declared": declaration(p.declared)} for p in steps],
         "skipped": sorted(s.name for s in skipped),
     }
     blob = json.dumps(canonical, sort_keys=True, separators=(",", ":"), default=repr)

@@ -53,8 +53,9 @@ from initorch.model.conditions import Condition, parse_condition
 from initorch.model.devices import DeviceRef
 from initorch.model.registry import StepRegistry
 from initorch.model.step import EDGE_KINDS, EdgeKind, Step
-from initorch.resolution.graph import MAX_CYCLES_REPORTED, Edge, StepGraph
+from initorch.resolution.graph import MAX_CYCLES_REPORTED, StepGraph
 from initorch.resolution.plan import Plan, PlannedStep, SkippedStep, fingerprint
+from initorch.resolution.plangraph import Edge, PlanGraph
 from initorch.resolution.preview import preview_steps
 
 
@@ -131,10 +132,11 @@ def resolve(composed: ComposedProfile, steps: StepRegistry,
             reported.append(Problem(f"(only the first {MAX_CYCLES_REPORTED} cycles are shown)"))
         raise CycleError(tuple(cycles), reported)
     waves = {name: index for index, wave in enumerate(graph.waves()) for name in wave}
+    order = graph.order()
     planned = tuple(
         PlannedStep(active[name].step, waves[name],
-                    _merge_reasons(active[name].reasons, skipped))
-        for name in graph.order()
+                    _merge_reasons(active[name].reasons, skipped), steps.get(name))
+        for name in order
     )
     skipped_steps = tuple(SkippedStep(name, skipped[name]) for name in sorted(skipped))
     device = DeviceRef(device_type.value, device_index)
@@ -146,7 +148,7 @@ def resolve(composed: ComposedProfile, steps: StepRegistry,
         settings=dict(settled.values),
         steps=planned,
         skipped=skipped_steps,
-        graph=graph,
+        graph=PlanGraph(order, graph.edges()),
         fingerprint=fingerprint(composed.names, device, settled.values, planned,
                                 skipped_steps),
     )

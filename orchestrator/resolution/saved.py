@@ -1,0 +1,264 @@
+"""Saved plans: resolve once, run exactly that plan later (``terraform apply planfile``).
+
+``initorch plan --out plan.json`` (or :meth:`Plan.save`) writes the resolved
+plan; ``initorch run --plan plan.json`` (or :func:`load_saved_plan` then
+``Run(plan)``) runs it without reading a profile or resolving anything, so a
+server start never imports networkx.  The file is one JSON object: the keys of
+``initorch plan --json`` (profiles, device, order, waves, steps with their
+effective fields, why they are planned and their declaration in code, skipped
+steps with reasons, settings and their origins, fingerprint) plus
+``setting_sources`` (each setting's origin as data), ``edges``
+(kind and where each was declared), a format header and a checksum.  Paths in
+it are absolute, so the file means the same from any working directory.
+
+Loading refuses, each with one line and exit code 2: a file that cannot be
+read or is not complete JSON; another format or format version; a file changed
+after it was saved (checksum); and a plan whose fingerprint no longer matches
+the registered steps (a step missing, or declared differently in code now).
+The file never names code to import: steps come from the registry, as for
+profiles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import tempfile
+from typing import TYPE_CHECKING, Any
+
+from initorch._version import __version__
+from initorch.errors import InitorchError, Problem, SavedPlanError
+from initorch.loading.document import Setting
+from initorch.location import SourceLocation, display_path
+from initorch.model.devices import DeviceRef
+from initorch.model.step import EDGE_KINDS
+from initorch.resolution.plan import (
+    OVERRIDABLE_FIELDS,
+    Plan,
+    PlannedStep,
+    SkippedStep,
+    declaration,
+    fingerprint,
+)
+from initorch.resolution.plangraph import EDGE_KINDS_IN_GRAPH, Edge, PlanGraph
+
+if TYPE_CHECKING:
+    from initorch.plugins import Registry
+
+FORMAT = "initorch-plan"
+FORMAT_VERSION = 1
+"""Bumped whenever a reader of the previous version would misread the file."""
+
+# "./path:line" in a message: a location relative to the working directory
+# (see initorch.location.display_path), which a saved plan spells out in full.
+_RELATIVE_LOCATION = re.compile(r"(?<![\w./-])\./(?=[^\s'\"]*:\d)")
+
+
+# -- saving ---------------------------------------------------------------------------------
+
+def saved_form(plan: Plan) -> dict[str, Any]:
+    """The JSON object :func:`save_plan` writes (checksum included)."""
+    body = plan.to_dict()
+    for planned in body["steps"]:
+        planned["why"] = [_absolute_text(text) for text in planned["why"]]
+    for skipped in body["skipped"]:
+        skipped["reason"] = _absolute_text(skipped["reason"])
+    body["setting_origins"] = {key: _absolute_text(origin)
+                               for key, origin in body["setting_origins"].items()}
+    body["setting_sources"] = {
+        key: {"source": setting.source, "location": _location_json(setting.location),
+              "key_location": (_location_json(setting.key_location)
+                               if setting.key_location else None),
+              "is_default": setting.is_default}
+        for key, setting in sorted(plan.settings.items())
+    }
+    body["edges"] = [
+        {"from": edge.source, "to": edge.target, "kind": edge.kind,
+         "declared_at": _location_json(edge.declared_at), "declared_by": edge.declared_by}
+        for edge in plan.graph.edges()
+    ]
+    saved = {"format": FORMAT, "format_version": FORMAT_VERSION,
+             "initorch_version": __version__, **body}
+    saved["checksum"] = _checksum(saved)
+    return saved
+
+
+def save_plan(plan: Plan, path: str | os.PathLike[str]) -> None:
+    """Write ``plan`` to ``path``, replacing it atomically (a crash never leaves half
+    a plan behind); :class:`InitorchError` when the folder cannot be written."""
+    target = os.path.abspath(os.fspath(path))
+    text = json.dumps(saved_form(plan), indent=2) + "\n"
+    try:
+        handle, temporary = tempfile.mkstemp(dir=os.path.dirname(target),
+                                             prefix=".initorch-plan-", suffix=".tmp")
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, target)
+    except OSError as exc:
+        raise InitorchError(f"cannot write the plan to {display_path(target)}: "
+                            f"{exc.strerror or exc}",
+                            hint="check that the folder exists and is writable") from None
+
+
+def _absolute_text(text: str) -> str:
+    return _RELATIVE_LOCATION.sub(os.getcwd().rstrip(os.sep) + os.sep, text)
+
+
+def _location_json(location: SourceLocation) -> dict[str, Any]:
+    path = location.path
+    if not path.startswith("<"):  # "<command line>", "<unknown>" are not files
+        path = os.path.abspath(path)
+    return {"path": path, "line": location.line, "column": location.column}
+
+
+def _checksum(saved: dict[str, Any]) -> str:
+    content = {key: value for key, value in saved.items() if key != "checksum"}
+    blob = json.dumps(content, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
+
+
+# -- loading --------------------------------------------------------------------------------
+
+def load_saved_plan(path: str | os.PathLike[str], registry: Registry | None = None) -> Plan:
+    """The plan saved at ``path``, with its steps taken from ``registry`` (the
+    installed plugins by default); :class:`SavedPlanError` when it cannot be run
+    exactly as it was saved."""
+    if registry is None:
+        from initorch.plugins import Registry
+
+        registry = Registry.with_plugins()
+    shown = display_path(path)
+    redo = f"save it again: initorch plan ... --out {shown}"
+    saved = _read(shown, os.fspath(path), redo)
+    _check_header(saved, shown, redo)
+    if saved.get("checksum") != _checksum(saved):
+        raise SavedPlanError(shown, "the file was changed after it was saved (its checksum "
+                             "does not match its content)", hint=redo)
+    try:
+        steps, problems = _planned_steps(saved, registry, shown, redo)
+        if problems:
+            raise SavedPlanError(shown, "the plan no longer matches the registered steps "
+                                 f"({len(problems)} step(s) missing or declared differently)",
+                                 hint=redo, problems=problems)
+        plan = _plan(saved, steps)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise SavedPlanError(shown, f"malformed saved plan ({type(exc).__name__}: {exc})",
+                             hint=redo) from None
+    if plan.fingerprint != saved["fingerprint"]:
+        raise SavedPlanError(shown, f"fingerprint {saved['fingerprint'][:12]} does not match "
+                             f"the plan it describes ({plan.fingerprint[:12]})", hint=redo)
+    return plan
+
+
+def _read(shown: str, path: str, redo: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as stream:
+            text = stream.read()
+    except OSError as exc:
+        raise SavedPlanError(shown, f"cannot read the saved plan: {exc.strerror or exc}",
+                             hint="create it with: initorch plan ... --out FILE") from None
+    except UnicodeDecodeError:
+        raise SavedPlanError(shown, "not a saved initorch plan (not UTF-8 text)",
+                             hint=redo) from None
+    try:
+        saved = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SavedPlanError(shown, f"not a complete saved plan: invalid JSON at line "
+                             f"{exc.lineno} column {exc.colno} ({exc.msg}); the file is "
+                             "truncated or corrupt", hint=redo) from None
+    if not isinstance(saved, dict):
+        raise SavedPlanError(shown, "not a saved initorch plan (not a JSON object)", hint=redo)
+    return saved
+
+
+def _check_header(saved: dict[str, Any], shown: str, redo: str) -> None:
+    if saved.get("format") != FORMAT:
+        raise SavedPlanError(shown, f"not a saved initorch plan (no \"format\": \"{FORMAT}\")",
+                             hint="create one with: initorch plan ... --out FILE")
+    if saved.get("format_version") != FORMAT_VERSION:
+        raise SavedPlanError(
+            shown, f"plan format {saved.get('format_version')!r}, written by initorch "
+            f"{saved.get('initorch_version', 'unknown')}; this initorch ({__version__}) "
+            f"reads plan format {FORMAT_VERSION}", hint=redo)
+
+
+def _planned_steps(saved: dict[str, Any], registry: Registry, shown: str, redo: str
+                   ) -> tuple[list[PlannedStep], list[Problem]]:
+    """The saved steps with their code from ``registry``, and a problem for every
+    step that is not registered or is declared differently now."""
+    steps: list[PlannedStep] = []
+    problems: list[Problem] = []
+    where = SourceLocation(shown)
+    for entry in saved["steps"]:
+        name = entry["name"]
+        if name not in registry.steps:
+            problems.append(Problem(f"step '{name}' is not registered (is the plugin that "
+                                    "provides it installed?)", where, redo))
+            continue
+        registered = registry.steps.get(name)
+        changes = _changes(entry["declared"], declaration(registered))
+        if changes:
+            problems.append(Problem(
+                f"step '{name}' changed since the plan was saved ({registered.defined_at}): "
+                f"{'; '.join(changes)}", where, redo))
+            continue
+        effective = dataclasses.replace(registered, **_overridden(entry))
+        steps.append(PlannedStep(effective, _whole(entry["wave"]), tuple(entry["why"]),
+                                 registered, tuple(entry.get("preview", ()))))
+    return steps, problems
+
+
+def _plan(saved: dict[str, Any], steps: list[PlannedStep]) -> Plan:
+    order = [planned.name for planned in steps]
+    if saved["order"] != order:
+        raise ValueError("'order' does not list the steps in their order")
+    sources = saved["setting_sources"]
+    settings = {key: _setting(key, value, sources[key])
+                for key, value in saved["settings"].items()}
+    skipped = tuple(SkippedStep(s["step"], s["reason"]) for s in saved["skipped"])
+    device = DeviceRef(saved["device"], saved["device_index"])
+    profiles = tuple(saved["profiles"])
+    planned = tuple(steps)
+    return Plan(profiles=profiles, device=device, settings=settings, steps=planned,
+                skipped=skipped, graph=PlanGraph(order, (_edge(e) for e in saved["edges"])),
+                fingerprint=fingerprint(profiles, device, settings, planned, skipped))
+
+
+def _changes(then: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    return [f"{key} was {then.get(key)!r}, is {now.get(key)!r}"
+            for key in sorted(set(then) | set(now)) if then.get(key) != now.get(key)]
+
+
+def _overridden(entry: dict[str, Any]) -> dict[str, Any]:
+    """The fields a profile may have changed, as the saved plan has them."""
+    fields = {key: entry[key] for key in OVERRIDABLE_FIELDS}
+    fields.update({kind: tuple(entry[kind]) for kind in EDGE_KINDS})
+    return fields
+
+
+def _whole(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"expected a whole number, got {value!r}")
+    return value
+
+
+def _location(data: dict[str, Any]) -> SourceLocation:
+    return SourceLocation(str(data["path"]), _whole(data["line"]), _whole(data["column"]))
+
+
+def _setting(key: str, value: Any, source: dict[str, Any]) -> Setting:
+    key_location = source["key_location"]
+    return Setting(key, value, _location(source["location"]), source["source"],
+                   key_location=_location(key_location) if key_location else None,
+                   is_default=bool(source["is_default"]))
+
+
+def _edge(data: dict[str, Any]) -> Edge:
+    if data["kind"] not in EDGE_KINDS_IN_GRAPH:
+        raise ValueError(f"unknown edge kind {data['kind']!r}")
+    return Edge(data["from"], data["to"], data["kind"], _location(data["declared_at"]),
+                data["declared_by"])
+
