@@ -84,7 +84,7 @@ def main() -> None:
                       finding=failed.finding.diagnosis.id if failed.finding else None)
     run.teardown()
     result.update(masks_after=thread_masks(), torch_threads_after=torch.get_num_threads(),
-                  teardown=[entry["step"] for entry in report.teardown])
+                  teardown=[entry.step for entry in report.teardown])
     (args.out / f"rank{result['rank']}.json").write_text(json.dumps(result))
 
 
