@@ -20,8 +20,8 @@ BIN = Path(sys.executable).parent
 BASELINE = [sys.executable, "-c", "import networkx, yaml, structlog"]
 COMMANDS = {
     "plan npu": [str(BIN / "initorch"), "plan", "--profile", "npu"],
-    "plan npu + mooncake-ep --json": [str(BIN / "initorch"), "plan", "--profile", "npu",
-                                      "--profile", "mooncake-ep", "--json"],
+    "plan npu + npu-hccl --json": [str(BIN / "initorch"), "plan", "--profile", "npu",
+                                   "--profile", "npu-hccl", "--json"],
     "plan --device musa:0": [str(BIN / "initorch"), "plan", "--device", "musa:0"],
 }
 

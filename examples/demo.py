@@ -2,14 +2,19 @@
 we do not have here.
 
 1. ``initorch run --profile cpu``: torch, a gloo process group, a Mooncake
-   transfer engine over TCP on loopback, a host KV pool allocated and
-   registered, real bytes moved through it and checked — then torn down.
-2. The same with two ranks under ``torchrun``.
-3. ``initorch plan --profile npu`` (and with the ``mooncake-ep`` overlay): the
-   order an Ascend server would use, computed without importing torch.
+   transfer engine forced to TCP, a managed ``mooncake_master`` on loopback, the
+   Mooncake Store set up, the host KV pool registered with it and KV pages put
+   and read back through it, byte-checked — then torn down.
+2. The same with two ranks under ``torchrun``: one master for both, each rank
+   reads the other's pages; afterwards no master process and no master port is
+   left.
+3. ``initorch plan`` / ``explain`` for Ascend NPU: the order and its reasons,
+   the legacy-build overlay's environment, and the ``mooncake-ep`` overlay refused
+   on a device without a Mooncake process-group backend — computed without
+   importing torch.
 4. ``examples/tiny_server``: a real tensor-parallel server started by initorch
-   on 2 ranks under torchrun; one request, the start-up's critical chain, a
-   clean shutdown (no process or port left).
+   on 2 ranks under torchrun; its NPU plan, one request, the start-up's critical
+   chain, a clean shutdown (no process or port left).
 
 Each command is printed before it runs, so it can be copied.
 """
@@ -27,20 +32,28 @@ from pathlib import Path
 
 BIN = Path(sys.executable).parent
 EXAMPLES = Path(__file__).resolve().parent
+sys.path.insert(0, str(EXAMPLES))
+
+from tiny_server.client import alive, get, leftovers, listening, post, wait_ready  # noqa: E402
+
+SUMMARISED = ("mooncake_master_ready", "transfer_verified", "mooncake_master_stopped",
+              "run_finished")
 
 
-def show(command: list[str], *, quiet_logs: bool = False, env: dict[str, str] | None = None
-         ) -> subprocess.CompletedProcess[str]:
-    """Print ``command`` like a shell prompt, run it, stop the demo if it fails."""
+def show(command: list[str], *, quiet_logs: bool = False, expect: int = 0,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Print ``command`` like a shell prompt, run it, stop the demo on a surprise."""
     shown = [Path(part).name if part.startswith(str(BIN)) else part for part in command]
     print(f"\n$ {shlex.join(shown)}", flush=True)
-    captured = subprocess.PIPE if quiet_logs else None
-    result = subprocess.run(command, text=True, check=False, stdout=captured,
-                            stderr=captured, env=env)
-    if result.returncode != 0:
-        if quiet_logs:
+    captured = subprocess.PIPE if quiet_logs or expect else None
+    result = subprocess.run(command, text=True, check=False, stdout=captured, stderr=captured,
+                            env=env)
+    if expect:
+        print(result.stderr.strip())
+    if result.returncode != expect:
+        if captured:
             sys.stderr.write(result.stdout + result.stderr)
-        sys.exit(f"demo step failed with exit code {result.returncode}")
+        sys.exit(f"demo step exited {result.returncode}, expected {expect}")
     return result
 
 
@@ -53,7 +66,7 @@ def free_port() -> int:
 
 def main() -> None:
     initorch = str(BIN / "initorch")
-    print("== 1. real start-up on this CPU (one process) ==")
+    print("== 1. real start-up on this CPU (one process): engine, master, store, pages ==")
     show([initorch, "run", "--profile", "cpu", "--set", "checks.verify_transfer=true"])
 
     print("\n== 2. two ranks under torchrun (JSON logs, summarised) ==")
@@ -63,16 +76,26 @@ def main() -> None:
                   quiet_logs=True)
     events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
     for event in events:
-        if event["event"] in ("transfer_verified", "run_finished"):
+        if event["event"] in SUMMARISED:
             fields = {k: v for k, v in event.items()
-                      if k not in ("event", "level", "timestamp", "profile")}
-            print(f"  {event['event']:<18} {fields}")
+                      if k not in ("event", "level", "timestamp", "profile", "step")}
+            print(f"  {event['event']:<24} {fields}")
+    [started] = [e for e in events if e["event"] == "mooncake_master_starting"]
+    ports = [started[f"{name}_port"] for name in ("rpc", "metadata", "metrics")]
+    left = [p for p in ports if listening(p)]
+    print(f"  after the run: master pid {started['pid']} "
+          f"{'STILL RUNNING' if alive(started['pid']) else 'gone'}, "
+          f"ports {ports} {'still listening: ' + str(left) if left else 'closed'}")
+    if alive(started["pid"]) or left:
+        sys.exit("the managed master outlived the run")
 
     print("\n== 3. dry runs for Ascend NPU (no torch imported) ==")
-    show([initorch, "plan", "--profile", "npu"])
-    show([initorch, "plan", "--profile", "npu", "--profile", "mooncake-ep"])
+    show([initorch, "plan", "--profile", "npu", "--profile", "npu-hccl"])
+    show([initorch, "explain", "init_shared_mooncake_transfer_engine",
+          "init_torch_distributed", "--profile", "npu"])
     show([initorch, "explain", "set_device", "init_shared_mooncake_transfer_engine",
           "--profile", "npu"])
+    show([initorch, "plan", "--profile", "npu", "--profile", "mooncake-ep"], expect=2)
 
     print("\n== 4. a tiny tensor-parallel server, started by initorch (2 ranks) ==")
     tiny_server()
@@ -81,9 +104,6 @@ def main() -> None:
 def tiny_server() -> None:
     """Start examples/tiny_server under torchrun, ask it once, print its start-up's
     critical chain, stop it and check that nothing is left behind."""
-    sys.path.insert(0, str(EXAMPLES))
-    from tiny_server.client import get, leftovers, post, wait_ready
-
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, [str(EXAMPLES), os.environ.get("PYTHONPATH")]))}
     with tempfile.TemporaryDirectory(prefix="tiny-server-") as folder:
@@ -130,4 +150,5 @@ def tiny_server() -> None:
 
 
 if __name__ == "__main__":
+    os.environ.pop("MC_FORCE_TCP", None)  # let the profile's env: section say it
     main()

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Run the `cuda` profile for real on a machine with an NVIDIA GPU: an NCCL
 # process group of one, the host pool pinned with cudaHostRegister, and (when
-# the CUDA build of Mooncake is importable) the transfer engine over TCP with
-# the pool registered and bytes verified.  Not part of CI: run it where a GPU
-# is lent.  Uses the python that already has a CUDA build of torch.
+# the CUDA build of Mooncake is importable) the transfer engine forced to TCP, a
+# managed mooncake_master, the Mooncake Store with the pool registered and KV
+# pages verified.  Not part of CI: run it where a GPU is lent.  Uses the python
+# that already has a CUDA build of torch.
 #
 #   scripts/cuda_smoke.sh [OUT_DIR]
 #
@@ -24,6 +25,8 @@ PY
 # initorch itself; its three small dependencies come from the machine when present.
 "$python" -m pip install --quiet --no-deps -e . 2>/dev/null || "$python" -m pip install --quiet -e .
 
+# The cuda profile means RDMA; without HCAs say TCP, and force it as Mooncake wants.
+export MC_FORCE_TCP=1
 settings=(--set hicache.host_pool_mb=256 --set device.mooncake_protocol=tcp)
 if "$python" -c "import mooncake.engine" 2>/dev/null; then
     settings+=(--set checks.verify_transfer=true)

@@ -25,14 +25,17 @@ def register(registry: Registry) -> None:
         distributed,
         host_pool,
         memory,
+        mooncake_master,
+        mooncake_pg,
         parallel,
+        store,
         transfer_engine,
         verify,
     )
     from initorch.steps.diagnoses import BUILTIN_DIAGNOSES
 
-    for module in (backend, cpu_binding, device, distributed, transfer_engine, parallel,
-                   collectives, memory, host_pool, verify):
+    for module in (backend, cpu_binding, device, distributed, transfer_engine, mooncake_pg,
+                   mooncake_master, store, parallel, collectives, memory, host_pool, verify):
         for definition in module.STEPS:
             registry.steps.add(definition)
     registry.profiles.add_directory(files("initorch.profiles"), plugin="builtin")

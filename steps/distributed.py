@@ -5,25 +5,29 @@ Under torchrun the rendezvous comes from ``MASTER_ADDR``/``MASTER_PORT``
 free loopback port, so ``initorch run`` works on a laptop.  A refused
 connection to the rendezvous is the one transient failure (rank 0 may simply
 not be listening yet) and is retried; everything else fails fast.
+
+With the ``mooncake-ep`` overlay (``mooncake.elastic_ep``) the backend is
+Mooncake's (``mooncake.pg_backend``), handed the shared engine by
+``set_mooncake_pg_engine`` and given ``MooncakeBackendOptions``, as SGLang
+0.5.23 does (``distributed/parallel_state.py init_distributed_environment``).
 """
 
 from __future__ import annotations
 
 import datetime
-import importlib
 import os
-import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from initorch import StepContext, StepError, setting, step
 from initorch.model.step import MAX_TIMEOUT_S
+from initorch.steps.network import free_port, host_port
 
-# Backends provided by a package that must be imported first to register them.
-BACKEND_PROVIDERS = {"mooncake": "mooncake.pg"}
+if TYPE_CHECKING:
+    from initorch.steps.mooncake_pg import MooncakeProcessGroupBackend
 
 COLLECTIVE_BACKEND = setting(
     "device.collective_backend", str, required=True, pattern=r"[a-z][a-z0-9_-]*",
-    description="torch.distributed backend (gloo, nccl, hccl, mccl, xccl, mooncake, ...)")
+    description="the device's torch.distributed backend (gloo, nccl, hccl, mccl, xccl, ...)")
 MASTER_ADDR = setting(
     "distributed.master_addr", str, default="127.0.0.1", pattern=r"\S+",
     description="rendezvous host outside torchrun (a world of one)")
@@ -34,14 +38,10 @@ MASTER_PORT = setting(
 TIMEOUT_S = setting(
     "distributed.timeout_s", float, default=120, exclusive_minimum=0, maximum=MAX_TIMEOUT_S,
     description="process-group timeout in seconds (rendezvous and collectives)")
-
-
-def free_port(host: str) -> int:
-    """A TCP port that is free on ``host`` right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-        return port
+ELASTIC_EP = setting(
+    "mooncake.elastic_ep", bool, default=False,
+    description="Mooncake as the torch.distributed backend (elastic EP; the mooncake-ep "
+                "overlay sets it)")
 
 
 def init_method(ctx: StepContext) -> str:
@@ -55,7 +55,15 @@ def init_method(ctx: StepContext) -> str:
         )
     host = str(ctx.setting("distributed.master_addr"))
     port = int(ctx.setting("distributed.master_port")) or free_port(host)
-    return f"tcp://{host}:{port}"
+    return f"tcp://{host_port(host, port)}"
+
+
+def backend_and_options(ctx: StepContext) -> tuple[str, Any]:
+    """The device's collective backend, or Mooncake's with its options (elastic EP)."""
+    if not ctx.setting("mooncake.elastic_ep"):
+        return str(ctx.setting("device.collective_backend")), None
+    mooncake: MooncakeProcessGroupBackend = ctx.output("set_mooncake_pg_engine")
+    return mooncake.name, mooncake.options(ctx.rank.world_size, ctx.device.type)
 
 
 @step(
@@ -65,20 +73,12 @@ def init_method(ctx: StepContext) -> str:
     device_bound=True,
     retries=2,
     retry_on=(ConnectionRefusedError,),
-    settings=(COLLECTIVE_BACKEND, MASTER_ADDR, MASTER_PORT, TIMEOUT_S),
+    settings=(COLLECTIVE_BACKEND, MASTER_ADDR, MASTER_PORT, TIMEOUT_S, ELASTIC_EP),
 )
 def init_torch_distributed(ctx: StepContext) -> Any:
     import torch.distributed as dist
 
-    backend = str(ctx.setting("device.collective_backend"))
-    provider = BACKEND_PROVIDERS.get(backend)
-    if provider is not None:
-        try:
-            importlib.import_module(provider)
-        except ImportError as exc:
-            raise StepError(f"backend '{backend}' needs {provider}: {exc}",
-                            hint=f"install a build of {provider.split('.')[0]} that matches "
-                                 "your torch version") from exc
+    backend, options = backend_and_options(ctx)
     if dist.is_initialized():
         raise StepError("a default process group already exists in this process",
                         hint="let initorch create it, or remove init_torch_distributed from "
@@ -89,7 +89,8 @@ def init_torch_distributed(ctx: StepContext) -> Any:
                  world_size=ctx.rank.world_size)
     try:
         dist.init_process_group(backend=backend, init_method=method, rank=ctx.rank.rank,
-                                world_size=ctx.rank.world_size, timeout=timeout)
+                                world_size=ctx.rank.world_size, timeout=timeout,
+                                pg_options=options)
     except RuntimeError as exc:
         if "connection refused" in str(exc).lower():
             raise ConnectionRefusedError(f"rendezvous {method}: {exc}") from exc

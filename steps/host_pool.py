@@ -1,12 +1,16 @@
-"""The HiCache host KV pool: allocate it, then register it with Mooncake.
+"""The HiCache host KV pool: allocate it, then register it with the Mooncake Store.
 
 Which allocator a device needs is a profile fact (``device.host_allocator``),
 looked up here by name with no default: the MUSA crash came from a table whose
-default was the CUDA path.  Allocators:
+default was the CUDA path.  Allocators, as SGLang 0.5.23 has them
+(``srt/mem_cache/pool_host/common.py`` ``ALLOC_MEMORY_FUNCS``):
 
 ``cuda_host_register``  allocate, then ``cudaHostRegister`` through
                         ``torch.cuda.cudart()`` (CUDA, and ROCm where cudart is HIP).
-``pin_memory``          ``torch.empty(..., pin_memory=True)`` (NPU, MUSA, XPU).
+``pin_memory``          ``torch.empty(..., pin_memory=True)`` (NPU, MUSA).
+``pin_memory_xpu``      the same, failing on a null pointer: torch-xpu returns
+                        ``data_ptr() == 0`` from a failed pinned allocation instead
+                        of raising (``alloc_with_pin_memory_xpu``).
 ``plain``               ordinary host memory (CPU, MPS).
 
 The pool's size is ``hicache.host_pool_mb``, or, with ``hicache.host_pool_ratio``
@@ -14,7 +18,11 @@ above 0, that many times the device KV pool, as SGLang sizes it (0.5.23
 ``mem_cache/pool_host/base.py``: host tokens = device tokens x
 ``host_to_device_ratio``; ``--hicache-ratio`` defaults to 2.0 in
 ``arg_groups/hicache_hook.py``).  The device pool is the output of a step this
-one ``requires`` (a profile adds the edge) that has ``device_pool_bytes``.
+one ``requires`` (a profile adds the edge) that has ``device_pool_bytes``.  A
+pool larger than the host memory available is refused, as SGLang checks it.
+
+Registration follows SGLang's ``MooncakeStore.register_mem_pool_host`` ->
+``register_buffer(ptr, size)``; teardown unregisters.
 """
 
 from __future__ import annotations
@@ -24,13 +32,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from initorch import StepContext, StepError, setting, step
+from initorch.steps.kv_layout import DEPRECATED_LAYOUTS, IO_BACKENDS, LAYOUTS, resolve_layout
+from initorch.steps.native_log import capture_native_stderr
+from initorch.steps.settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
+from initorch.steps.store import StoreClient
 from initorch.steps.topology import host_available_bytes
-from initorch.steps.transfer_engine import MOONCAKE_ENABLED, SharedTransferEngine
-
-SUPPORTED_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head",
-                     "page_first_kv_split")
-# A misspelling that circulates in deployed configs; accepted, with a warning.
-LAYOUT_MISSPELLINGS = {"page_first_kv_spilt": "page_first_kv_split"}
 
 
 @runtime_checkable
@@ -68,6 +74,15 @@ def _pin_memory(nbytes: int) -> tuple[Any, Callable[[], None] | None]:
     return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True), None
 
 
+def _pin_memory_xpu(nbytes: int) -> tuple[Any, Callable[[], None] | None]:
+    buffer, release = _pin_memory(nbytes)
+    if buffer.numel() > 0 and buffer.data_ptr() == 0:  # SGLang's words, for the diagnosis
+        raise StepError(f"Pinned host memory allocation of {nbytes / 2**30:.1f} GiB "
+                        f"({nbytes} bytes) returned a null pointer",
+                        hint="shrink hicache.host_pool_mb or free host memory")
+    return buffer, release
+
+
 def _cuda_host_register(nbytes: int) -> tuple[Any, Callable[[], None] | None]:
     import torch
 
@@ -89,15 +104,14 @@ def _cuda_host_register(nbytes: int) -> tuple[Any, Callable[[], None] | None]:
 ALLOCATORS: dict[str, Callable[[int], tuple[Any, Callable[[], None] | None]]] = {
     "cuda_host_register": _cuda_host_register,
     "pin_memory": _pin_memory,
+    "pin_memory_xpu": _pin_memory_xpu,
     "plain": _plain,
 }
 
-HICACHE_ENABLED = setting("hicache.enabled", bool, default=True,
-                          description="allocate (and register) the HiCache host KV pool")
 HOST_ALLOCATOR = setting(
     "device.host_allocator", str, required=True, choices=tuple(ALLOCATORS),
     description="host KV pool allocator: cuda_host_register (CUDA, ROCm), pin_memory (NPU, "
-                "MUSA, XPU) or plain (CPU, MPS)")
+                "MUSA), pin_memory_xpu (XPU: a null pointer is an error) or plain (CPU, MPS)")
 HOST_POOL_MB = setting("hicache.host_pool_mb", int, default=64, minimum=1, maximum=2**24,
                        description="HiCache host KV pool size in MiB")
 HOST_POOL_RATIO = setting(
@@ -105,25 +119,13 @@ HOST_POOL_RATIO = setting(
     description="above 0: the host pool is this many times the device KV pool of a step "
                 "alloc_host_mem_pool requires (SGLang's --hicache-ratio); 0: host_pool_mb")
 LAYOUT = setting(
-    "hicache.layout", str, default="page_first",
-    choices=SUPPORTED_LAYOUTS + tuple(LAYOUT_MISSPELLINGS),
-    description="host pool memory layout the storage backend reads (page_first_direct on "
-                "NPU, page_first_kv_split for MLA models)")
-
-
-def storage_layout(layout: str, ctx: StepContext) -> str:
-    """The canonical layout name, if the storage backend supports ``layout``."""
-    if layout in SUPPORTED_LAYOUTS:
-        return layout
-    corrected = LAYOUT_MISSPELLINGS.get(layout)
-    if corrected is not None:
-        ctx.log.warning("layout_misspelt", layout=layout, using=corrected,
-                        fix=f"write hicache.layout: {corrected}")
-        return corrected
-    raise StepError(
-        f"host pool layout '{layout}' is not supported by the Mooncake storage backend",
-        hint=f"set hicache.layout to one of {', '.join(SUPPORTED_LAYOUTS)}",
-    )
+    "hicache.layout", str, default="page_first", choices=LAYOUTS + tuple(DEPRECATED_LAYOUTS),
+    description="SGLang's --hicache-mem-layout (page_first_direct on NPU, page_first_kv_split "
+                "for MLA models; page_first_kv_spilt is a deprecated alias)")
+IO_BACKEND = setting(
+    "hicache.io_backend", str, default="kernel", choices=IO_BACKENDS,
+    description="SGLang's --hicache-io-backend (kernel_ascend on NPU); decides how layer_first "
+                "is rewritten for the Mooncake store")
 
 
 @step(
@@ -132,7 +134,8 @@ def storage_layout(layout: str, ctx: StepContext) -> str:
     requires=["import_backend"],
     device_bound=True,
     when="hicache.enabled",
-    settings=(HICACHE_ENABLED, HOST_ALLOCATOR, HOST_POOL_MB, HOST_POOL_RATIO, LAYOUT),
+    settings=(HICACHE_ENABLED, HOST_ALLOCATOR, HOST_POOL_MB, HOST_POOL_RATIO, LAYOUT, IO_BACKEND,
+              STORAGE_BACKEND),
 )
 def alloc_host_mem_pool(ctx: StepContext) -> HostPool:
     name = str(ctx.setting("device.host_allocator"))
@@ -140,6 +143,11 @@ def alloc_host_mem_pool(ctx: StepContext) -> HostPool:
     if allocator is None:
         raise StepError(f"unknown host allocator '{name}' for device '{ctx.device.type}'",
                         hint=f"set device.host_allocator to one of {', '.join(ALLOCATORS)}")
+    choice = resolve_layout(str(ctx.setting("hicache.layout")),
+                            str(ctx.setting("hicache.storage_backend")),
+                            str(ctx.setting("hicache.io_backend")))
+    for note in choice.notes:
+        ctx.log.warning("layout_changed", layout=choice.layout, note=note)
     nbytes = host_pool_bytes(ctx)
     available = host_available_bytes()
     if nbytes > available:
@@ -147,8 +155,9 @@ def alloc_host_mem_pool(ctx: StepContext) -> HostPool:
                         f"{available / 2**30:.2f} GiB of host memory available",
                         hint="lower hicache.host_pool_mb or hicache.host_pool_ratio")
     buffer, release = allocator(nbytes)
-    pool = HostPool(buffer, nbytes, str(ctx.setting("hicache.layout")), name, release)
-    ctx.log.info("host_pool_allocated", nbytes=nbytes, allocator=name, ptr=hex(pool.ptr))
+    pool = HostPool(buffer, nbytes, choice.layout, name, release)
+    ctx.log.info("host_pool_allocated", nbytes=nbytes, allocator=name, ptr=hex(pool.ptr),
+                 layout=pool.layout)
     return pool
 
 
@@ -182,33 +191,38 @@ def free_host_mem_pool(ctx: StepContext, pool: HostPool) -> None:
 
 @dataclass(slots=True)
 class Registration:
-    """A pool registered with an engine; teardown unregisters it."""
+    """A pool registered with the store; teardown unregisters it."""
 
-    engine: SharedTransferEngine
+    client: StoreClient
     pool: HostPool
-    layout: str
 
 
 @step(
     "register_mem_pool_host",
-    description="Check the pool layout and register the host pool with the transfer engine",
-    requires=["alloc_host_mem_pool", "init_shared_mooncake_transfer_engine"],
+    description="Register the host pool with the Mooncake Store (register_buffer)",
+    requires=["alloc_host_mem_pool", "init_mooncake_store"],
     device_bound=True,
-    when="hicache.enabled and mooncake.enabled",
-    settings=(HICACHE_ENABLED, MOONCAKE_ENABLED),
+    when="hicache.enabled and mooncake.enabled and hicache.storage_backend == 'mooncake'",
+    settings=(HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND),
 )
 def register_mem_pool_host(ctx: StepContext) -> Registration:
     pool: HostPool = ctx.output("alloc_host_mem_pool")
-    engine: SharedTransferEngine = ctx.output("init_shared_mooncake_transfer_engine")
-    layout = storage_layout(pool.layout, ctx)
-    engine.call("register_memory", pool.ptr, pool.nbytes)
-    ctx.log.info("host_pool_registered", ptr=hex(pool.ptr), nbytes=pool.nbytes, layout=layout)
-    return Registration(engine, pool, layout)
+    client: StoreClient = ctx.output("init_mooncake_store")
+    with capture_native_stderr() as native:
+        rc = client.store.register_buffer(pool.ptr, pool.nbytes)
+    if rc != 0:  # SGLang's MooncakeBaseStore.register_buffer words it so
+        raise StepError(f"Failed to register buffer to Mooncake Store, error code: {rc}",
+                        vendor_code=rc, native_log=native.error_lines())
+    ctx.log.info("host_pool_registered", ptr=hex(pool.ptr), nbytes=pool.nbytes,
+                 layout=pool.layout)
+    return Registration(client, pool)
 
 
 @register_mem_pool_host.teardown
 def unregister_mem_pool_host(ctx: StepContext, registration: Registration) -> None:
-    registration.engine.call("unregister_memory", registration.pool.ptr)
+    rc = registration.client.store.unregister_buffer(registration.pool.ptr)
+    if rc != 0:
+        raise StepError(f"unregister_buffer returned {rc}")
 
 
 STEPS = (alloc_host_mem_pool, register_mem_pool_host)

@@ -1,40 +1,46 @@
 """``init_shared_mooncake_transfer_engine``: one Mooncake engine per rank.
 
 The engine is device_bound: on Ascend its transport calls ``aclrtGetDevice``
-on the calling thread, which fails with 107002 unless ``set_device`` ran on
-that thread.  The executor guarantees that; this module only builds the
-engine, turns non-zero return codes into errors carrying Mooncake's own log
-lines, and hands the engine to later steps through :class:`SharedTransferEngine`.
+on the calling thread, which fails unless ``set_device`` ran on that thread.
+The executor guarantees that; this module builds the engine as SGLang 0.5.23
+does (``MooncakeTransferEngine.initialize``: P2P handshake, the host's own
+address, the Ascend hostname form of the installed build), checks which
+transport Mooncake really installed (:mod:`initorch.steps.transports`), turns
+non-zero return codes into errors carrying Mooncake's own log lines, and hands
+the engine to later steps (the store, mooncake.pg) as :class:`SharedTransferEngine`.
 """
 
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from typing import Any
 
 from initorch import StepContext, StepError, setting, step
-from initorch.steps.device import VISIBLE_DEVICES_ENV, device_index, visible_devices
-from initorch.steps.distributed import free_port
-from initorch.steps.native_log import capture_native_stderr
+from initorch.steps.device import VISIBLE_DEVICES_ENV
+from initorch.steps.distributed import MASTER_ADDR
+from initorch.steps.engine_hostname import EngineHostname, engine_hostname
+from initorch.steps.mooncake_build import ASCEND_BUILDS, installed_build
+from initorch.steps.native_log import NativeLog, capture_native_stderr
+from initorch.steps.network import host_port
+from initorch.steps.settings import MOONCAKE_DEVICE_NAME, MOONCAKE_ENABLED, MOONCAKE_PROTOCOL
+from initorch.steps.transports import installed_transports, transport_mismatch
 
-MOONCAKE_ENABLED = setting(
-    "mooncake.enabled", bool, default=True,
-    description="the switch: false skips every Mooncake step (and plugin steps that follow it)")
-# Mooncake picks the transport from its build, topology and environment as well
-# (Mooncake 0.3.13 transfer_engine.cpp); the names vary by build, so no fixed list.
-MOONCAKE_PROTOCOL = setting(
-    "device.mooncake_protocol", str, required=True, pattern=r"[a-z][a-z0-9_]*",
-    description="Mooncake transfer protocol (tcp, rdma, ascend, ...)")
 MOONCAKE_HOSTNAME = setting(
-    "mooncake.hostname", str, default="127.0.0.1", pattern=r"\S+",
-    description="local hostname the engine registers (Ascend adds :port:npu_<phy id>)")
+    "mooncake.hostname", str, default="auto", pattern=r"\S+",
+    description="the engine's local host; auto = the local address that reaches the "
+                "rendezvous (like SGLang's get_local_ip_auto; HOST_IP wins)")
 MOONCAKE_METADATA_SERVER = setting(
     "mooncake.metadata_server", str, default="P2PHANDSHAKE", pattern=r"\S+",
-    description="Mooncake metadata server: P2PHANDSHAKE, or an etcd/http URL")
-MOONCAKE_DEVICE_NAME = setting(
-    "mooncake.device_name", str, default="",
-    description="RDMA device(s) for the rdma protocol; empty lets Mooncake choose")
+    description="the engine's metadata server: P2PHANDSHAKE (SGLang's), or an etcd/http URL")
+ASCEND_BUILD = setting(
+    "mooncake.ascend_build", str, default="auto", choices=("auto", *ASCEND_BUILDS),
+    description="npu: which Ascend build of Mooncake to address; auto reads the installed "
+                "engine (ascend_direct: plain host; hccl: host:port:npu_<physical id>)")
+TRANSPORT_MISMATCH = setting(
+    "mooncake.transport_mismatch", str, default="fail", choices=("fail", "warn"),
+    description="when Mooncake installs another transport than device.mooncake_protocol")
 
 
 @dataclass(slots=True)
@@ -42,25 +48,29 @@ class SharedTransferEngine:
     """The rank's transfer engine plus how peers reach it."""
 
     engine: Any
-    hostname: str
+    hostname: EngineHostname
     protocol: str
-    rpc_port: int
+    device_name: str
+    metadata_server: str
+    rpc_port: int = 0
+    transports: list[str] = field(default_factory=list)
 
     @property
     def session_id(self) -> str:
-        """What a peer passes to ``transfer_sync_*`` to reach this engine."""
-        host = self.hostname.split(":")[0]
-        return f"{host}:{self.rpc_port}"
+        """What a peer passes to ``transfer_sync_*`` (IPv6 as ``[addr]:port``)."""
+        return host_port(self.hostname.host, self.rpc_port)
 
-    def call(self, method: str, *args: Any) -> int:
-        """Call an engine method returning a status code; non-zero raises :class:`StepError`."""
+    def call(self, method: str, *args: Any) -> NativeLog:
+        """Call an engine method returning a status code; non-zero raises :class:`StepError`.
+
+        Returns what Mooncake logged meanwhile."""
         with capture_native_stderr() as native:
             rc = int(getattr(self.engine, method)(*args))
         if rc != 0:
             shown = ", ".join(hex(a) if isinstance(a, int) and a > 4096 else repr(a) for a in args)
             raise StepError(f"TransferEngine.{method}({shown}) returned {rc}",
                             native_log=native.error_lines())
-        return rc
+        return native
 
     def close(self) -> None:
         """Release the engine (its destructor closes sockets and segments)."""
@@ -74,48 +84,68 @@ def import_transfer_engine() -> Any:
     except ImportError as exc:
         raise StepError(
             f"cannot import mooncake.engine: {exc}",
-            hint="pip install mooncake-transfer-engine (CUDA machines) or "
-                 "mooncake-transfer-engine-non-cuda (CPU), never both; set "
-                 "mooncake.enabled=false to run without Mooncake",
+            hint="pip install mooncake-transfer-engine (CUDA machines), "
+                 "mooncake-transfer-engine-npu (Ascend) or mooncake-transfer-engine-non-cuda "
+                 "(CPU and others), only one of them; set mooncake.enabled=false to run "
+                 "without Mooncake",
         ) from exc
     return TransferEngine
 
 
-def engine_hostname(ctx: StepContext, protocol: str) -> str:
-    """The local hostname the engine registers; Ascend wants ``host:port:npu_<phy id>``."""
-    host = str(ctx.setting("mooncake.hostname"))
-    if protocol != "ascend":
-        return host
-    index = device_index(ctx)
-    visible = visible_devices(ctx)
-    physical = visible[index] if visible is not None else str(index)
-    return f"{host}:{free_port(host)}:npu_{physical}"
+def device_name_for(ctx: StepContext) -> str:
+    """SGLang passes no RDMA device when ``MC_FORCE_TCP=1`` makes them irrelevant."""
+    if os.environ.get("MC_FORCE_TCP") == "1":
+        return ""
+    return str(ctx.setting("mooncake.device_name") or "")
+
+
+def check_transport(ctx: StepContext, shared: SharedTransferEngine, native: NativeLog) -> None:
+    """Fail (or warn, with ``mooncake.transport_mismatch: warn``) when Mooncake installed
+    another transport than the profile's protocol."""
+    shared.transports = installed_transports(native.text)
+    if not shared.transports:
+        ctx.log.warning("transport_unconfirmed", expected=shared.protocol,
+                        why="Mooncake logged no transport (is GLOG_minloglevel set?)")
+        return
+    problem = transport_mismatch(shared.protocol, shared.transports)
+    if problem is None:
+        return
+    if ctx.setting("mooncake.transport_mismatch") == "warn":
+        ctx.log.warning("transport_mismatch", expected=shared.protocol,
+                        installed=shared.transports, problem=problem)
+        return
+    shared.close()
+    raise StepError(problem, hint="or set mooncake.transport_mismatch: warn to accept it")
 
 
 @step(
     "init_shared_mooncake_transfer_engine",
-    description="Initialise this rank's Mooncake transfer engine with the profile's protocol",
+    description="Initialise this rank's Mooncake transfer engine (P2P handshake) and check "
+                "its transport",
     requires=["import_backend"],
     device_bound=True,
     when="mooncake.enabled",
     settings=(MOONCAKE_ENABLED, MOONCAKE_PROTOCOL, MOONCAKE_HOSTNAME, MOONCAKE_METADATA_SERVER,
-              MOONCAKE_DEVICE_NAME, VISIBLE_DEVICES_ENV),
+              MOONCAKE_DEVICE_NAME, ASCEND_BUILD, TRANSPORT_MISMATCH, MASTER_ADDR,
+              VISIBLE_DEVICES_ENV),
 )
 def init_shared_mooncake_transfer_engine(ctx: StepContext) -> SharedTransferEngine:
     engine_type = import_transfer_engine()
     protocol = str(ctx.setting("device.mooncake_protocol"))
-    hostname = engine_hostname(ctx, protocol)
-    metadata = str(ctx.setting("mooncake.metadata_server"))
-    device_name = str(ctx.setting("mooncake.device_name") or "")
-    shared = SharedTransferEngine(engine_type(), hostname, protocol, 0)
+    hostname = engine_hostname(ctx, protocol, installed_build())
+    shared = SharedTransferEngine(engine_type(), hostname, protocol, device_name_for(ctx),
+                                  str(ctx.setting("mooncake.metadata_server")))
     try:
-        shared.call("initialize", hostname, metadata, protocol, device_name)
+        native = shared.call("initialize", hostname.argument, shared.metadata_server, protocol,
+                             shared.device_name)
     except StepError:
         shared.close()  # release it now, so its shutdown logs come before the diagnosis
         raise
     shared.rpc_port = int(shared.engine.get_rpc_port())
-    ctx.log.info("transfer_engine_ready", hostname=hostname, protocol=protocol,
-                 rpc_port=shared.rpc_port)
+    check_transport(ctx, shared, native)
+    ctx.log.info("transfer_engine_ready", hostname=hostname.argument, protocol=protocol,
+                 transports=shared.transports, session_id=shared.session_id,
+                 ascend_build=hostname.ascend_build)
     return shared
 
 

@@ -24,12 +24,16 @@ from initorch.model.step import StepDefinition
 REPO = Path(__file__).resolve().parent.parent
 
 # Every built-in profile, and the ones that set a device (the rest are base/overlays).
-BUILTIN_PROFILES = ("base", "cpu", "cuda", "mooncake-ep", "mps", "musa", "npu", "rocm", "server",
+BUILTIN_PROFILES = ("base", "cpu", "cuda", "mooncake-ep", "mps", "musa", "npu", "npu-hccl", "rocm",
+                    "server",
                     "xpu")
 DEVICE_PROFILES = ("cpu", "cuda", "mps", "musa", "npu", "rocm", "xpu")
 # Device profiles on hardware that Mooncake supports (all but mps).
 MOONCAKE_PROFILES = tuple(p for p in DEVICE_PROFILES if p != "mps")
-MOONCAKE_STEPS = ("init_shared_mooncake_transfer_engine", "register_mem_pool_host")
+MOONCAKE_STEPS = ("init_shared_mooncake_transfer_engine", "mooncake_master", "init_mooncake_store",
+                  "register_mem_pool_host")
+# Device profiles where Mooncake registers a process-group backend (mooncake-ep works).
+MOONCAKE_PG_PROFILES = ("cpu", "cuda", "musa")
 VENDOR_MODULES = ("torch", "torch_npu", "torch_musa", "mooncake")
 
 # ``initorch: error: <file>:<line>:<col>: <message>`` (file may contain '/' and '.').

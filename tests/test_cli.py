@@ -38,8 +38,9 @@ def test_plan_text_shows_order_waves_reasons_skips_and_fingerprint(run_cli):
     assert lines[0] == "profiles: base -> npu"
     assert lines[1] == "device:   npu"
     assert lines[2] == f"plan:     {len(plan.order)} steps in {len(plan.waves)} waves, 1 skipped"
-    rows = [re.match(r"^\s+(\d+)\s+(\d+)\s+(\w+)\s+(.+)$", line) for line in lines[5:11]]
-    assert all(rows), lines[5:11]
+    table = lines[5:5 + len(plan.order)]
+    rows = [re.match(r"^\s+(\d+)\s+(\d+)\s+(\w+)\s+(.+)$", line) for line in table]
+    assert all(rows), table
     assert [r.group(3) for r in rows if r] == list(plan.order)
     assert [int(r.group(2)) for r in rows if r] == [plan.step(n).wave for n in plan.order]
     assert "listed by profile base" in lines[5]
@@ -50,14 +51,18 @@ def test_plan_text_shows_order_waves_reasons_skips_and_fingerprint(run_cli):
 
 
 def test_plan_json_has_the_documented_keys(run_cli):
-    data = plan_json(run_cli, "-p", "npu", "-p", "mooncake-ep")
-    assert data["profiles"] == ["base", "npu", "mooncake-ep"]
-    assert data["device"] == "npu"
+    data = plan_json(run_cli, "-p", "cuda", "-p", "mooncake-ep")
+    assert data["profiles"] == ["base", "cuda", "mooncake-ep"]
+    assert data["device"] == "cuda"
     order = data["order"]
     assert order.index("set_device") < order.index(ENGINE) < order.index(
-        "init_torch_distributed")
+        "set_mooncake_pg_engine") < order.index("init_torch_distributed")
     assert sorted(s for wave in data["waves"] for s in wave) == sorted(order)
     assert data["waves"][2] == ["alloc_host_mem_pool", ENGINE]
+    assert data["env"] == {}
+    reasons = {(e["from"], e["to"]): e["reason"] for e in data["edges"]}
+    assert "set_transfer_engine(engine)" in reasons[("set_mooncake_pg_engine",
+                                                     "init_torch_distributed")]
     [skipped] = data["skipped"]
     assert skipped["step"] == "verify_transfer"
     assert skipped["reason"].startswith("condition 'checks.verify_transfer")
@@ -68,7 +73,8 @@ def test_plan_json_has_the_documented_keys(run_cli):
     (["--device", "musa:0"], ["base", "musa"], "musa", 0),
     (["-d", "NPU:3"], ["base", "npu"], "npu", 3),
     (["-d", "hip"], ["base", "rocm"], "rocm", None),
-    (["-p", "mooncake-ep", "-d", "npu:1"], ["base", "npu", "mooncake-ep"], "npu", 1),
+    (["-p", "mooncake-ep", "-d", "cuda:1"], ["base", "cuda", "mooncake-ep"], "cuda", 1),
+    (["-p", "npu-hccl", "-d", "npu:1"], ["base", "npu", "npu-hccl"], "npu", 1),
     (["-p", "npu", "-d", "npu:2"], ["base", "npu"], "npu", 2),
 ])
 def test_device_option_selects_the_profile(run_cli, args, profiles, device, index):
@@ -118,13 +124,14 @@ def test_graph_mermaid(run_cli):
 
 
 def test_graph_json_locates_every_edge(run_cli):
-    code, out, _ = run_cli("graph", "-d", "npu:0", "-p", "mooncake-ep", "--format", "json")
+    code, out, _ = run_cli("graph", "-d", "cuda:0", "-p", "mooncake-ep", "--format", "json")
     data = json.loads(out)
     assert code == 0
-    assert [n["name"] for n in data["nodes"]] == list(load_plan(["npu", "mooncake-ep"]).order)
-    assert {"from": ENGINE, "to": "init_torch_distributed", "kind": "requires"}.items() <= next(
-        e for e in data["edges"] if e["from"] == ENGINE and e["to"] == "init_torch_distributed"
-    ).items()
+    assert [n["name"] for n in data["nodes"]] == list(load_plan(["cuda", "mooncake-ep"]).order)
+    pg = "set_mooncake_pg_engine"
+    edge = next(e for e in data["edges"] if e["from"] == pg and e["to"] == "init_torch_distributed")
+    assert {"kind": "requires", "declared_by": "profile mooncake-ep"}.items() <= edge.items()
+    assert "none for this device" in edge["reason"]
     assert all(re.search(r":\d+", e["declared_at"]) for e in data["edges"])
 
 
@@ -134,19 +141,20 @@ def test_graph_rejects_unknown_formats(run_cli):
     assert caught.value.code == EXIT_INVALID_INPUT
 
 
-def test_explain_prints_the_chain(run_cli):
-    code, out, _ = run_cli("explain", "-p", "npu", "-p", "mooncake-ep", ENGINE,
-                           "init_torch_distributed")
+def test_explain_prints_the_chain_with_the_reason(run_cli):
+    code, out, _ = run_cli("explain", "-p", "npu", ENGINE, "init_torch_distributed")
     lines = out.splitlines()
     assert code == 0
     assert lines[0] == f"{ENGINE} runs before init_torch_distributed because:"
-    assert lines[1].startswith(f"  1. init_torch_distributed requires {ENGINE} [profile "
-                               "mooncake-ep, ")
-    assert re.search(r"mooncake-ep\.yaml:\d+:\d+\]$", lines[1])
+    assert lines[1].startswith(f"  1. init_torch_distributed is ordered after {ENGINE} "
+                               "[profile base, ")
+    assert re.search(r"base\.yaml:\d+:\d+\]: SGLang 0\.5\.23 srt/distributed/bootstrap\.py "
+                     r"init_parallel_runtime: set_device, then the shared Mooncake engine",
+                     lines[1])
 
 
 def test_explain_unordered_steps_is_an_error(run_cli):
-    code, out, err = run_cli("explain", "-p", "npu", ENGINE, "init_torch_distributed")
+    code, out, err = run_cli("explain", "-p", "npu", "alloc_host_mem_pool", ENGINE)
     assert (code, out) == (2, "")
     assert_single_error_line(err, "they may run concurrently", located=False)
 
@@ -190,8 +198,9 @@ def test_steps_text_and_json(run_cli):
     code, out, _ = run_cli("steps")
     assert code == 0
     assert re.search(r"^set_device\s+builtin\s+Set this rank's device", out, re.M)
-    assert re.search(r"^\s+requires alloc_host_mem_pool,init_shared_mooncake_transfer_engine"
-                     r"\s+when hicache.enabled and mooncake.enabled$", out, re.M)
+    assert re.search(r"^\s+requires alloc_host_mem_pool,init_mooncake_store"
+                     r"\s+when hicache.enabled and mooncake.enabled and "
+                     r"hicache.storage_backend == 'mooncake'$", out, re.M)
     code, out, _ = run_cli("steps", "--json")
     rows = {row["name"]: row for row in json.loads(out)}
     assert rows["set_device"]["binds_device"] is True
@@ -223,10 +232,12 @@ def test_settings_lists_every_declaration(run_cli, builtin_registry):
     assert lines[0].split() == ["setting", "default", "description"]
     keys = [line.split()[0] for line in lines[1::2]]
     assert keys == sorted(spec.key for spec in builtin_registry.settings)
-    assert re.search(r"^hicache\.layout\s+'page_first'\s+host pool memory layout", out, re.M)
+    assert re.search(r"^hicache\.layout\s+'page_first'\s+SGLang's --hicache-mem-layout", out,
+                     re.M)
     assert re.search(r"^device\.host_allocator\s+\(required\)\s+host KV pool allocator", out,
                      re.M)
-    assert re.search(r"^\s+text, one of: cuda_host_register, pin_memory, plain; declared by step "
+    assert re.search(r"^\s+text, one of: cuda_host_register, pin_memory, pin_memory_xpu, plain; "
+                     r"declared by step "
                      r"alloc_host_mem_pool$", out, re.M)
 
 
@@ -236,18 +247,18 @@ def test_settings_of_a_selection_say_where_each_value_came_from(run_cli):
     assert code == 0
     assert (rows["hicache.host_pool_mb"]["value"], rows["hicache.host_pool_mb"]["origin"]) == (
         128, "<command line>")
-    assert rows["hicache.layout"]["origin"].endswith("npu.yaml:15:13")
+    assert rows["hicache.layout"]["origin"].endswith("npu.yaml:24:13")
     assert rows["distributed.timeout_s"]["origin"].startswith(
         "default (declared by step init_torch_distributed at ")
     assert rows["distributed.timeout_s"]["exclusive_minimum"] == 0
     assert rows["device.host_allocator"]["choices"] == ["cuda_host_register", "pin_memory",
-                                                        "plain"]
+                                                        "pin_memory_xpu", "plain"]
 
 
 def test_settings_of_an_overlay_work_without_a_device(run_cli):
     code, out, _ = run_cli("settings", "-p", "mooncake-ep")
     assert code == 0
-    assert re.search(r"^device\.collective_backend\s+'mooncake'", out, re.M)
+    assert re.search(r"^mooncake\.elastic_ep\s+true", out, re.M)
     assert re.search(r"^device\.backend_package\s+\(required\)", out, re.M)
     assert "not set (required)" in out
 
@@ -286,8 +297,9 @@ def test_validate_all_builtins_is_clean(run_cli):
 def test_validate_a_good_selection(run_cli, tmp_path):
     good = write(tmp_path, "good.yaml", "extends: npu\nconfig:\n  hicache:\n    host_pool_mb: 8\n")
     assert run_cli("validate", "-p", str(good))[0] == EXIT_OK
-    assert run_cli("validate", "-p", "npu", "-p", "mooncake-ep", "-s", "mooncake.enabled=true"
+    assert run_cli("validate", "-p", "cuda", "-p", "mooncake-ep", "-s", "mooncake.enabled=true"
                    )[0] == EXIT_OK
+    assert run_cli("validate", "-p", "npu", "-p", "mooncake-ep")[0] == EXIT_INVALID_INPUT
 
 
 def test_validate_a_broken_file(run_cli, tmp_path):

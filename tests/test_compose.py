@@ -160,13 +160,16 @@ def test_extends_is_depth_first_left_to_right_and_shared_parents_apply_once(tmp_
 
 
 def test_layered_profiles_apply_later_over_earlier(builtin_registry):
-    composed = compose(builtin_registry.profiles, ["npu", "mooncake-ep"])
-    assert composed.names == ("base", "npu", "mooncake-ep")
-    assert composed.value("device.collective_backend") == "mooncake"
+    composed = compose(builtin_registry.profiles, ["npu", "npu-hccl"])
+    assert composed.names == ("base", "npu", "npu-hccl")
+    assert composed.value("mooncake.ascend_build") == "hccl"  # npu-hccl over npu over base
     assert composed.value("device.type") == "npu"
     assert composed.value("hicache.layout") == "page_first_direct"  # npu over base
-    entries = composed.step_entries["init_torch_distributed"]
+    assert composed.env["ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE"].value == "1"
+    with_ep = compose(builtin_registry.profiles, ["cpu", "mooncake-ep"])
+    entries = with_ep.step_entries["init_torch_distributed"]
     assert [e.source for e in entries] == ["base", "mooncake-ep"]
+    assert with_ep.value("mooncake.elastic_ep") is True
 
 
 def test_layering_the_same_profile_twice_applies_it_once(builtin_registry):

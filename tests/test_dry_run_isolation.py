@@ -38,12 +38,13 @@ def test_plan_runs_without_the_vendor_stack(blocked_env):
 
 
 def test_plan_json_runs_without_the_vendor_stack(blocked_env):
-    result = initorch_command("plan", "--profile", "npu", "--profile", "mooncake-ep", "--json",
+    result = initorch_command("plan", "--profile", "npu", "--profile", "npu-hccl", "--json",
                               env=blocked_env)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["device"] == "npu"
     assert "init_torch_distributed" in data["order"]
+    assert data["env"] == {"ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE": "1"}
 
 
 def test_every_dry_command_runs_without_the_vendor_stack(blocked_env):
@@ -77,7 +78,8 @@ def test_loading_a_plan_imports_no_vendor_module():
         import sys
         import initorch, steps
         from initorch import load_plan
-        for profiles in (["npu"], ["npu", "mooncake-ep"], ["musa"], ["cpu"], ["cuda", "server"]):
+        for profiles in (["npu"], ["npu", "npu-hccl"], ["cuda", "mooncake-ep"], ["musa"],
+                         ["cpu"], ["cuda", "server"]):
             load_plan(profiles)
         load_plan(device="musa:0")
         vendor = sorted(m for m in sys.modules if m.split(".")[0] in {set(VENDOR_MODULES)!r})

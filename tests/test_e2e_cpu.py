@@ -1,8 +1,10 @@
-"""The real start-up on this machine's CPU: gloo, Mooncake over TCP loopback,
-a registered host pool and bytes verified; then nothing left behind."""
+"""The real start-up on this machine's CPU: gloo, Mooncake over TCP loopback, a
+managed Mooncake master, the store set up, the host pool registered with it and KV
+pages verified through it; then nothing left behind (no master, no listening port)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -13,7 +15,11 @@ pytestmark = pytest.mark.e2e
 
 ALL_STEPS = ("import_backend", "set_device", "alloc_host_mem_pool",
              "init_shared_mooncake_transfer_engine", "init_torch_distributed",
-             "register_mem_pool_host", "verify_transfer")
+             "mooncake_master", "init_mooncake_store", "register_mem_pool_host",
+             "verify_transfer")
+TORN_DOWN = ["register_mem_pool_host", "init_mooncake_store", "mooncake_master",
+             "init_torch_distributed", "init_shared_mooncake_transfer_engine",
+             "alloc_host_mem_pool"]
 
 LEAK_CHECK = """
 import json, os, threading
@@ -39,11 +45,33 @@ def listening_sockets():
                     found.append(fields[1])
     return found
 
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:  # a zombie is dead too
+        return stat.read().split(")")[-1].split()[0] != "Z"
+
+def master_ports(endpoint):
+    return [endpoint.managed.ports[name] for name in ("rpc", "metadata", "metrics")]
+
+def port_listens(port):
+    needle = ":%04X" % port
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as handle:
+            if any(l.split()[1].endswith(needle) and l.split()[3] == "0A" for l in handle):
+                return True
+    return False
+
 registry = Registry.with_plugins()
 plan = load_plan(["cpu"], settings={"checks.verify_transfer": True}, registry=registry)
 run = Run(plan, executor="__EXECUTOR__", diagnoses=registry.diagnoses)
 report = run.start()
 during = listening_sockets()
+endpoint = run.output("mooncake_master")
+pid, ports = endpoint.managed.pid, master_ports(endpoint)
+master_up = [alive(pid), [port_listens(p) for p in ports]]
 run.teardown()
 print(json.dumps({
     "ok": report.ok,
@@ -51,6 +79,9 @@ print(json.dumps({
     "teardown": [t.step for t in report.teardown],
     "listening_during": len(during),
     "listening_after": listening_sockets(),
+    "master_during": master_up,
+    "master_after": [alive(pid), [port_listens(p) for p in ports]],
+    "mc_force_tcp_after": os.environ.get("MC_FORCE_TCP"),
     "non_daemon_threads": [t.name for t in threading.enumerate() if not t.daemon],
 }))
 """
@@ -65,15 +96,17 @@ def test_real_cpu_run_tears_everything_down(executor: str) -> None:
     assert set(facts["statuses"].values()) == {"succeeded"}
     assert facts["listening_during"] >= 1  # the engine and the gloo store really listened
     assert facts["listening_after"] == []
+    assert facts["master_during"] == [True, [True, True, True]]
+    assert facts["master_after"] == [False, [False, False, False]]  # no process, no port
+    assert facts["mc_force_tcp_after"] is None  # the profile's env: is undone
     assert facts["non_daemon_threads"] == ["MainThread"]
     # Reverse completion order: whatever the executor overlapped, a registration is
-    # undone before the engine and the pool it depends on.
+    # undone before the store, the store before the master, all before the pool.
     order = facts["teardown"]
-    assert sorted(order) == sorted(["register_mem_pool_host", "init_torch_distributed",
-                                    "init_shared_mooncake_transfer_engine",
-                                    "alloc_host_mem_pool"])
-    assert order.index("register_mem_pool_host") < min(
-        order.index("init_shared_mooncake_transfer_engine"), order.index("alloc_host_mem_pool"))
+    assert sorted(order) == sorted(TORN_DOWN)
+    for first, then in itertools.pairwise(TORN_DOWN[:5]):  # a chain of hard edges
+        assert order.index(first) < order.index(then)
+    assert order.index("register_mem_pool_host") < order.index("alloc_host_mem_pool")
 
 
 def test_cli_run_cpu_with_report(tmp_path) -> None:
@@ -86,7 +119,9 @@ def test_cli_run_cpu_with_report(tmp_path) -> None:
     statuses = {s["step"]: s["status"] for s in report["steps"]}
     assert statuses == dict.fromkeys(ALL_STEPS, "succeeded")
     assert report["critical_chain"][0] == "verify_transfer"
-    assert [t["status"] for t in report["teardown"]] == ["succeeded"] * 4
+    assert [t["status"] for t in report["teardown"]] == ["succeeded"] * len(TORN_DOWN)
+    assert report["environment"] == [{"name": "MC_FORCE_TCP", "value": "1",
+                                      "source": "profile", "profile_value": "1"}]
     trace = json.loads(trace_path.read_text())
     assert {e["name"] for e in trace["traceEvents"] if e.get("cat") == "initorch.step"} == set(
         statuses)
@@ -98,8 +133,8 @@ def test_cli_run_without_mooncake_skips_its_steps() -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
     skipped = {e["step"] for e in events if e["event"] == "step_skipped"}
-    assert skipped == {"init_shared_mooncake_transfer_engine", "register_mem_pool_host",
-                       "verify_transfer"}
+    assert skipped == {"init_shared_mooncake_transfer_engine", "mooncake_master",
+                       "init_mooncake_store", "register_mem_pool_host", "verify_transfer"}
 
 
 def test_json_logs_are_json_only_with_mooncake_native_lines_as_events() -> None:
@@ -114,7 +149,10 @@ def test_json_logs_are_json_only_with_mooncake_native_lines_as_events() -> None:
     assert glog, "Mooncake's glog lines were expected as native_output events"
     assert all(e["source"].split(":")[0].endswith((".cpp", ".h", ".cc")) for e in glog)
     assert all(isinstance(e["native_thread"], int) for e in glog)
-    no_rdma = [e for e in glog if "No RDMA devices found" in e["text"]]
-    assert no_rdma and no_rdma[0]["level"] == "warning"  # glog's W
+    # The cpu profile forces TCP, so Mooncake says so (I) and warns about its allocator (W).
+    forced = [e for e in glog if "MC_FORCE_TCP is set" in e["text"]]
+    assert forced and forced[0]["level"] == "info"  # glog's I
+    malloc = [e for e in glog if "Using default malloc/free for protocol: tcp" in e["text"]]
+    assert malloc and malloc[0]["level"] == "warning"  # glog's W
     assert all((e["profile"], e["rank"]) == ("base+cpu", 0) for e in native)
     assert events[-1]["event"] == "run_summary" and events[-1]["ok"] is True

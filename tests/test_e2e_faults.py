@@ -25,7 +25,8 @@ pytestmark = pytest.mark.e2e
 
 CPU_STEPS = ("import_backend", "set_device", "alloc_host_mem_pool",
              "init_shared_mooncake_transfer_engine", "init_torch_distributed",
-             "register_mem_pool_host", "verify_transfer")
+             "mooncake_master", "init_mooncake_store", "register_mem_pool_host",
+             "verify_transfer")
 
 
 class InjectedFault(RuntimeError):
@@ -96,8 +97,11 @@ def occupied_port() -> Iterator[int]:
 
 def run_failing(tmp_path: Path, profile: str, *settings: str, simulated: bool = False,
                 env: dict[str, str] | None = None) -> tuple[list[str], dict[str, object]]:
+    """Run ``profile`` (``a+b`` layers b over a) and expect a diagnosed failure."""
     report_path = tmp_path / "run.json"
-    args = ["run", "--profile", profile, "--report", str(report_path)]
+    args = ["run", "--report", str(report_path)]
+    for layer in profile.split("+"):
+        args += ["--profile", layer]
     for setting in settings:
         args += ["--set", setting]
     result = initorch_command(*args, simulated=simulated, env=env)
@@ -115,6 +119,17 @@ def run_failing(tmp_path: Path, profile: str, *settings: str, simulated: bool = 
          "mooncake-engine-init-failed"),
         ("alloc_host_mem_pool", "musa", ("device.host_allocator=cuda_host_register",), True,
          None, "cuda-host-register-on-non-cuda"),
+        ("alloc_host_mem_pool", "npu", ("hicache.layout=layer_first",), True, None,
+         "host-pool-layout-unsupported"),  # kernel_ascend io: SGLang's store would fail later
+        ("init_shared_mooncake_transfer_engine", "cpu", ("device.mooncake_protocol=rdma",),
+         False, None, "mooncake-transport-mismatch"),  # MC_FORCE_TCP: Mooncake installs tcp
+        ("mooncake_master", "cpu", ("mooncake.master=127.0.0.1:1",), False, None,
+         "mooncake-master-unreachable"),
+        ("init_mooncake_store", "cpu", ("device.mooncake_protocol=ascend",
+                                        "mooncake.transport_mismatch=warn"), False, None,
+         "mooncake-unsupported-transport"),  # the CPU wheel's store has no ascend transport
+        ("set_mooncake_pg_engine", "cpu+mooncake-ep", (), False, None,
+         "mooncake-pg-missing-build"),  # the non-CUDA wheel has no mooncake.pg for torch 2.13
     ],
 )
 def test_misconfiguration_fails_with_diagnosis_last(
@@ -135,7 +150,7 @@ def test_an_unsupported_layout_is_refused_before_anything_runs(tmp_path: Path) -
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         "initorch: error: <command line>: hicache.layout must be one of layer_first, "
-        "page_first, page_first_direct, page_head, page_first_kv_split, page_first_kv_spilt, "
+        "page_first, page_first_direct, page_first_kv_split, page_head, page_first_kv_spilt, "
         "got 'page_frist' (did you mean 'page_first'?)"]
     assert not report_path.exists()
 
@@ -145,11 +160,11 @@ def test_master_port_in_use_is_diagnosed(tmp_path: Path, occupied_port: int) -> 
     assert lines[-1].startswith("diagnosis master-port-in-use:"), lines[-5:]
     steps = {s["step"]: s for s in report["steps"]}  # type: ignore[union-attr]
     assert steps["init_torch_distributed"]["status"] == "failed"
-    # Steps that do not need the process group still ran and were torn down.
-    assert steps["register_mem_pool_host"]["status"] == "succeeded"
+    # Steps that do not need the process group still ran and were torn down; the store
+    # path needs it (the master is shared over it) and was skipped.
+    assert steps["register_mem_pool_host"]["status"] == "skipped"
     torn = [t["step"] for t in report["teardown"]]  # type: ignore[union-attr]
-    assert torn == ["register_mem_pool_host", "init_shared_mooncake_transfer_engine",
-                    "alloc_host_mem_pool"]
+    assert torn == ["init_shared_mooncake_transfer_engine", "alloc_host_mem_pool"]
 
 
 def test_unknown_failure_is_reported_as_it_is(tmp_path: Path) -> None:
@@ -159,17 +174,30 @@ def test_unknown_failure_is_reported_as_it_is(tmp_path: Path) -> None:
 
 
 def test_missing_numpy_is_diagnosed(tmp_path: Path) -> None:
-    """torch installed without NumPy (what 'pip install torch' gives) fails in verify_transfer,
-    where all_gather_object needs Tensor.numpy(); the diagnosis says to install it."""
+    """torch installed without NumPy (what 'pip install torch' gives) fails where ranks
+    exchange objects: rank 1 receives the managed master's address with
+    broadcast_object_list, which needs Tensor.numpy(); the diagnosis says to install it.
+    (A world of one exchanges nothing and needs no NumPy.)"""
+    import subprocess
+    import sys
+
     shim = tmp_path / "no-numpy" / "numpy"
     shim.mkdir(parents=True)
     # What Python raises for a package that is not installed; torch checks exactly this type.
     (shim / "__init__.py").write_text(
         "raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n",
         encoding="utf-8")
-    lines, report = run_failing(tmp_path, "cpu", "checks.verify_transfer=true",
-                                env={"PYTHONPATH": str(shim.parent)})
-    assert lines[-1].startswith("diagnosis numpy-missing:"), lines[-5:]
-    steps = {s["step"]: s for s in report["steps"]}  # type: ignore[union-attr]
-    assert steps["verify_transfer"]["status"] == "failed"
-    assert steps["verify_transfer"]["error"]["message"] == "Numpy is not available"  # type: ignore[index]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    bin_dir = Path(sys.executable).parent
+    result = subprocess.run(
+        [str(bin_dir / "torchrun"), "--nproc-per-node=2", f"--master-port={port}",
+         "--no-python", str(bin_dir / "initorch"), "run", "--profile", "cpu",
+         "--set", "hicache.host_pool_mb=4"],
+        env={**__import__("os").environ, "PYTHONPATH": str(shim.parent)},
+        capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode != 0
+    diagnosed = [line for line in result.stderr.splitlines()
+                 if line.startswith("diagnosis numpy-missing:")]
+    assert diagnosed, result.stderr[-3000:]

@@ -111,7 +111,7 @@ def test_unbalanced_memory_fails_every_rank_with_the_diagnosis(tmp_path: Path) -
     for entry in results.values():
         assert not entry["ok"]
         assert entry["failed"] == "memory_baseline"
-        assert entry["finding"] == "memory-capacity-unbalanced"
+        assert entry["finding"] == "tp-memory-unbalanced"
         assert entry["error"].startswith("The memory capacity is unbalanced.")
         assert "rank 1 has 25% of rank 0's" in entry["error"] or \
             "rank 1 has 24% of rank 0's" in entry["error"]

@@ -8,6 +8,7 @@ failure and the diagnosis names it; the shipped profile passes.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -58,19 +59,36 @@ print(json.dumps(results))
 """
 
 
+# What each simulated Mooncake build logs, and which diagnosis that gets.
+NO_CONTEXT = {
+    "ascend_direct": ("Call acl failed, detail: ", "ascend-acl-call-failed", None),
+    "hccl": ("HcclTransport: aclrtGetDevice failed, ret: 107002", "ascend-context-null",
+             "107002"),
+}
+
+
+@pytest.mark.parametrize("build", ["ascend_direct", "hccl"])
 @pytest.mark.parametrize("mode", ["before_set_device", "helper_thread"])
-def test_old_npu_order_reproduces_107002_and_is_diagnosed(mode: str) -> None:
-    result = run_python(OLD_ORDER.replace("__MODE__", mode), simulated=True)
+def test_old_npu_order_fails_in_both_ascend_builds_and_is_diagnosed(mode: str,
+                                                                     build: str) -> None:
+    result = run_python(OLD_ORDER.replace("__MODE__", mode), simulated=True,
+                        env={"INITORCH_SIM_MOONCAKE_BUILD": build})
     assert result.returncode == 0, result.stderr[-3000:]
     facts = json.loads(result.stdout.strip().splitlines()[-1])
     assert "TransferEngine.initialize" in facts["error"]
-    assert "Call aclrtGetDevice failed, ret: 107002" in facts["native_log"]
-    assert facts["diagnosis"] == "ascend-context-null"
-    assert facts["vendor_code"] == "107002"
+    logged, diagnosis, code = NO_CONTEXT[build]
+    assert logged in facts["native_log"]
+    assert "Failed to install Ascend transport" in facts["native_log"]
+    assert (facts["diagnosis"], facts["vendor_code"]) == (diagnosis, code)
 
 
-@pytest.mark.parametrize("executor", ["sequential", "parallel"])
-def test_shipped_npu_profile_passes(executor: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("executor", "build", "physical", "hostname"), [
+    ("sequential", "ascend_direct", "", "127.0.0.1"),       # plain host: the npu wheel
+    ("parallel", "hccl", "", r"127\.0\.0\.1:\d+:npu_4"),     # LOCAL_RANK 0 -> physical 4
+    ("sequential", "hccl", "6", r"127\.0\.0\.1:\d+:npu_6"),  # ASCEND_NPU_PHY_ID, as SGLang
+])
+def test_shipped_npu_profile_passes_with_either_build(executor: str, build: str, physical: str,
+                                                      hostname: str, tmp_path: Path) -> None:
     # A timeout moves the engine init onto a helper thread: it must still have context.
     overlay = tmp_path / "deadline.yaml"
     overlay.write_text("steps:\n  init_shared_mooncake_transfer_engine:\n    timeout: 60\n",
@@ -78,13 +96,86 @@ def test_shipped_npu_profile_passes(executor: str, tmp_path: Path) -> None:
     result = initorch_command(
         "run", "--profile", "npu", "--profile", str(overlay), "--executor", executor,
         "--set", "checks.verify_transfer=true", "--log-format", "json",
-        simulated=True, env={"ASCEND_RT_VISIBLE_DEVICES": "4,5"})
+        simulated=True, env={"ASCEND_RT_VISIBLE_DEVICES": "4,5", "ASCEND_NPU_PHY_ID": physical,
+                             "INITORCH_SIM_MOONCAKE_BUILD": build})
     assert result.returncode == 0, result.stderr[-3000:]
     events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
     ready = next(e for e in events if e["event"] == "transfer_engine_ready")
-    assert ready["protocol"] == "ascend"
-    assert ready["hostname"].endswith(":npu_4")  # LOCAL_RANK 0 -> physical device 4
-    assert any(e["event"] == "transfer_verified" for e in events)
+    assert ready["protocol"] == "ascend" and ready["ascend_build"] == build
+    assert re.fullmatch(hostname, ready["hostname"])
+    assert "ascend" in ready["transports"]
+    verified = next(e for e in events if e["event"] == "transfer_verified")
+    assert verified["layout"] == "page_first_direct"
+
+
+def test_asking_for_the_other_build_fails_before_the_engine_starts() -> None:
+    result = initorch_command("run", "--profile", "npu", "--profile", "npu-hccl",
+                              simulated=True, env={"INITORCH_SIM_MOONCAKE_BUILD": "ascend_direct"})
+    assert result.returncode == 1
+    assert "mooncake.ascend_build is hccl, but the installed Mooncake is the ascend_direct " \
+           "build" in result.stderr
+
+
+WITHOUT_CONTEXT = """
+import json, threading
+from initorch import Registry, StepContext, StepError, load_plan
+from initorch.execution.run import Run
+
+registry = Registry.with_plugins()
+plan = load_plan(["npu", "__PROFILE__"], registry=registry)
+run = Run(plan, diagnoses=registry.diagnoses)
+assert run.start().ok
+facts = {}
+
+def step_on_a_fresh_thread(name):
+    # What the old code did: call into Mooncake from a thread that never ran set_device.
+    ctx = StepContext(run.state, name, __import__("structlog").get_logger())
+    box = {}
+    def target():
+        try:
+            output = registry.steps.get(name).action(ctx)
+            box["error"] = None
+            if name == "init_mooncake_store":
+                output.store.close()
+        except StepError as exc:
+            finding = registry.diagnoses.match(exc)
+            box.update(error=str(exc), native_log=exc.native_log,
+                       diagnosis=finding.diagnosis.id if finding else None)
+    thread = threading.Thread(target=target); thread.start(); thread.join()
+    assert box, name + " raised something other than a StepError"
+    return box
+
+facts["register"] = step_on_a_fresh_thread("register_mem_pool_host")
+facts["store"] = step_on_a_fresh_thread("init_mooncake_store")
+run.teardown()
+print(json.dumps(facts))
+"""
+
+
+@pytest.mark.parametrize("build", ["ascend_direct", "hccl"])
+def test_store_steps_without_device_context_fail_as_the_build_does(build: str,
+                                                                   tmp_path: Path) -> None:
+    # Registration is the one the steps leave for last: initorch runs it after
+    # init_mooncake_store, device_bound; here it is run bare, on a fresh thread.
+    overlay = tmp_path / "no-register.yaml"
+    overlay.write_text("steps:\n  register_mem_pool_host: {enabled: false}\n"
+                       "  verify_transfer: {enabled: false}\n", encoding="utf-8")
+    result = run_python(WITHOUT_CONTEXT.replace("__PROFILE__", str(overlay)), simulated=True,
+                        env={"INITORCH_SIM_MOONCAKE_BUILD": build})
+    assert result.returncode == 0, result.stderr[-3000:]
+    facts = json.loads(result.stdout.strip().splitlines()[-1])
+    logged, diagnosis, _ = NO_CONTEXT[build]
+    store = facts["store"]
+    assert store["error"] == "Failed to setup Mooncake store, error code: -1"
+    assert logged in store["native_log"] and store["diagnosis"] == diagnosis
+    register = facts["register"]
+    if build == "ascend_direct":  # aclrtGetDevice again at registration (StampBufferDeviceId)
+        assert register["error"] == ("Failed to register buffer to Mooncake Store, error "
+                                     "code: -600")
+        assert "ascend_direct_transport.cpp:80] Call acl failed" in register["native_log"]
+        assert register["diagnosis"] == "ascend-acl-call-failed"
+    else:  # the legacy HCCL build does not ask for the device when registering
+        assert register["error"] is None
 
 
 def test_profile_cannot_reintroduce_the_old_order(tmp_path: Path) -> None:

@@ -88,8 +88,14 @@ def test_tiny_server_starts_answers_and_shuts_down_cleanly(tmp_path: Path) -> No
     torn_down = {(e["rank"], e["step"]) for e in events if e["event"] == "teardown_succeeded"}
     for rank in (0, 1):
         assert {(rank, "init_model_parallel"), (rank, "register_mem_pool_host"),
+                (rank, "init_mooncake_store"),
                 (rank, "init_shared_mooncake_transfer_engine")} <= torn_down
     assert not [e for e in events if e["event"] == "teardown_failed"]
+    # The HiCache host pool went to the Mooncake Store, through one managed master.
+    assert {e["rank"] for e in events if e["event"] == "mooncake_store_ready"} == {0, 1}
+    assert {e["rank"] for e in events if e["event"] == "host_pool_registered"} == {0, 1}
+    assert len([e for e in events if e["event"] == "mooncake_master_stopped"]) == 1
+    assert sum(1 for rank in info["ranks"] if rank["master"]) == 1
     kv = {e["rank"]: e["nbytes"] for e in events if e["event"] == "kv_pool_allocated"}
     host = {e["rank"]: e["nbytes"] for e in events if e["event"] == "host_pool_allocated"}
     assert host == {rank: 2 * nbytes for rank, nbytes in kv.items()}  # hicache.host_pool_ratio

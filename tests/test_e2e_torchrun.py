@@ -1,5 +1,6 @@
-"""Several real ranks under torchrun: one gloo group, one Mooncake engine per rank,
-pools registered, and bytes moved from every rank to the next and checked."""
+"""Several real ranks under torchrun: one gloo group, one Mooncake engine per rank, one
+managed Mooncake master (rank 0's) for all, each rank's host pool registered with the
+store, KV pages put by every rank and read back by the next one, byte-checked."""
 
 from __future__ import annotations
 
@@ -20,8 +21,12 @@ def free_port() -> int:
         return port
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
-def test_torchrun_cpu_ranks_verify_transfer(ranks: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("ranks", "layout"), [
+    (2, "page_first"), (4, "page_first"),
+    (2, "page_first_direct"),
+    (2, "page_first_kv_split"),  # MLA: one key per page over two buffers
+])
+def test_torchrun_cpu_ranks_verify_transfer(ranks: int, layout: str, tmp_path: Path) -> None:
     import subprocess
 
     bin_dir = Path(sys.executable).parent
@@ -29,6 +34,7 @@ def test_torchrun_cpu_ranks_verify_transfer(ranks: int, tmp_path: Path) -> None:
         [str(bin_dir / "torchrun"), f"--nproc-per-node={ranks}", f"--master-port={free_port()}",
          "--no-python", str(bin_dir / "initorch"), "run", "--profile", "cpu",
          "--set", "checks.verify_transfer=true", "--set", "hicache.host_pool_mb=4",
+         "--set", f"hicache.layout={layout}",
          "--log-format", "json"],
         capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -36,9 +42,14 @@ def test_torchrun_cpu_ranks_verify_transfer(ranks: int, tmp_path: Path) -> None:
     verified = {e["rank"]: e for e in events if e["event"] == "transfer_verified"}
     assert sorted(verified) == list(range(ranks))
     for rank, event in verified.items():
-        assert event["sent_to"] == (rank + 1) % ranks
+        assert (event["put_by"], event["layout"]) == (rank, layout)
         assert event["received_from"] == (rank - 1) % ranks
+    masters = {e["rank"]: e for e in events if e["event"] == "mooncake_master_ready"}
+    assert [masters[r]["managed"] for r in range(ranks)] == [True] + [False] * (ranks - 1)
+    assert len({e["address"] for e in masters.values()}) == 1  # one master for all ranks
     finished = [e for e in events if e["event"] == "run_finished"]
     assert len(finished) == ranks and all(e["ok"] for e in finished)
     torn_down = [e for e in events if e["event"] == "teardown_succeeded"]
-    assert len(torn_down) == 4 * ranks
+    assert len(torn_down) == 6 * ranks
+    assert [e["rank"] for e in events if e["event"] == "mooncake_master_stopped"] == [0]
+    assert "RPC_FAIL" not in result.stderr  # no client was still closing when it stopped

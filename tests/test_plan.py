@@ -44,11 +44,12 @@ def test_json_shape_of_npu():
 
 
 def test_json_shape_with_overlay_device_and_skips():
-    plan = load_plan(["mooncake-ep"], device="NPU:3")
+    plan = load_plan(["npu-hccl"], device="NPU:3")
     data = plan.to_dict()
     assert_plan_shape(data, plan)
-    assert data["profiles"] == ["base", "npu", "mooncake-ep"]
+    assert data["profiles"] == ["base", "npu", "npu-hccl"]
     assert (data["device"], data["device_index"]) == ("npu", 3)
+    assert data["env"] == {"ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE": "1"}
     mps = load_plan(["mps"]).to_dict()
     assert {s["step"] for s in mps["skipped"]} >= {ENGINE, "register_mem_pool_host"}
 
@@ -57,17 +58,18 @@ def test_overlay_with_device_accepts_settings_of_the_device_profile():
     # BUG: selection.compose_selection first composes the overlay alone *with* the
     # overrides (to read its device.type), so any --set of a base/device setting fails
     # with "no such setting".  Compose without overrides for that check.
-    plan = load_plan(["mooncake-ep"], device="npu:0", settings={"hicache.host_pool_mb": 128})
+    plan = load_plan(["mooncake-ep"], device="cuda:0", settings={"hicache.host_pool_mb": 128})
     assert plan.config()["hicache.host_pool_mb"] == 128
-    assert plan.profiles == ("base", "npu", "mooncake-ep")
+    assert plan.profiles == ("base", "cuda", "mooncake-ep")
 
 
 def test_waves_group_steps_that_may_run_together():
     plan = load_plan(["npu"])
     assert plan.waves[0] == ("import_backend",)
     assert plan.waves[1] == ("set_device",)
-    assert set(plan.waves[2]) == {"alloc_host_mem_pool", ENGINE, "init_torch_distributed"}
-    assert plan.waves[3] == ("register_mem_pool_host",)
+    assert set(plan.waves[2]) == {"alloc_host_mem_pool", ENGINE}
+    assert plan.waves[3:] == (("init_torch_distributed",), ("mooncake_master",),
+                              ("init_mooncake_store",), ("register_mem_pool_host",))
 
 
 def test_plan_accessors():
@@ -81,9 +83,9 @@ def test_plan_accessors():
 # --- fingerprint ---------------------------------------------------------------------------
 
 def test_fingerprint_is_stable_across_working_directories(tmp_path, monkeypatch):
-    first = load_plan(["npu", "mooncake-ep"]).fingerprint
+    first = load_plan(["cuda", "mooncake-ep"]).fingerprint
     monkeypatch.chdir(tmp_path)
-    assert load_plan(["npu", "mooncake-ep"]).fingerprint == first
+    assert load_plan(["cuda", "mooncake-ep"]).fingerprint == first
 
 
 def test_fingerprint_ignores_where_a_profile_file_lives(tmp_path, monkeypatch):
@@ -100,13 +102,13 @@ def test_fingerprint_ignores_where_a_profile_file_lives(tmp_path, monkeypatch):
 def test_fingerprint_is_stable_across_processes(tmp_path):
     prints = set()
     for seed in ("1", "2"):
-        result = initorch_command("plan", "-p", "npu", "-p", "mooncake-ep", "--json",
+        result = initorch_command("plan", "-p", "npu", "-p", "npu-hccl", "--json",
                                   env={"PYTHONHASHSEED": seed})
         assert result.returncode == 0, result.stderr
         data = json.loads(result.stdout)
         prints.add((data["fingerprint"], tuple(data["order"])))
     assert len(prints) == 1
-    assert prints.pop()[0] == load_plan(["npu", "mooncake-ep"]).fingerprint
+    assert prints.pop()[0] == load_plan(["npu", "npu-hccl"]).fingerprint
 
 
 @pytest.mark.parametrize("change", [
@@ -114,7 +116,7 @@ def test_fingerprint_is_stable_across_processes(tmp_path):
     {"settings": {"mooncake.hostname": "10.0.0.2"}},
     {"settings": {"mooncake.enabled": False}},
     {"device": "npu:1"},
-    {"profiles": ["npu", "mooncake-ep"]},
+    {"profiles": ["npu", "npu-hccl"]},
 ])
 def test_fingerprint_changes_with_what_runs(change):
     base = load_plan(["npu"]).fingerprint
@@ -146,13 +148,15 @@ def test_fingerprint_changes_when_a_step_override_changes(tmp_path):
 # --- explain -------------------------------------------------------------------------------
 
 def test_explain_gives_the_chain_with_locations():
-    plan = load_plan(["npu", "mooncake-ep"])
-    chain = plan.explain("import_backend", "register_mem_pool_host")
-    assert_chain(chain, "import_backend", "register_mem_pool_host")
-    assert len(chain) == 2
+    plan = load_plan(["cuda", "mooncake-ep"])
+    chain = plan.explain("import_backend", "alloc_host_mem_pool")
+    assert_chain(chain, "import_backend", "alloc_host_mem_pool")
+    assert len(chain) == 1
     for edge in chain:
         assert edge.declared_at.line > 0
         assert edge.describe().endswith(f", {edge.declared_at}]")
+    (reasoned,) = plan.explain("set_mooncake_pg_engine", "init_torch_distributed")
+    assert reasoned.describe().endswith(f", {reasoned.declared_at}]: {reasoned.reason}")
 
 
 @pytest.mark.parametrize(("first", "second", "fragments"), [

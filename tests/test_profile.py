@@ -152,7 +152,7 @@ INVALID = [
     ("steps:\n  x: [after]\n", ("overrides of step 'x' must be a mapping",), "p.yaml:2:6"),
     ("steps:\n  x:\n    aftr: [y]\n", ("unknown key 'aftr'", "did you mean 'after'?"),
      "p.yaml:3:5"),
-    ("steps:\n  x:\n    after: [1]\n", ("'after' must be a string or a list of strings",),
+    ("steps:\n  x:\n    after: [1]\n", ("'after' must be a step name or a list of step names",),
      "p.yaml:3:12"),
     ("steps:\n  x:\n    enabled: maybe\n", ("steps.x.enabled must be true or false",),
      "p.yaml:3:14"),

@@ -180,11 +180,16 @@ def test_builtin_declarations(builtin_registry):
     binders = [s.name for s in steps.values() if s.binds_device]
     assert binders == ["set_device"]
     for name in ("init_torch_distributed", "init_shared_mooncake_transfer_engine",
-                 "alloc_host_mem_pool", "register_mem_pool_host"):
+                 "alloc_host_mem_pool", "init_mooncake_store", "register_mem_pool_host",
+                 "set_mooncake_pg_engine"):
         assert steps[name].device_bound, name
-        assert "import_backend" in steps[name].requires or name == "register_mem_pool_host"
+    for name in ("init_torch_distributed", "init_shared_mooncake_transfer_engine",
+                 "alloc_host_mem_pool"):
+        assert "import_backend" in steps[name].requires, name
     assert set(steps["register_mem_pool_host"].requires) == {
-        "alloc_host_mem_pool", "init_shared_mooncake_transfer_engine"}
+        "alloc_host_mem_pool", "init_mooncake_store"}
+    assert steps["init_mooncake_store"].requires == ("mooncake_master",)
+    assert steps["init_mooncake_store"].wants == ("init_shared_mooncake_transfer_engine",)
     assert "mooncake.enabled" in (steps["init_shared_mooncake_transfer_engine"].when or "")
     assert "mooncake.enabled" in (steps["register_mem_pool_host"].when or "")
     assert "hicache.enabled" in (steps["alloc_host_mem_pool"].when or "")

@@ -60,7 +60,7 @@ def test_report_json_shape(registry):
     data = json.loads(json.dumps(report.to_dict()))
     assert set(data) == {"fingerprint", "profiles", "device", "rank", "executor", "started_at",
                          "wall_time_s", "ok", "interrupted", "steps", "critical_chain", "blame",
-                         "teardown"}
+                         "teardown", "environment"}
     assert data["interrupted"] is None
     assert data["fingerprint"] == run.plan.fingerprint
     assert (data["profiles"], data["device"], data["rank"], data["executor"], data["ok"]) == (

@@ -18,6 +18,7 @@ from initorch import (
 from tests.conftest import FLAG, define, synthetic_plan
 from tests.helpers_foundation import (
     DEVICE_PROFILES,
+    MOONCAKE_PG_PROFILES,
     MOONCAKE_PROFILES,
     MOONCAKE_STEPS,
     assert_before,
@@ -43,25 +44,41 @@ def test_npu_engine_runs_after_set_device():
     assert_chain(plan.explain("set_device", ENGINE), "set_device", ENGINE)
 
 
-def test_npu_with_mooncake_ep_orders_set_device_engine_process_group():
-    plan = load_plan(["npu", "mooncake-ep"])
+def test_cuda_with_mooncake_ep_hands_the_engine_over_before_the_process_group():
+    plan = load_plan(["cuda", "mooncake-ep"])
     assert_before(plan.order, "set_device", ENGINE)
-    assert_before(plan.order, ENGINE, PROCESS_GROUP)
-    chain = plan.explain(ENGINE, PROCESS_GROUP)
-    assert_chain(chain, ENGINE, PROCESS_GROUP)
+    assert_before(plan.order, ENGINE, "set_mooncake_pg_engine")
+    assert_before(plan.order, "set_mooncake_pg_engine", PROCESS_GROUP)
+    chain = plan.explain("set_mooncake_pg_engine", PROCESS_GROUP)
+    assert_chain(chain, "set_mooncake_pg_engine", PROCESS_GROUP)
     assert any("mooncake-ep.yaml" in str(e.declared_at) for e in chain)
-    assert plan.settings["device.collective_backend"].value == "mooncake"
+    assert plan.settings["mooncake.pg_backend"].value == "mooncake"
 
 
-def test_without_mooncake_ep_the_engine_and_process_group_are_unordered():
-    plan = load_plan(["npu"])
-    assert plan.step(ENGINE).wave == plan.step(PROCESS_GROUP).wave
-    with pytest.raises(ResolveError, match="no constraint orders them"):
-        plan.explain(ENGINE, PROCESS_GROUP)
+@pytest.mark.parametrize("profile", MOONCAKE_PROFILES)
+def test_every_mooncake_profile_orders_engine_then_process_group_with_a_reason(profile):
+    plan = load_plan([profile])
+    assert plan.step(ENGINE).wave < plan.step(PROCESS_GROUP).wave
+    (edge,) = plan.explain(ENGINE, PROCESS_GROUP)
+    assert (edge.kind, edge.declared_by) == ("after", "profile base")
+    assert edge.reason is not None and "SGLang 0.5.23" in edge.reason
+    assert "bootstrap.py init_parallel_runtime" in edge.reason
+
+
+@pytest.mark.parametrize("profile", [p for p in MOONCAKE_PROFILES
+                                     if p not in MOONCAKE_PG_PROFILES])
+def test_mooncake_ep_is_refused_at_plan_time_where_mooncake_has_no_backend(profile):
+    with pytest.raises(ResolveError) as caught:
+        load_plan([profile, "mooncake-ep"])
+    assert_problem(caught.value, f"step '{PROCESS_GROUP}' requires 'set_mooncake_pg_engine' "
+                                 "(SGLang 0.5.23", "none for this device), which is skipped",
+                   f"mooncake.pg_backend='none' from ./profiles/{profile}.yaml",
+                   at="mooncake-ep.yaml:10:15")
 
 
 @pytest.mark.parametrize("profiles", [[p] for p in DEVICE_PROFILES]
-                         + [[p, "mooncake-ep"] for p in MOONCAKE_PROFILES])
+                         + [[p, "mooncake-ep"] for p in MOONCAKE_PG_PROFILES]
+                         + [["npu", "npu-hccl"]])
 def test_every_builtin_profile_resolves_with_the_real_constraints(profiles):
     plan = load_plan(profiles)
     assert plan.order[0] == "import_backend"
@@ -71,8 +88,11 @@ def test_every_builtin_profile_resolves_with_the_real_constraints(profiles):
             assert_before(plan.order, "set_device", name)
     if "register_mem_pool_host" in plan.order:
         assert_before(plan.order, "alloc_host_mem_pool", "register_mem_pool_host")
-        assert_before(plan.order, ENGINE, "register_mem_pool_host")
-    if "mooncake-ep" in profiles:
+        assert_before(plan.order, ENGINE, "init_mooncake_store")
+        assert_before(plan.order, PROCESS_GROUP, "mooncake_master")
+        assert_before(plan.order, "mooncake_master", "init_mooncake_store")
+        assert_before(plan.order, "init_mooncake_store", "register_mem_pool_host")
+    if ENGINE in plan.order:
         assert_before(plan.order, ENGINE, PROCESS_GROUP)
 
 
@@ -80,7 +100,8 @@ def test_every_builtin_profile_resolves_with_the_real_constraints(profiles):
 def test_mooncake_capable_profiles_plan_the_full_set(profile):
     plan = load_plan([profile])
     assert {"import_backend", "set_device", PROCESS_GROUP, ENGINE, "alloc_host_mem_pool",
-            "register_mem_pool_host"} <= set(plan.order)
+            "mooncake_master", "init_mooncake_store", "register_mem_pool_host"
+            } <= set(plan.order)
     assert set(skipped_reasons(plan)) == {"verify_transfer"}
 
 
@@ -89,7 +110,8 @@ def test_mps_skips_mooncake_steps_saying_why():
     reasons = skipped_reasons(plan)
     for name in MOONCAKE_STEPS:
         assert name not in plan.order
-        assert "Mooncake has no transport for Apple MPS" in reasons[name]  # why
+        assert "Mooncake has no transport" in reasons[name] or \
+            "without a Mooncake transport" in reasons[name]  # why
         assert "disabled by profile mps (./profiles/mps.yaml:" in reasons[name]  # where
     assert {"set_device", PROCESS_GROUP, "alloc_host_mem_pool"} <= set(plan.order)
 
@@ -97,8 +119,10 @@ def test_mps_skips_mooncake_steps_saying_why():
 def test_mps_with_mooncake_ep_is_a_requirement_on_a_skipped_step():
     with pytest.raises(ResolveError) as caught:
         load_plan(["mps", "mooncake-ep"])
-    assert_problem(caught.value, f"step '{PROCESS_GROUP}' requires '{ENGINE}', which is skipped",
-                   "disabled by profile mps", at="mooncake-ep.yaml:7:16")
+    assert_problem(caught.value, f"step '{PROCESS_GROUP}' requires 'set_mooncake_pg_engine'",
+                   "which is skipped", "mooncake.pg_backend='none' from default (declared by "
+                   "step set_mooncake_pg_engine",
+                   at="mooncake-ep.yaml:10:15")
 
 
 @pytest.mark.parametrize("profile", MOONCAKE_PROFILES)
@@ -122,7 +146,7 @@ def test_reasons_say_who_listed_and_who_required():
     plan = load_plan(["npu"])
     reasons = plan.step("import_backend").reasons
     assert reasons[0].startswith("listed by profile base (")
-    assert "base.yaml:8:3" in reasons[0]
+    assert "base.yaml:11:3" in reasons[0]
     assert reasons[1].startswith("required by set_device, ")
 
 

@@ -70,7 +70,7 @@ def refusal(path: Path, registry: Registry, *fragments: str) -> SavedPlanError:
 
 def test_a_saved_plan_comes_back_as_the_same_plan(tmp_path):
     registry = Registry.with_plugins()
-    plan = load_plan(["npu", "mooncake-ep"], device="npu:3",
+    plan = load_plan(["cuda", "mooncake-ep"], device="cuda:3",
                      settings={"hicache.host_pool_mb": 96}, registry=registry)
     plan.save(tmp_path / "plan.json")
     loaded = load_saved_plan(tmp_path / "plan.json", registry)
@@ -94,7 +94,7 @@ def test_a_saved_plan_comes_back_as_the_same_plan(tmp_path):
         (e.source, e.target, e.kind, e.declared_by, e.declared_at.line)
         for e in plan.graph.edges()]
     # explain works from the saved edges, with where each was declared
-    [edge] = loaded.explain(ENGINE, "init_torch_distributed")
+    [edge] = loaded.explain("set_mooncake_pg_engine", "init_torch_distributed")
     assert edge.kind == "requires" and edge.declared_at.path.endswith("mooncake-ep.yaml")
 
 
@@ -112,11 +112,47 @@ def test_the_file_holds_the_plan_json_plus_origins_edges_and_a_header(tmp_path):
     step = data["steps"][0]
     assert {"name", "wave", "why", "requires", "timeout", "declared"} <= set(step)
     assert step["declared"]["action"] == "initorch.steps.backend:import_backend"
-    assert {"from", "to", "kind", "declared_at", "declared_by"} == set(data["edges"][0])
+    assert {"from", "to", "kind", "declared_at", "declared_by", "reason"} == set(
+        data["edges"][0])
+    assert data["env"] == {"MC_FORCE_TCP": "1"}
+    assert data["env_sources"]["MC_FORCE_TCP"]["source"] == "cpu"
     assert set(data["setting_sources"]["hicache.layout"]) == {
         "source", "location", "key_location", "is_default"}
     origin = data["setting_origins"]["checks.verify_transfer"]  # a default, from a step
     assert origin.startswith("default (declared by step verify_transfer at /")
+
+
+def test_a_saved_plan_keeps_edge_reasons_and_the_environment(tmp_path):
+    # What a profile says about its edges and environment survives save and load:
+    # explain quotes the same reason, a run sets the same variables.
+    plan = load_plan(["npu", "npu-hccl"], device="npu:1")
+    plan.save(tmp_path / "plan.json")
+    loaded = load_saved_plan(tmp_path / "plan.json")
+    assert loaded.fingerprint == plan.fingerprint
+    assert [(e.source, e.target, e.kind, e.reason) for e in loaded.graph.edges()] == [
+        (e.source, e.target, e.kind, e.reason) for e in plan.graph.edges()]
+    [edge] = loaded.explain(ENGINE, "init_torch_distributed")
+    assert edge.reason and "SGLang 0.5" in edge.reason
+    assert edge.reason in edge.describe()
+    assert {name: (entry.value, entry.source, entry.location.line)
+            for name, entry in loaded.env.items()} == {
+        name: (entry.value, entry.source, entry.location.line)
+        for name, entry in plan.env.items()}
+    assert loaded.env["ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE"].value == "1"
+    assert os.path.isabs(loaded.env["ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE"].location.path)
+    shown = str(loaded).split("environment")[1]
+    assert shown.count("ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE=1") == 1
+
+
+def test_an_edited_environment_in_a_saved_plan_fails_the_fingerprint(tmp_path):
+    load_plan(["cpu"]).save(tmp_path / "plan.json")
+
+    def forge(data):
+        data["env"]["MC_FORCE_TCP"] = "0"
+        data["checksum"] = saved_form.__globals__["_checksum"](data)
+
+    edit(tmp_path / "plan.json", forge)
+    refusal(tmp_path / "plan.json", Registry.with_plugins(), "fingerprint", "does not match")
 
 
 def test_paths_in_a_saved_plan_are_absolute(tmp_path, monkeypatch):
@@ -359,7 +395,7 @@ def test_running_a_saved_plan_imports_no_networkx_and_torch_only_when_steps_run(
 
 def test_loading_and_walking_a_saved_plan_never_imports_networkx(tmp_path):
     path = tmp_path / "plan.json"
-    load_plan(["npu", "mooncake-ep"]).save(path)
+    load_plan(["npu", "npu-hccl"]).save(path)
     code = f"""
         import sys
         import initorch

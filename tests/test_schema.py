@@ -94,7 +94,8 @@ def test_schema_documents_every_field_setting_and_step(builtin_registry):
     schema = profile_schema(builtin_registry.settings, builtin_registry.steps)
     device = schema["properties"]["device"]["properties"]
     assert all(field.get("description") for field in device.values())
-    assert device["host_allocator"]["enum"] == ["cuda_host_register", "pin_memory", "plain"]
+    assert device["host_allocator"]["enum"] == ["cuda_host_register", "pin_memory",
+                                                "pin_memory_xpu", "plain"]
     assert "required" in device["backend_package"]["description"]
     overrides = schema["properties"]["steps"]["properties"]["set_device"]["properties"]
     assert all(field.get("description") for field in overrides.values())

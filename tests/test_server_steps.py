@@ -171,7 +171,7 @@ def test_unbalanced_message_names_the_short_rank_and_is_diagnosed() -> None:
     book = DiagnosisBook()
     register_diagnoses(book)
     finding = book.match(StepError(message))
-    assert finding is not None and finding.diagnosis.id == "memory-capacity-unbalanced"
+    assert finding is not None and finding.diagnosis.id == "tp-memory-unbalanced"
     assert "memory.balance_threshold" in finding.diagnosis.remedy
 
 

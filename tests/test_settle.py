@@ -19,7 +19,7 @@ def test_values_come_from_defaults_profiles_and_the_command_line(builtin_registr
                              ("hicache.host_pool_mb", "hicache.layout", "distributed.timeout_s"))
     assert (pool.value, pool.origin) == (128, "<command line>")
     assert layout.value == "page_first_direct"
-    assert layout.origin.endswith("npu.yaml:15:13")
+    assert layout.origin.endswith("npu.yaml:24:13")
     assert timeout.value == 120.0 and type(timeout.value) is float
     assert timeout.is_default
     assert timeout.origin.startswith("default (declared by step init_torch_distributed at ")
@@ -37,7 +37,7 @@ def test_every_declared_setting_is_in_the_plan(builtin_registry):
 
 def test_an_overlay_settles_without_a_device(builtin_registry):
     settled = load_settings(["mooncake-ep"], registry=builtin_registry)
-    assert settled.values["device.collective_backend"].value == "mooncake"
+    assert settled.values["mooncake.elastic_ep"].value is True
     assert "device.backend_package" in settled.missing  # required, given by no profile here
     assert settled.for_conditions()["device.backend_package"] is None
 
@@ -60,7 +60,8 @@ def test_an_overlay_settles_without_a_device(builtin_registry):
     ("config:\n  hicache:\n    layout: 3\n",
      ("hicache.layout must be text, got the number 3", "quote it to pass text"), "p.yaml:3:13"),
     ("device:\n  host_allocator: pinned_memory\n",
-     ("device.host_allocator must be one of cuda_host_register, pin_memory, plain, got "
+     ("device.host_allocator must be one of cuda_host_register, pin_memory, pin_memory_xpu, "
+      "plain, got "
       "'pinned_memory'", "did you mean 'pin_memory'?"), "p.yaml:2:19"),
     ("config:\n  started: 2024-01-01\n", ("unknown setting 'started'",), "p.yaml:2:3"),
     ("config:\n  mooncake:\n    hostname: 2024-01-01\n",

@@ -24,11 +24,16 @@ import pytest
 
 SITE = Path(__file__).resolve().parent / "simulated" / "site"
 
-GLOG_107002 = re.compile(
-    r"^E\d{4} \d{2}:\d{2}:\d{2}\.\d{6} +(?P<tid>\d+) ascend_transport\.cpp:\d+\] "
-    r"Call aclrtGetDevice failed, ret: 107002$",
-    re.MULTILINE,
-)
+# What each simulated Ascend build logs when aclrtGetDevice finds no context (glog).
+GLOG_NO_CONTEXT = {
+    "ascend_direct": re.compile(
+        r"^E\d{4} \d{2}:\d{2}:\d{2}\.\d{6} +(?P<tid>\d+) ascend_direct_transport\.cpp:244\] "
+        r"Call acl failed, detail: \(simulated CANN error text\) aclrtGetDevice returned "
+        r"107002$", re.MULTILINE),
+    "hccl": re.compile(
+        r"^E\d{4} \d{2}:\d{2}:\d{2}\.\d{6} +(?P<tid>\d+) hccl_transport\.cpp:323\] "
+        r"HcclTransport: aclrtGetDevice failed, ret: 107002$", re.MULTILINE),
+}
 
 _SIM_ENV_VARS = (
     "PYTHONPATH",
@@ -36,6 +41,8 @@ _SIM_ENV_VARS = (
     "MUSA_VISIBLE_DEVICES",
     "INITORCH_SIM_DEVICE_COUNT",
     "INITORCH_SIM_CANN_MISSING",
+    "INITORCH_SIM_MOONCAKE_BUILD",
+    "MC_FORCE_TCP",
 )
 
 
@@ -187,11 +194,10 @@ def test_ascend_hostname_split_keeps_port():
 
 
 def test_glog_line_format():
-    line = mooncake_ascend.glog_error_line(
-        "Call aclrtGetDevice failed, ret: 107002", "ascend_transport.cpp", 112
-    )
+    line = mooncake_ascend.glog_line(
+        "E", "HcclTransport: aclrtGetDevice failed, ret: 107002", "hccl_transport.cpp:323")
     assert line.endswith("\n")
-    match = GLOG_107002.match(line.rstrip("\n"))
+    match = GLOG_NO_CONTEXT["hccl"].match(line.rstrip("\n"))
     assert match is not None
     assert int(match["tid"]) == threading.get_native_id()
 
@@ -334,12 +340,19 @@ import mooncake.engine            # imported first: the hook must patch at once
 import torch, torch_npu
 from mooncake.engine import TransferEngine
 from initorch_simulation.acl import ACL
+from initorch.steps.mooncake_build import installed_build
 
-r = {"patched": TransferEngine.__name__}
-HOST = "127.0.0.1:12001:npu_3"
+BUILD = os.environ["INITORCH_SIM_MOONCAKE_BUILD"]
+HOST = "127.0.0.1:12001:npu_3" if BUILD == "hccl" else "127.0.0.1"
+r = {"patched": TransferEngine.__name__, "build_read": installed_build().ascend}
 
 def marker(text):
     os.write(2, ("@@ " + text + "\\n").encode())
+
+def on_helper(fn):
+    box = []
+    t = threading.Thread(target=lambda: box.append(fn())); t.start(); t.join()
+    return box[0]
 
 marker("before-set-device")
 r["rc_before_set_device"] = TransferEngine().initialize(HOST, "P2PHANDSHAKE", "ascend", "")
@@ -347,32 +360,43 @@ torch.npu.set_device(3)
 
 def helper():
     marker("helper-tid %d" % threading.get_native_id())
-    r["rc_helper"] = TransferEngine().initialize(HOST, "P2PHANDSHAKE", "ascend", "")
-    r["rc_helper_tcp"] = TransferEngine().initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "")
-t = threading.Thread(target=helper); t.start(); t.join()
+    return [TransferEngine().initialize(HOST, "P2PHANDSHAKE", "ascend", ""),
+            TransferEngine().initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "")]
+r["rc_helper"], r["rc_helper_tcp"] = on_helper(helper)
 marker("main-with-context")
 
 engine = TransferEngine()
 r["rc_main"] = engine.initialize(HOST, "P2PHANDSHAKE", "ascend", "")
 b = engine.simulated_ascend
-r["binding"] = [b.device_logic_id, b.hostname_physical_id, b.delegated_hostname]
+r["binding"] = [b.build, b.device_logic_id, b.hostname_physical_id, b.delegated_hostname]
 src = ctypes.create_string_buffer(b"simulated ascend bytes", 64)
 dst = ctypes.create_string_buffer(64)
 s, d = ctypes.addressof(src), ctypes.addressof(dst)
+marker("register-on-helper")
+r["register_helper"] = on_helper(lambda: engine.register_memory(s, 64))
+marker("register-on-main")
+if r["register_helper"] == 0:
+    engine.unregister_memory(s)
 r["register"] = [engine.register_memory(s, 64), engine.register_memory(d, 64)]
 peer = "127.0.0.1:%d" % engine.get_rpc_port()
 r["write"] = engine.transfer_sync_write(peer, s, d, 32)
 r["received"] = dst.raw[:22].decode()
 r["unregister"] = [engine.unregister_memory(s), engine.unregister_memory(d)]
+os.environ["MC_FORCE_TCP"] = "1"
+r["rc_forced_tcp_helper"] = on_helper(
+    lambda: TransferEngine().initialize(HOST, "P2PHANDSHAKE", "ascend", ""))
 print(json.dumps(r))
 """
 
 
-@pytest.fixture(scope="module")
-def mooncake_report(tmp_path_factory):
+@pytest.fixture(scope="module", params=["ascend_direct", "hccl"])
+def mooncake_report(request, tmp_path_factory):
     pytest.importorskip("mooncake.engine")
     tmp = tmp_path_factory.mktemp("mooncake")
-    return _report(_run_simulated(MOONCAKE_SCRIPT, tmp, INITORCH_SIM_DEVICE_COUNT="8"))
+    report = _report(_run_simulated(MOONCAKE_SCRIPT, tmp, INITORCH_SIM_DEVICE_COUNT="8",
+                                    INITORCH_SIM_MOONCAKE_BUILD=request.param))
+    report["_build"] = request.param
+    return report
 
 
 def _stderr_section(stderr: str, start: str, end: str) -> str:
@@ -383,10 +407,15 @@ def test_hook_patches_an_already_imported_engine(mooncake_report):
     assert mooncake_report["patched"] == "SimulatedAscendTransferEngine"
 
 
+def test_the_simulated_binary_names_the_build(mooncake_report):
+    assert mooncake_report["build_read"] == mooncake_report["_build"]
+
+
 def test_ascend_engine_fails_before_set_device(mooncake_report):
     assert mooncake_report["rc_before_set_device"] == -1
     section = _stderr_section(mooncake_report["_stderr"], "before-set-device", "helper-tid")
-    assert len(GLOG_107002.findall(section)) == 1
+    assert len(GLOG_NO_CONTEXT[mooncake_report["_build"]].findall(section)) == 1
+    assert "Failed to install Ascend transport" in section
 
 
 def test_ascend_engine_fails_on_helper_thread_without_context(mooncake_report):
@@ -394,23 +423,43 @@ def test_ascend_engine_fails_on_helper_thread_without_context(mooncake_report):
     stderr = mooncake_report["_stderr"]
     helper_tid = re.search(r"@@ helper-tid (\d+)", stderr)[1]
     section = _stderr_section(stderr, "helper-tid", "main-with-context")
-    [match] = list(GLOG_107002.finditer(section))
-    assert match["tid"] == helper_tid
+    matches = list(GLOG_NO_CONTEXT[mooncake_report["_build"]].finditer(section))
+    assert {m["tid"] for m in matches} == {helper_tid}
 
 
-def test_other_protocols_reach_the_real_engine_untouched(mooncake_report):
-    assert mooncake_report["rc_helper_tcp"] == 0
+def test_an_ascend_build_ignores_the_protocol(mooncake_report):
+    # transfer_engine_impl.cpp init: Ascend builds install ascend whatever the protocol.
+    assert mooncake_report["rc_helper_tcp"] == -1
+
+
+def test_mc_force_tcp_skips_the_ascend_transport(mooncake_report):
+    assert mooncake_report["rc_forced_tcp_helper"] == 0
 
 
 def test_ascend_engine_succeeds_with_context_and_moves_real_bytes(mooncake_report):
+    build = mooncake_report["_build"]
     assert mooncake_report["rc_main"] == 0
-    assert mooncake_report["binding"] == [3, 3, "127.0.0.1:12001"]
+    expected = [build, 3, 3, "127.0.0.1:12001"] if build == "hccl" else \
+        [build, 3, None, "127.0.0.1"]
+    assert mooncake_report["binding"] == expected
     assert mooncake_report["register"] == [0, 0]
     assert mooncake_report["write"] == 0
     assert mooncake_report["received"] == "simulated ascend bytes"
     assert mooncake_report["unregister"] == [0, 0]
-    section = mooncake_report["_stderr"].split("@@ main-with-context", 1)[1]
-    assert GLOG_107002.search(section) is None
+    section = _stderr_section(mooncake_report["_stderr"], "main-with-context",
+                              "register-on-helper")
+    assert GLOG_NO_CONTEXT[build].search(section) is None
+
+
+def test_only_ascend_direct_registers_memory_through_acl(mooncake_report):
+    section = _stderr_section(mooncake_report["_stderr"], "register-on-helper",
+                              "register-on-main")
+    if mooncake_report["_build"] == "ascend_direct":
+        assert mooncake_report["register_helper"] == -1
+        assert re.search(r"ascend_direct_transport\.cpp:80\] Call acl failed, detail: ", section)
+    else:
+        assert mooncake_report["register_helper"] == 0
+        assert "Call acl failed" not in section
 
 
 # ---------------------------------------------------------------------------------------

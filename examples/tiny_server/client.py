@@ -7,8 +7,6 @@ torchrun needs exactly these.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import time
 import urllib.error
@@ -50,23 +48,28 @@ def get(url: str) -> dict[str, Any]:
         return dict(json.loads(response.read()))
 
 
-def listening(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether something accepts connections on ``host:port``."""
-    with socket.socket() as probe:
-        probe.settimeout(1.0)
-        return probe.connect_ex((host, port)) == 0
+def listening(port: int) -> bool:
+    """Whether a socket on this host listens on ``port`` (read from /proc, no connect)."""
+    needle = f":{port:04X}"
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table, encoding="ascii") as handle:
+            if any(f[1].endswith(needle) and f[3] == "0A" for f in map(str.split, handle)):
+                return True
+    return False
 
 
 def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting to be reaped does not count)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
         return False
-    return True
 
 
 def leftovers(ready: dict[str, Any]) -> list[str]:
-    """What a stopped server left behind: rank processes, its HTTP port, Mooncake ports."""
+    """What a stopped server left behind: rank processes, its HTTP port, Mooncake engine
+    ports, the managed Mooncake master (and its watchdog) and the master's ports."""
     found = []
     http_port = int(ready["url"].rsplit(":", 1)[1])
     if listening(http_port):
@@ -76,4 +79,9 @@ def leftovers(ready: dict[str, Any]) -> list[str]:
             found.append(f"rank {rank} (pid {info['pid']}) is still running")
         if info["mooncake_port"] and listening(info["mooncake_port"]):
             found.append(f"rank {rank}'s Mooncake port {info['mooncake_port']} is still open")
+        master = info.get("master") or {"pids": [], "ports": []}
+        found += [f"rank {rank}'s mooncake_master process {pid} is still running"
+                  for pid in master["pids"] if alive(pid)]
+        found += [f"rank {rank}'s mooncake_master port {port} is still open"
+                  for port in master["ports"] if listening(port)]
     return found

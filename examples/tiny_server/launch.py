@@ -56,6 +56,24 @@ def write_ready_file(path: Path, data: dict[str, Any]) -> None:
     partial.replace(path)
 
 
+def mooncake_processes(run: Run) -> dict[str, Any]:
+    """This rank's Mooncake engine port and the managed master it started, if any: what
+    must be gone after shutdown."""
+    def output(step: str) -> Any:
+        return run.output(step) if run.state.has_output(step) else None
+
+    engine = output("init_shared_mooncake_transfer_engine")
+    endpoint = output("mooncake_master")
+    managed = endpoint.managed if endpoint is not None else None
+    return {
+        "mooncake_port": engine.rpc_port if engine is not None else None,
+        "master": None if managed is None else {
+            "pids": [managed.pid, managed.watchdog.pid],
+            "ports": sorted(managed.ports.values()),
+        },
+    }
+
+
 def serve(run: Run, ready_file: Path | None) -> None:
     """Serve on every rank until ``POST /shutdown``; rank 0 owns HTTP and the ready file."""
     import torch.distributed as dist
@@ -69,12 +87,8 @@ def serve(run: Run, ready_file: Path | None) -> None:
                     host=str(setting["server.host"].value), port=int(setting["server.port"].value),
                     max_new_tokens=int(setting["server.max_new_tokens"].value),
                     startup=startup_report(run.report))
-    engine = run.output("init_shared_mooncake_transfer_engine") \
-        if run.state.has_output("init_shared_mooncake_transfer_engine") else None
     ranks: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(ranks, {"pid": os.getpid(),
-                                   "mooncake_port": engine.rpc_port if engine else None},
-                           group=group)
+    dist.all_gather_object(ranks, {"pid": os.getpid(), **mooncake_processes(run)}, group=group)
     url = server.open()
     try:
         if url is not None:

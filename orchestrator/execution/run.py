@@ -26,7 +26,8 @@ from typing import Any
 
 from initorch.errors import StepFailedError
 from initorch.execution.context import RankInfo, RunState, StepContext
-from initorch.execution.executors import Executor, make_executor
+from initorch.execution.environment import AppliedEnvironment, apply_environment
+from initorch.execution.executors import DryRunExecutor, Executor, make_executor
 from initorch.execution.heartbeat import DEFAULT_INTERVAL_S, Heartbeat
 from initorch.execution.invoke import invoke_step
 from initorch.execution.signals import SignalGuard
@@ -74,6 +75,7 @@ class Run:
         self._lock = threading.Lock()
         self._teardown_lock = threading.Lock()  # a second caller waits for the first
         self._completed: list[str] = []
+        self._environment: AppliedEnvironment | None = None
         self._started = self._closing = self._torn_down = False
         self._signals = SignalGuard(self.log)
         self._heartbeat = Heartbeat(heartbeat, self.log) if heartbeat is not None else None
@@ -105,6 +107,7 @@ class Run:
                           steps=len(self._plan.steps), skipped=len(self._plan.skipped),
                           fingerprint=self._plan.fingerprint,
                           working_directory=os.getcwd())  # what ./paths are relative to
+            self._apply_environment()
             for skipped in self._plan.skipped:
                 self.log.info("step_skipped", step=skipped.name, reason=skipped.reason)
             self.executor.execute(self)
@@ -143,6 +146,10 @@ class Run:
                 for name in order:
                     self._teardown_output(name, self.state.forget(name))
             finally:
+                if self._environment is not None:
+                    undone = self._environment.restore()
+                    if undone:
+                        self.log.info("env_restored", unset=undone)
                 self._signals.release()
                 if self._teardown_at_exit:
                     atexit.unregister(self.teardown)
@@ -211,6 +218,23 @@ class Run:
                       device_bound=planned.step.device_bound, timeout=planned.step.timeout)
 
     # -- internals -------------------------------------------------------------------
+
+    def _apply_environment(self) -> None:
+        """Set the plan's ``env:`` variables the process lacks (the process wins);
+        a dry run changes nothing."""
+        if isinstance(self.executor, DryRunExecutor):
+            return
+        self._environment = apply_environment(self._plan.env)
+        self.report.environment = [o.to_dict() for o in self._environment.outcomes]
+        for outcome in self._environment.outcomes:
+            if outcome.source == "process" and outcome.value != outcome.profile_value:
+                self.log.warning("env_kept", name=outcome.name, value=outcome.value,
+                                 profile_value=outcome.profile_value,
+                                 why="the process environment wins over profiles")
+        if self._environment.outcomes:
+            self.log.info("env_applied", set=self._environment.set_by_run,
+                          kept=[o.name for o in self._environment.outcomes
+                                if o.source == "process"])
 
     def _stop_heartbeat(self) -> None:
         if self._heartbeat is not None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from initorch.errors import ConflictError, Problem, ProfileError
 from initorch.loading.catalog import ProfileCatalog
-from initorch.loading.document import ProfileDocument, Setting, StepEntry
+from initorch.loading.document import EnvEntry, ProfileDocument, Setting, StepEntry
 from initorch.location import COMMAND_LINE, SourceLocation
 from initorch.model.settings import CORE_KEYS
 
@@ -40,6 +40,7 @@ class ComposedProfile:
     documents: tuple[ProfileDocument, ...]
     settings: Mapping[str, Setting]
     step_entries: Mapping[str, tuple[StepEntry, ...]] = field(default_factory=dict)
+    env: Mapping[str, EnvEntry] = field(default_factory=dict)
 
     @property
     def problems(self) -> tuple[Problem, ...]:
@@ -70,12 +71,17 @@ def compose(
         _expand(catalog, ref, None, COMMAND_LINE, (), documents, ancestors)
     settings: dict[str, Setting] = {}
     entries: dict[str, list[StepEntry]] = {}
+    env: dict[str, EnvEntry] = {}
     for doc in documents:
         _apply_settings(doc, settings, ancestors)
         for entry in doc.steps:
             entries.setdefault(entry.name, []).append(entry)
+        for variable in doc.env:  # a later profile's value wins; null drops it
+            env.pop(variable.name, None)
+            if variable.value is not None:
+                env[variable.name] = variable
     composed = ComposedProfile(
-        tuple(documents), settings, {name: tuple(e) for name, e in entries.items()}
+        tuple(documents), settings, {name: tuple(e) for name, e in entries.items()}, env
     )
     return with_overrides(composed, overrides)
 
@@ -85,7 +91,7 @@ def with_overrides(composed: ComposedProfile, overrides: Iterable[tuple[str, Any
     """``composed`` with ``--set`` style overrides applied (a new object)."""
     settings = dict(composed.settings)
     _apply_overrides(settings, overrides)
-    return ComposedProfile(composed.documents, settings, composed.step_entries)
+    return ComposedProfile(composed.documents, settings, composed.step_entries, composed.env)
 
 
 def _expand(

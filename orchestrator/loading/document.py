@@ -14,6 +14,7 @@ One flat namespace makes layering, ``--set`` and ``when:`` conditions uniform.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,7 @@ from initorch.model.step import EDGE_KINDS, MAX_RETRIES, MAX_TIMEOUT_S, EdgeKind
 from initorch.suggest import closest
 
 # "$schema" lets an editor's YAML language server find the JSON Schema.
-TOP_LEVEL_KEYS = ("description", "extends", "device", "config", "steps", "$schema")
+TOP_LEVEL_KEYS = ("description", "extends", "device", "config", "env", "steps", "$schema")
 # The device fields the profile format itself needs; every other ``device.*`` key
 # is a setting that some step declares (see initorch.model.settings).
 CORE_DEVICE_FIELDS = ("type", "aliases")
@@ -38,10 +39,14 @@ STEP_OVERRIDES: dict[str, str] = {
     "timeout": "seconds before the step is reported as hung (at most a week); null for none",
     "retries": f"attempts after the first (at most {MAX_RETRIES}), for errors the step "
                "declares transient",
-    **{kind: f"add {kind} edges (step names)" for kind in EDGE_KINDS},
+    **{kind: f"add {kind} edges: step names, or {{step: NAME, reason: TEXT}} items"
+       for kind in EDGE_KINDS},
     "remove": "edges to remove: a mapping of edge kind to step names",
 }
 STEP_FIELDS = tuple(STEP_OVERRIDES)
+EDGE_ITEM_FIELDS = ("step", "reason")
+# POSIX leaves the alphabet of environment names open; this is the portable one.
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +74,28 @@ class Setting:
 
 @dataclass(frozen=True, slots=True)
 class EdgeChange:
-    """A profile adding (``add``) or removing an edge ``step --kind--> target``."""
+    """A profile adding (``add``) or removing an edge ``step --kind--> target``.
+
+    ``reason`` is the profile's own words for why the edge exists (an upstream
+    file and version, say); it is shown by ``explain``, ``graph`` and ``plan
+    --json`` and never changes what runs.
+    """
 
     step: str
     kind: EdgeKind
     target: str
     add: bool
+    location: SourceLocation
+    source: str
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EnvEntry:
+    """An environment variable a profile sets (``value`` None: drop an earlier one)."""
+
+    name: str
+    value: str | None
     location: SourceLocation
     source: str
 
@@ -106,6 +127,7 @@ class ProfileDocument:
     settings: tuple[Setting, ...]
     steps: tuple[StepEntry, ...]
     problems: tuple[Problem, ...] = ()
+    env: tuple[EnvEntry, ...] = ()
 
     @property
     def device_type(self) -> Setting | None:
@@ -170,9 +192,10 @@ def read_profile(text: str, path: str, name: str) -> ProfileDocument:
         out, data.get("config"), name
     )
     steps = _parse_steps(out, data.get("steps"), name)
+    env = _parse_env(out, data.get("env"), name)
     in_file_order = sorted(out.problems, key=lambda p: (p.location or SourceLocation(path)))
     return ProfileDocument(name, path, description, extends, settings, steps,
-                           tuple(in_file_order))
+                           tuple(in_file_order), env)
 
 
 def _string_list(out: _Collector, value: Any, *path: str | int) -> list[tuple[str, SourceLocation]]:
@@ -300,8 +323,9 @@ def _parse_step_entry(out: _Collector, name: str, body: dict[str, Any],
         elif key == "remove":
             changes.extend(_parse_removals(out, name, item, source))
         elif key in EDGE_KINDS:
-            for target, at in _step_names(out, item, "steps", name, key):
-                changes.append(EdgeChange(name, _edge_kind(key), target, True, at, source))
+            for target, at, reason in _edge_targets(out, item, "steps", name, key):
+                changes.append(EdgeChange(name, _edge_kind(key), target, True, at, source,
+                                          reason))
         else:
             problem = _override_problem(name, key, item, item_where)
             if problem is None:
@@ -360,3 +384,64 @@ def _parse_removals(out: _Collector, name: str, value: Any, source: str) -> list
         for target, at in _step_names(out, targets, "steps", name, "remove", kind):
             changes.append(EdgeChange(name, _edge_kind(kind), target, False, at, source))
     return changes
+
+
+def _edge_targets(out: _Collector, value: Any, *path: str | int
+                  ) -> list[tuple[str, SourceLocation, str | None]]:
+    """Edge targets: a name, or a list of names and ``{step: NAME, reason: TEXT}`` items."""
+    if value is None:
+        return []
+    items = value if isinstance(value, list) else [value]
+    if not all(isinstance(item, (str, dict)) for item in items):
+        out.add(f"'{path[-1]}' must be a step name or a list of step names and "
+                "{step: NAME, reason: TEXT} items", out.doc.where(*path),
+                "e.g. after: [{step: set_device, reason: 'SGLang 0.5.23 bootstrap.py'}]")
+        return []
+    targets: list[tuple[str, SourceLocation, str | None]] = []
+    for index, item in enumerate(items):
+        at = (*path, index) if isinstance(value, list) else path
+        if isinstance(item, str):
+            targets += [(name, where, None) for name, where in _step_names(out, item, *at)]
+            continue
+        for key in item:
+            if key not in EDGE_ITEM_FIELDS:
+                out.unknown_key(str(key), EDGE_ITEM_FIELDS, *at)
+        target, reason = item.get("step"), item.get("reason")
+        if not isinstance(target, str) or not target:
+            out.add("an edge item needs 'step: NAME'", out.doc.where(*at),
+                    "write {step: NAME, reason: TEXT}")
+        elif not _step_names(out, target, *at, "step"):
+            continue  # the name's problem is reported
+        elif reason is not None and (not isinstance(reason, str) or not reason.strip()):
+            out.add(f"the reason of the edge to '{target}' must be a non-empty string",
+                    out.doc.where(*at, "reason"))
+        else:
+            targets.append((target, out.doc.where(*at, "step"),
+                            reason.strip() if reason else None))
+    return targets
+
+
+def _parse_env(out: _Collector, value: Any, source: str) -> tuple[EnvEntry, ...]:
+    """``env: {NAME: value}``: text or whole numbers (kept as written); null drops the
+    variable an earlier profile set.  Booleans are refused: ``true`` would have to
+    become some spelling of it, and programs disagree on which."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        out.add("'env' must map variable names to values", out.doc.where("env"),
+                "e.g. env: {MC_FORCE_TCP: \"1\"}")
+        return ()
+    entries = []
+    for key, item in value.items():
+        where = out.doc.where("env", key)
+        if not isinstance(key, str) or not ENV_NAME.match(key):
+            out.add(f"'{key}' is not a valid environment variable name",
+                    out.doc.key_where("env", key), "use letters, digits and _")
+        elif isinstance(item, bool) or not isinstance(item, (str, int, type(None))):
+            out.add(f"env.{key} must be text, a whole number or null, got {item!r}", where,
+                    f"quote it: {key}: \"{item}\"")
+        elif isinstance(item, str) and "\0" in item:
+            out.add(f"env.{key} contains a NUL byte, which no environment can hold", where)
+        else:
+            entries.append(EnvEntry(key, None if item is None else str(item), where, source))
+    return tuple(entries)

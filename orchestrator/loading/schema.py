@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from initorch.loading.document import CORE_DEVICE_FIELDS, STEP_OVERRIDES
+from initorch.loading.document import CORE_DEVICE_FIELDS, ENV_NAME, STEP_OVERRIDES
 from initorch.model.names import STEP_NAME
 from initorch.model.settings import (
     MAX_INT,
@@ -42,6 +42,17 @@ def _names(steps: list[str]) -> dict[str, Any]:
     return {"oneOf": [name, {"type": "array", "items": name}]}
 
 
+def _edges(steps: list[str]) -> dict[str, Any]:
+    """Edge targets: names, or ``{step: NAME, reason: TEXT}`` items."""
+    name: dict[str, Any] = {"enum": steps} if steps else \
+        {"type": "string", "pattern": f"^{STEP_NAME.pattern}$"}
+    item = {"oneOf": [name, {"type": "object", "additionalProperties": False,
+                             "required": ["step"],
+                             "properties": {"step": name,
+                                            "reason": {"type": "string", "pattern": r"\S"}}}]}
+    return {"oneOf": [item, {"type": "array", "items": item}]}
+
+
 def _override_types(steps: list[str]) -> dict[str, Any]:
     names = _names(steps)
     return {
@@ -51,7 +62,7 @@ def _override_types(steps: list[str]) -> dict[str, Any]:
         "timeout": {"type": ["number", "null"], "exclusiveMinimum": 0,
                     "maximum": MAX_TIMEOUT_S},
         "retries": {"type": "integer", "minimum": 0, "maximum": MAX_RETRIES},
-        **{kind: names for kind in EDGE_KINDS},
+        **{kind: _edges(steps) for kind in EDGE_KINDS},
         "remove": {
             "type": "object",
             "additionalProperties": False,
@@ -158,6 +169,13 @@ def profile_schema(settings: SettingCatalog, steps: Iterable[Step]) -> dict[str,
             "device": _device_section([s for s in declared if s.key.startswith("device.")]),
             "config": {"oneOf": [{"type": "null"}, config],
                        "description": "settings read by steps and conditions"},
+            "env": {
+                "description": "environment variables set before the first step; the "
+                               "process environment wins; null drops an earlier profile's",
+                "type": ["object", "null"],
+                "propertyNames": {"pattern": ENV_NAME.pattern},
+                "additionalProperties": {"type": ["string", "integer", "null"]},
+            },
             "steps": {
                 "type": ["object", "null"],
                 "propertyNames": {"pattern": f"^{STEP_NAME.pattern}$"},

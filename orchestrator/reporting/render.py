@@ -33,9 +33,10 @@ def graph_dot(plan: Plan) -> str:
     lines = ["digraph initorch {", "  rankdir=LR;", "  node [shape=box];"]
     for planned in plan.steps:
         lines.append(f'  "{planned.name}" [label="{planned.name}\\nwave {planned.wave}"];')
-    for source, target, kinds in _merged_edges(plan):
+    for source, target, kinds, reasons in _merged_edges(plan):
         style = _EDGE_STYLE[kinds[0]]
-        lines.append(f'  "{source}" -> "{target}" [label="{",".join(kinds)}", style={style}];')
+        label = "\\n".join(_dot_text(part) for part in [",".join(kinds), *reasons])
+        lines.append(f'  "{source}" -> "{target}" [label="{label}", style={style}];')
     lines.append("}")
     return "\n".join(lines)
 
@@ -45,9 +46,12 @@ def graph_mermaid(plan: Plan) -> str:
     lines = ["flowchart LR"]
     for planned in plan.steps:
         lines.append(f'  {planned.name}["{planned.name} (wave {planned.wave})"]')
-    for source, target, kinds in _merged_edges(plan):
+    for source, target, kinds, reasons in _merged_edges(plan):
         arrow = "-.->" if kinds == ["wants"] else "-->"
-        lines.append(f"  {source} {arrow}|{','.join(kinds)}| {target}")
+        label = ",".join(kinds)
+        if reasons:  # free text must be quoted
+            label = '"' + _mermaid_text(": ".join([label, *reasons])) + '"'
+        lines.append(f"  {source} {arrow}|{label}| {target}")
     return "\n".join(lines)
 
 
@@ -58,20 +62,34 @@ def graph_json(plan: Plan) -> str:
         "nodes": [{"name": p.name, "wave": p.wave} for p in plan.steps],
         "edges": [
             {"from": e.source, "to": e.target, "kind": e.kind,
-             "declared_at": str(e.declared_at), "declared_by": e.declared_by}
+             "declared_at": str(e.declared_at), "declared_by": e.declared_by,
+             "reason": e.reason}
             for e in plan.graph.edges()
         ],
     }
     return json.dumps(data, indent=2)
 
 
-def _merged_edges(plan: Plan) -> list[tuple[str, str, list[str]]]:
-    merged: dict[tuple[str, str], list[str]] = {}
+def _merged_edges(plan: Plan) -> list[tuple[str, str, list[str], list[str]]]:
+    """One entry per (source, target): the kinds and the reasons of its declarations."""
+    merged: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
     for edge in plan.graph.edges():
-        kinds = merged.setdefault((edge.source, edge.target), [])
+        kinds, reasons = merged.setdefault((edge.source, edge.target), ([], []))
         if edge.kind not in kinds:
             kinds.append(edge.kind)
-    return [(s, t, kinds) for (s, t), kinds in merged.items()]
+        if edge.reason and edge.reason not in reasons:
+            reasons.append(edge.reason)
+    return [(s, t, kinds, reasons) for (s, t), (kinds, reasons) in merged.items()]
+
+
+def _dot_text(text: str) -> str:
+    """Text for a double-quoted Graphviz string."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+
+
+def _mermaid_text(text: str) -> str:
+    """Text for a quoted Mermaid label: quotes and pipes would end it."""
+    return text.replace('"', "#quot;").replace("|", "#124;")
 
 
 GRAPH_FORMATS = {"dot": graph_dot, "mermaid": graph_mermaid, "json": graph_json}

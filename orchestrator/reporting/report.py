@@ -120,6 +120,8 @@ class RunReport:
     wall_time: float = 0.0
     teardown: list[TeardownOutcome] = field(default_factory=list)
     interrupted: str | None = None  # what stopped the run ("interrupted by SIGINT"), if anything
+    # The plan's env: variables as the run found or set them (see execution.environment).
+    environment: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def failed(self) -> list[StepOutcome]:
@@ -164,6 +166,7 @@ class RunReport:
             "critical_chain": [o.name for o in self.critical_chain()],
             "blame": [{"step": o.name, "duration_s": _round(o.duration)} for o in self.blame()],
             "teardown": [entry.to_dict() for entry in self.teardown],
+            "environment": self.environment,
         }
 
     def step_order(self) -> list[str]:

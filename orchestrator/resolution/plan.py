@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from initorch.errors import ResolveError
-from initorch.loading.document import Setting
+from initorch.loading.document import EnvEntry, Setting
 from initorch.model.devices import DeviceRef
 from initorch.model.settings import SettingSpec
 from initorch.model.step import EDGE_KINDS, Step
@@ -60,7 +60,11 @@ class SkippedStep:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """The outcome of resolution.  Immutable; executors never change it."""
+    """The outcome of resolution.  Immutable; executors never change it.
+
+    ``env`` holds the environment variables the profiles set (a run sets them
+    before its first step, see :mod:`initorch.execution.environment`).
+    """
 
     profiles: tuple[str, ...]
     device: DeviceRef
@@ -69,6 +73,7 @@ class Plan:
     skipped: tuple[SkippedStep, ...]
     graph: PlanGraph
     fingerprint: str
+    env: Mapping[str, EnvEntry] = field(default_factory=dict)
     _by_name: dict[str, PlannedStep] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -87,7 +92,7 @@ class Plan:
 
     def __str__(self) -> str:
         """The dry run as ``initorch plan`` prints it: ordered steps with waves and
-        reasons, then skipped steps, then the fingerprint."""
+        reasons, then skipped steps, the environment, then the fingerprint."""
         width = max([len(p.name) for p in self.steps] + [len(s.name) for s in self.skipped]
                     + [4])
         lines = [
@@ -113,6 +118,10 @@ class Plan:
         if self.skipped:
             lines += ["", "skipped:"]
             lines += [f"  {s.name:<{width}}  {s.reason}" for s in self.skipped]
+        if self.env:
+            lines += ["", "environment (set before the first step unless already set):"]
+            lines += [f"  {name}={entry.value}  (profile {entry.source}, {entry.location})"
+                      for name, entry in self.env.items()]
         lines += ["", f"fingerprint: {self.fingerprint}"]
         return "\n".join(lines)
 
@@ -178,11 +187,24 @@ class Plan:
                 }
                 for p in self.steps
             ],
+            "edges": [_edge_dict(edge) for edge in self.graph.edges()],
             "skipped": [{"step": s.name, "reason": s.reason} for s in self.skipped],
             "settings": {key: s.value for key, s in sorted(self.settings.items())},
             "setting_origins": {key: s.origin for key, s in sorted(self.settings.items())},
+            "env": env_values(self.env),
             "fingerprint": self.fingerprint,
         }
+
+
+def _edge_dict(edge: Edge) -> dict[str, Any]:
+    return {"from": edge.source, "to": edge.target, "kind": edge.kind,
+            "declared_at": str(edge.declared_at), "declared_by": edge.declared_by,
+            "reason": edge.reason}
+
+
+def env_values(env: Mapping[str, EnvEntry]) -> dict[str, str | None]:
+    """``{NAME: value}`` in declaration order."""
+    return {name: entry.value for name, entry in env.items()}
 
 
 OVERRIDABLE_FIELDS = (*EDGE_KINDS, "when", "timeout", "retries")
@@ -241,12 +263,17 @@ def fingerprint(
     settings: Mapping[str, Setting],
     steps: tuple[PlannedStep, ...],
     skipped: tuple[SkippedStep, ...],
+    env: Mapping[str, EnvEntry],
 ) -> str:
-    """sha256 of everything that determines what runs, independent of file paths."""
+    """sha256 of everything that determines what runs, independent of file paths.
+
+    Edge reasons are left out: they explain the order, they do not change it.
+    """
     canonical = {
         "profiles": list(profiles),
         "device": [device.type, device.index],
         "settings": {key: s.value for key, s in sorted(settings.items())},
+        "env": dict(sorted(env_values(env).items())),
         "steps": [{"name": p.name, "wave": p.wave, **step_fields(p.step),
                    "declared": declaration(p.declared)} for p in steps],
         "skipped": sorted(s.name for s in skipped),

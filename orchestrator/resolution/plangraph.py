@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from initorch.location import SourceLocation
 
@@ -29,18 +29,25 @@ EDGE_KINDS_IN_GRAPH = tuple(_EDGE_PHRASES)
 
 @dataclass(frozen=True, slots=True, order=True)
 class Edge:
-    """``source`` runs before ``target`` because of one declaration of ``kind``."""
+    """``source`` runs before ``target`` because of one declaration of ``kind``.
+
+    ``reason`` is the declaring profile's explanation, if it gave one; it does not
+    take part in ordering or equality.
+    """
 
     source: str
     target: str
     kind: str
     declared_at: SourceLocation
     declared_by: str
+    reason: str | None = field(default=None, compare=False)
 
     def describe(self) -> str:
-        """A sentence: ``init_torch_distributed requires set_device (steps/x.py:12)``."""
+        """A sentence: ``init_torch_distributed requires set_device (steps/x.py:12)``,
+        followed by the declared reason."""
         phrase = _EDGE_PHRASES[self.kind].format(source=self.source, target=self.target)
-        return f"{phrase} [{self.declared_by}, {self.declared_at}]"
+        because = f": {self.reason}" if self.reason else ""
+        return f"{phrase} [{self.declared_by}, {self.declared_at}]{because}"
 
 
 class PlanGraph:

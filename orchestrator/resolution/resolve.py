@@ -59,6 +59,15 @@ from initorch.resolution.plangraph import Edge, PlanGraph
 from initorch.resolution.preview import preview_steps
 
 
+@dataclass(frozen=True, slots=True)
+class _EdgeSource:
+    """Who declared an edge, where, and (for profile edges) why."""
+
+    location: SourceLocation
+    by: str
+    reason: str | None = None
+
+
 @dataclass(slots=True)
 class _Candidate:
     """A selected step while it is being resolved."""
@@ -66,7 +75,7 @@ class _Candidate:
     step: Step
     # (why, by whom): ("listed by profile base (...)", None) or ("required by", "x")
     reasons: list[tuple[str, str | None]] = field(default_factory=list)
-    edge_sources: dict[tuple[str, str], tuple[SourceLocation, str]] = field(default_factory=dict)
+    edge_sources: dict[tuple[str, str], _EdgeSource] = field(default_factory=dict)
     disabled: Setting | None = None
     disabled_reason: str = ""
     when_location: SourceLocation | None = None
@@ -150,7 +159,8 @@ def resolve(composed: ComposedProfile, steps: StepRegistry,
         skipped=skipped_steps,
         graph=PlanGraph(order, graph.edges()),
         fingerprint=fingerprint(composed.names, device, settled.values, planned,
-                                skipped_steps),
+                                skipped_steps, composed.env),
+        env=dict(composed.env),
     )
 
 
@@ -233,7 +243,7 @@ def _select(composed: ComposedProfile, registry: StepRegistry, requested: Sequen
                                                        ("wants", "wanted"))
             for kind, verb in pulls:
                 for target in candidate.step.edges(kind):
-                    where, _ = candidate.edge_sources[(kind, target)]
+                    where = candidate.edge_sources[(kind, target)].location
                     queue.append((target, (f"{verb} by", name), where, False))
             queue += [(wanter.name, ("wanted by", name), wanter.defined_at, True)
                       for wanter in wanted_by.get(name, ())]
@@ -247,17 +257,19 @@ def _apply_overrides(step: Step, entries: tuple[StepEntry, ...],
                      problems: list[Problem]) -> _Candidate:
     """Fold every profile entry for ``step`` into one effective declaration."""
     edges: dict[str, list[str]] = {kind: list(step.edges(kind)) for kind in EDGE_KINDS}
-    sources = {(kind, t): (step.defined_at, f"step {step.name}")
+    sources = {(kind, t): _EdgeSource(step.defined_at, f"step {step.name}")
                for kind in EDGE_KINDS for t in edges[kind]}
     fields: dict[str, object] = {}
     candidate = _Candidate(step)
     for entry in entries:
         for change in entry.changes:
             targets = edges[change.kind]
-            if change.add and change.target not in targets:
-                targets.append(change.target)
-                sources[(change.kind, change.target)] = (change.location,
-                                                          f"profile {change.source}")
+            if change.add and (change.target not in targets or change.reason):
+                # Restating a declared edge with a reason attaches the reason to it.
+                if change.target not in targets:
+                    targets.append(change.target)
+                sources[(change.kind, change.target)] = _EdgeSource(
+                    change.location, f"profile {change.source}", change.reason)
             elif not change.add:
                 if change.target not in targets:
                     problems.append(Problem(
@@ -296,7 +308,7 @@ def _check_edge_targets(candidates: dict[str, _Candidate], registry: StepRegistr
         for kind in EDGE_KINDS:
             for target in candidate.step.edges(kind):
                 if target not in registry:
-                    where, _ = candidate.edge_sources[(kind, target)]
+                    where = candidate.edge_sources[(kind, target)].location
                     try:
                         registry.get(target, where)
                     except InitorchError as exc:
@@ -390,11 +402,14 @@ def _check_requirements(active: dict[str, _Candidate], skipped: dict[str, str],
     for name, candidate in sorted(active.items()):
         for target in candidate.step.requires:
             if target in skipped:
-                where, _ = candidate.edge_sources[("requires", target)]
+                source = candidate.edge_sources[("requires", target)]
+                because = f" ({source.reason})" if source.reason else ""
                 problems.append(Problem(
-                    f"step '{name}' requires '{target}', which is skipped: {skipped[target]}",
-                    where,
-                    f"skip '{name}' under the same condition, or enable '{target}'"))
+                    f"step '{name}' requires '{target}'{because}, which is skipped: "
+                    f"{skipped[target]}",
+                    source.location,
+                    f"skip '{name}' under the same condition, or enable '{target}'"
+                    + (f"; or drop {source.by}" if source.by.startswith("profile ") else "")))
 
 
 def _edges(active: dict[str, _Candidate], registry: StepRegistry) -> list[Edge]:
@@ -405,9 +420,10 @@ def _edges(active: dict[str, _Candidate], registry: StepRegistry) -> list[Edge]:
             for target in candidate.step.edges(kind):
                 if target not in registry or target not in active:
                     continue  # ordering-only edges bind only steps that are both planned
-                where, by = candidate.edge_sources[(kind, target)]
-                source, dest = (name, target) if kind == "before" else (target, name)
-                edges.append(Edge(source, dest, kind, where, by))
+                source = candidate.edge_sources[(kind, target)]
+                first, then = (name, target) if kind == "before" else (target, name)
+                edges.append(Edge(first, then, kind, source.location, source.by,
+                                  source.reason))
     return edges
 
 

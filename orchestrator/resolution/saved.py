@@ -8,7 +8,9 @@ server start never imports networkx.  The file is one JSON object: the keys of
 effective fields, why they are planned and their declaration in code, skipped
 steps with reasons, settings and their origins, fingerprint) plus
 ``setting_sources`` (each setting's origin as data), ``edges``
-(kind and where each was declared), a format header and a checksum.  Paths in
+(kind, where each was declared and the reason a profile gave for it),
+``env_sources`` (which profile set each environment variable, and where), a
+format header and a checksum.  Paths in
 it are absolute, so the file means the same from any working directory.
 
 Loading refuses, each with one line and exit code 2: a file that cannot be
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from initorch._version import __version__
 from initorch.errors import InitorchError, Problem, SavedPlanError
-from initorch.loading.document import Setting
+from initorch.loading.document import EnvEntry, Setting
 from initorch.location import SourceLocation, display_path
 from initorch.model.devices import DeviceRef
 from initorch.model.step import EDGE_KINDS
@@ -77,9 +79,14 @@ def saved_form(plan: Plan) -> dict[str, Any]:
     }
     body["edges"] = [
         {"from": edge.source, "to": edge.target, "kind": edge.kind,
-         "declared_at": _location_json(edge.declared_at), "declared_by": edge.declared_by}
+         "declared_at": _location_json(edge.declared_at), "declared_by": edge.declared_by,
+         "reason": edge.reason}
         for edge in plan.graph.edges()
     ]
+    body["env_sources"] = {
+        name: {"source": entry.source, "location": _location_json(entry.location)}
+        for name, entry in plan.env.items()
+    }
     saved = {"format": FORMAT, "format_version": FORMAT_VERSION,
              "initorch_version": __version__, **body}
     saved["checksum"] = _checksum(saved)
@@ -220,11 +227,15 @@ def _plan(saved: dict[str, Any], steps: list[PlannedStep]) -> Plan:
                 for key, value in saved["settings"].items()}
     skipped = tuple(SkippedStep(s["step"], s["reason"]) for s in saved["skipped"])
     device = DeviceRef(saved["device"], saved["device_index"])
+    env_sources = saved["env_sources"]
+    env = {name: _env_entry(name, value, env_sources[name])
+           for name, value in saved["env"].items()}
     profiles = tuple(saved["profiles"])
     planned = tuple(steps)
     return Plan(profiles=profiles, device=device, settings=settings, steps=planned,
                 skipped=skipped, graph=PlanGraph(order, (_edge(e) for e in saved["edges"])),
-                fingerprint=fingerprint(profiles, device, settings, planned, skipped))
+                fingerprint=fingerprint(profiles, device, settings, planned, skipped, env),
+                env=env)
 
 
 def _changes(then: dict[str, Any], now: dict[str, Any]) -> list[str]:
@@ -256,9 +267,18 @@ def _setting(key: str, value: Any, source: dict[str, Any]) -> Setting:
                    is_default=bool(source["is_default"]))
 
 
+def _env_entry(name: str, value: Any, source: dict[str, Any]) -> EnvEntry:
+    if not isinstance(value, str):
+        raise TypeError(f"environment variable {name} has no text value ({value!r})")
+    return EnvEntry(name, value, _location(source["location"]), str(source["source"]))
+
+
 def _edge(data: dict[str, Any]) -> Edge:
     if data["kind"] not in EDGE_KINDS_IN_GRAPH:
         raise ValueError(f"unknown edge kind {data['kind']!r}")
+    reason = data["reason"]
+    if reason is not None and not isinstance(reason, str):
+        raise TypeError(f"edge reason {reason!r} is not text")
     return Edge(data["from"], data["to"], data["kind"], _location(data["declared_at"]),
-                data["declared_by"])
+                data["declared_by"], reason)
 

@@ -1,0 +1,310 @@
+"""``mooncake_master``: the Mooncake master the store clients talk to.
+
+``mooncake.master: HOST:PORT`` names a running master; the step checks that it
+accepts a TCP connection within ``mooncake.master_connect_timeout_s`` and fails
+at once otherwise.  (Mooncake's own client would retry for about 90 seconds,
+``real_client.cpp``: "Failed to create client after 20 retries".)
+
+``mooncake.master: local`` starts one from the installed wheel (the CPU wheel
+ships ``mooncake/mooncake_master``), for one machine and for development:
+global rank 0 starts it on loopback with free ports, the embedded HTTP
+metadata server on, and tells the other ranks where it is over the process
+group.  It is ready when ``/health`` says ``service_ready`` and its RPC port
+accepts connections.  Teardown stops it (SIGTERM, SIGKILL after
+``mooncake.master_stop_grace_s``); :mod:`initorch.steps._master_watchdog` stops
+it too when initorch dies without a teardown, even by SIGKILL.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from initorch import StepContext, StepError, setting, step
+from initorch.model.step import MAX_TIMEOUT_S
+from initorch.steps.network import can_connect, free_port, host_port, split_host_port
+from initorch.steps.settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
+
+if TYPE_CHECKING:  # process and HTTP modules load when a master is needed, not for a plan
+    import subprocess
+
+MASTER = setting(
+    "mooncake.master", str, default="local", pattern=r"\S+",
+    description="local: a managed mooncake_master on loopback for this run; else HOST:PORT "
+                "of a running master ([v6]:PORT for IPv6)")
+CONNECT_TIMEOUT_S = setting(
+    "mooncake.master_connect_timeout_s", float, default=5, exclusive_minimum=0,
+    maximum=MAX_TIMEOUT_S, description="how long a given master may take to accept a connection")
+START_TIMEOUT_S = setting(
+    "mooncake.master_start_timeout_s", float, default=60, exclusive_minimum=0,
+    maximum=MAX_TIMEOUT_S, description="how long a managed master may take to become ready")
+STOP_GRACE_S = setting(
+    "mooncake.master_stop_grace_s", float, default=5, minimum=0, maximum=3600,
+    description="seconds between SIGTERM and SIGKILL when a managed master is stopped")
+
+LOOPBACK = "127.0.0.1"
+WATCHDOG = Path(__file__).with_name("_master_watchdog.py")
+
+
+START_ATTEMPTS = 3  # free ports are picked, then bound by the master: another may win
+CLIENTS_CLOSE_WAIT_S = 30.0  # how long the owner waits for other ranks' store clients
+
+
+class MasterPortTaken(StepError):
+    """The managed master lost a race for a port it was given (tried again, new ports)."""
+
+
+@dataclass(slots=True)
+class ManagedMaster:
+    """A ``mooncake_master`` this rank started, behind its watchdog."""
+
+    watchdog: subprocess.Popen[bytes]
+    pid: int
+    ports: dict[str, int]
+    log_path: str
+    grace: float
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = Path(self.log_path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> int | None:
+        """Close the watchdog's pipe (it stops the master: SIGTERM, then SIGKILL after
+        the grace period) and wait for it; returns its exit status."""
+        import subprocess
+
+        stdin: IO[bytes] | None = self.watchdog.stdin
+        if stdin is not None and not stdin.closed:
+            stdin.close()
+        try:
+            code = self.watchdog.wait(self.grace + 10)
+        except subprocess.TimeoutExpired:
+            self.watchdog.kill()  # the master still has PR_SET_PDEATHSIG
+            code = self.watchdog.wait()
+        if self.watchdog.stdout is not None:
+            self.watchdog.stdout.close()
+        Path(self.log_path).unlink(missing_ok=True)
+        return code
+
+
+@dataclass(slots=True)
+class MasterEndpoint:
+    """Where the master is; ``managed`` when this rank started it."""
+
+    address: str
+    metadata_url: str | None
+    managed: ManagedMaster | None = None
+    owner_rank: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def master_binary() -> str:
+    """``mooncake/mooncake_master`` of the installed wheel, found without importing it."""
+    spec = importlib.util.find_spec("mooncake")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        candidate = Path(folder) / "mooncake_master"
+        if candidate.is_file():
+            return str(candidate)
+    raise StepError("no mooncake_master binary in the installed mooncake package",
+                    hint="install a Mooncake wheel that ships the store (e.g. "
+                         "mooncake-transfer-engine-non-cuda), or set mooncake.master to the "
+                         "address of a running master")
+
+
+def master_command(binary: str, ports: dict[str, int]) -> list[str]:
+    """Loopback only: RPC, the HTTP metadata server and the metrics/admin server."""
+    return [binary, f"--rpc_address={LOOPBACK}", f"--rpc_port={ports['rpc']}",
+            "--enable_http_metadata_server=true", f"--http_metadata_server_host={LOOPBACK}",
+            f"--http_metadata_server_port={ports['metadata']}",
+            f"--metrics_host={LOOPBACK}", f"--metrics_port={ports['metrics']}"]
+
+
+def health(port: int) -> dict[str, Any] | None:
+    """The master's ``/health`` answer, or None while it does not answer."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/health", timeout=1) as reply:
+            answer: dict[str, Any] = json.loads(reply.read())
+            return answer
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+
+
+def start_managed_master(ctx: StepContext) -> ManagedMaster:
+    """Start the master, picking new ports when another process took one first."""
+    for attempt in range(1, START_ATTEMPTS):
+        try:
+            return start_master_once(ctx)
+        except MasterPortTaken as exc:
+            ctx.log.warning("mooncake_master_port_taken", attempt=attempt, error=str(exc))
+    return start_master_once(ctx)
+
+
+def start_master_once(ctx: StepContext) -> ManagedMaster:
+    import subprocess
+    import tempfile
+
+    ports = {"rpc": 0, "metadata": 0, "metrics": 0}
+    while len(set(ports.values())) < len(ports):
+        ports = {name: free_port(LOOPBACK) for name in ports}
+    grace = float(ctx.setting("mooncake.master_stop_grace_s"))
+    log_fd, log_path = tempfile.mkstemp(prefix="initorch-mooncake-master-", suffix=".log")
+    os.close(log_fd)
+    watchdog = subprocess.Popen(
+        [sys.executable, "-I", str(WATCHDOG), str(grace), log_path, "--",
+         *master_command(master_binary(), ports)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    line = watchdog.stdout.readline().decode() if watchdog.stdout else ""
+    pid = int(line.split()[1]) if line.startswith("pid ") else -1
+    master = ManagedMaster(watchdog, pid, ports, log_path, grace)
+    ctx.log.info("mooncake_master_starting", pid=pid, **{f"{k}_port": v for k, v in ports.items()})
+    try:
+        wait_until_ready(ctx, master)
+    except StepError:
+        master.stop()
+        raise
+    return master
+
+
+def wait_until_ready(ctx: StepContext, master: ManagedMaster) -> None:
+    deadline = time.monotonic() + float(ctx.setting("mooncake.master_start_timeout_s"))
+    while time.monotonic() < deadline:
+        code = master.watchdog.poll()
+        if code is not None:
+            tail = master.log_tail()
+            error = MasterPortTaken if "Address already in use" in tail else StepError
+            raise error(f"the managed mooncake_master exited with status {code} before it "
+                        "was ready", native_log=tail,
+                        hint="read its log lines above; ports are picked anew on retry")
+        answer = health(master.ports["metrics"])
+        if answer and answer.get("service_ready") and \
+                can_connect(LOOPBACK, master.ports["rpc"], 1.0) is None:
+            return
+        time.sleep(0.1)
+    raise StepError("the managed mooncake_master did not become ready within "
+                    f"{ctx.setting('mooncake.master_start_timeout_s')}s",
+                    native_log=master.log_tail(),
+                    hint="raise mooncake.master_start_timeout_s on a slow machine")
+
+
+def share_from_rank0(ctx: StepContext, value: dict[str, Any] | None) -> dict[str, Any]:
+    """Rank 0's ``value`` on every rank (over the default process group)."""
+    if ctx.rank.world_size == 1:
+        assert value is not None
+        return value
+    import torch.distributed as dist
+
+    box: list[Any] = [value]
+    dist.broadcast_object_list(box, src=0)
+    shared: dict[str, Any] = box[0]
+    return shared
+
+
+def local_master(ctx: StepContext) -> MasterEndpoint:
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.rank.world_size))
+    if local_world != ctx.rank.world_size:
+        raise StepError(
+            f"mooncake.master: local starts a master on loopback, but the job spans hosts "
+            f"(WORLD_SIZE={ctx.rank.world_size}, LOCAL_WORLD_SIZE={local_world})",
+            hint="run mooncake_master on one host and set mooncake.master: HOST:PORT")
+    managed = None
+    announcement: dict[str, Any] | None = None
+    if ctx.rank.rank == 0:
+        try:
+            managed = start_managed_master(ctx)
+            announcement = {"rpc": managed.ports["rpc"], "metadata": managed.ports["metadata"]}
+        except StepError as exc:
+            announcement = {"error": str(exc)}
+            share_from_rank0(ctx, announcement)
+            raise
+    announcement = share_from_rank0(ctx, announcement)
+    if "error" in announcement:
+        raise StepError(f"rank 0 could not start the managed mooncake_master: "
+                        f"{announcement['error']}", hint="read rank 0's log")
+    return MasterEndpoint(
+        host_port(LOOPBACK, announcement["rpc"]),
+        f"http://{host_port(LOOPBACK, announcement['metadata'])}/metadata",
+        managed, owner_rank=0,
+        details={"pid": managed.pid if managed else None})
+
+
+def given_master(ctx: StepContext, address: str) -> MasterEndpoint:
+    try:
+        host, port = split_host_port(address)
+    except ValueError as exc:
+        raise StepError(f"mooncake.master: {exc}",
+                        hint="write HOST:PORT ([v6]:PORT for IPv6), or local") from None
+    timeout = float(ctx.setting("mooncake.master_connect_timeout_s"))
+    error = can_connect(host, port, timeout)
+    if error is not None:
+        raise StepError(f"cannot reach the Mooncake master at {address}: {error}",
+                        hint="start mooncake_master there (or set mooncake.master: local on "
+                             "one machine), and check the address and the firewall")
+    return MasterEndpoint(host_port(host, port), None)
+
+
+@step(
+    "mooncake_master",
+    description="Start a managed mooncake_master on loopback (mooncake.master: local) or "
+                "check that the configured one answers",
+    requires=["init_torch_distributed"],
+    when="hicache.enabled and mooncake.enabled and hicache.storage_backend == 'mooncake'",
+    settings=(HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND, MASTER, CONNECT_TIMEOUT_S,
+              START_TIMEOUT_S, STOP_GRACE_S),
+)
+def mooncake_master(ctx: StepContext) -> MasterEndpoint:
+    address = str(ctx.setting("mooncake.master"))
+    endpoint = local_master(ctx) if address == "local" else given_master(ctx, address)
+    ctx.log.info("mooncake_master_ready", address=endpoint.address,
+                 managed=endpoint.managed is not None, metadata_url=endpoint.metadata_url)
+    return endpoint
+
+
+def clients_closed(ctx: StepContext, endpoint: MasterEndpoint) -> bool:
+    """Tell the master's owner that this rank's store client is closed (teardown runs in
+    reverse order, so it is); the owner waits, within a bound, until every rank said so.
+
+    Stopping the master under a client still closing makes that client log "Failed to
+    unmount segment from master: RPC_FAIL".  The count goes through the process group's
+    key-value store rather than a barrier, so a rank that died cannot hang teardown."""
+    if ctx.rank.world_size == 1 or endpoint.owner_rank is None:
+        return True
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return False
+    store = dist.distributed_c10d._get_default_store()
+    key = f"initorch/mooncake_master/{endpoint.address}/closed"
+    count = int(store.add(key, 1))
+    if ctx.rank.rank != endpoint.owner_rank:
+        return True
+    deadline = time.monotonic() + CLIENTS_CLOSE_WAIT_S
+    while count < ctx.rank.world_size and time.monotonic() < deadline:
+        time.sleep(0.05)
+        count = int(store.add(key, 0))
+    return count >= ctx.rank.world_size
+
+
+@mooncake_master.teardown
+def stop_mooncake_master(ctx: StepContext, endpoint: MasterEndpoint) -> None:
+    all_closed = clients_closed(ctx, endpoint)
+    if endpoint.managed is not None:
+        if not all_closed:
+            ctx.log.warning("mooncake_master_stopping_early",
+                            why="not every rank reported its store client closed")
+        code = endpoint.managed.stop()
+        ctx.log.info("mooncake_master_stopped", pid=endpoint.managed.pid, status=code)
+
+
+STEPS = (mooncake_master,)

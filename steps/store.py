@@ -1,0 +1,167 @@
+"""``init_mooncake_store``: the Mooncake Store client HiCache writes its pages to.
+
+As SGLang 0.5.23 sets it up (``srt/mem_cache/storage/mooncake_store/mooncake_store.py``
+``MooncakeStore.__init__``): ``MooncakeDistributedStore().setup(local_hostname,
+metadata_server, global_segment_size // (tp*pp), 16 MiB local buffer, protocol,
+device_name, master_server_address, engine)``, then a warm-up put/get.  The
+shared engine is reused only where SGLang reuses it
+(``SGLANG_HICACHE_MOONCAKE_REUSE_TE``, default on): the metadata server is
+``P2PHANDSHAKE``, the protocol is ``rdma`` and the device names match; the store
+then registers under the engine's session id.  Otherwise the store creates its
+own engine, which installs the transport the protocol names
+(``client_service.cpp InitTransferEngine``: no auto-discovery for tcp).
+
+Device-bound: with the ascend protocol the store's own engine asks
+``aclrtGetDevice`` on the calling thread, as the shared engine does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from initorch import StepContext, StepError, setting, step
+from initorch.steps.engine_hostname import local_host
+from initorch.steps.mooncake_master import MasterEndpoint
+from initorch.steps.native_log import capture_native_stderr
+from initorch.steps.network import split_host_port
+from initorch.steps.settings import (
+    HICACHE_ENABLED,
+    MOONCAKE_DEVICE_NAME,
+    MOONCAKE_ENABLED,
+    MOONCAKE_PROTOCOL,
+    STORAGE_BACKEND,
+)
+from initorch.steps.transfer_engine import SharedTransferEngine, device_name_for
+
+WARMUP_BYTES = 4 * 1024  # what SGLang's MooncakeStore.warmup puts
+
+STORE_HOSTNAME = setting(
+    "mooncake.store.hostname", str, default="auto", pattern=r"\S+",
+    description="the store client's local host; auto = the local address that reaches the "
+                "master")
+STORE_METADATA_SERVER = setting(
+    "mooncake.store.metadata_server", str, default="P2PHANDSHAKE", pattern=r"\S+",
+    description="the store's metadata server: P2PHANDSHAKE (SGLang's default), an etcd/http "
+                "URL, or master (the managed master's own HTTP metadata server)")
+GLOBAL_SEGMENT_MB = setting(
+    "mooncake.store.global_segment_mb", int, default=64, minimum=1, maximum=2**24,
+    description="memory this instance gives the store, split over the ranks (SGLang: 4gb)")
+LOCAL_BUFFER_MB = setting(
+    "mooncake.store.local_buffer_mb", int, default=16, minimum=1, maximum=2**20,
+    description="the store client's local buffer (SGLang's DEFAULT_LOCAL_BUFFER_SIZE, 16 MiB)")
+REUSE_ENGINE = setting(
+    "mooncake.store.reuse_engine", bool, default=True,
+    description="SGLANG_HICACHE_MOONCAKE_REUSE_TE: reuse the shared engine where SGLang does "
+                "(rdma, P2PHANDSHAKE, same device names)")
+
+
+@dataclass(slots=True)
+class StoreClient:
+    """A set-up store client, and whether it rides on the shared engine."""
+
+    store: Any
+    hostname: str
+    protocol: str
+    reused_engine: bool
+
+
+def import_store() -> Any:
+    try:
+        from mooncake.store import MooncakeDistributedStore
+    except ImportError as exc:
+        raise StepError(f"cannot import mooncake.store: {exc}",
+                        hint="install a Mooncake wheel with the store (the -non-cuda, CUDA "
+                             "and npu wheels have it), or set hicache.storage_backend: none"
+                        ) from exc
+    return MooncakeDistributedStore
+
+
+def reusable_engine(ctx: StepContext, metadata: str, protocol: str, device_name: str
+                    ) -> SharedTransferEngine | None:
+    """The shared engine when SGLang would reuse it, else None."""
+    if not ctx.setting("mooncake.store.reuse_engine") or \
+            not ctx.has_output("init_shared_mooncake_transfer_engine"):
+        return None
+    shared: SharedTransferEngine = ctx.output("init_shared_mooncake_transfer_engine")
+    if metadata == "P2PHANDSHAKE" and protocol == "rdma" and device_name == shared.device_name:
+        return shared
+    return None
+
+
+def metadata_server(ctx: StepContext, master: MasterEndpoint) -> str:
+    """``P2PHANDSHAKE``, a URL as given, or ``master``: the managed master's own."""
+    value = str(ctx.setting("mooncake.store.metadata_server"))
+    if value != "master":
+        return value
+    if master.metadata_url is None:
+        raise StepError("mooncake.store.metadata_server is 'master', but the master is not "
+                        "managed by initorch, so its metadata URL is unknown",
+                        hint="give the URL (http://HOST:PORT/metadata), or P2PHANDSHAKE")
+    return master.metadata_url
+
+
+def warm_up(store: Any) -> None:
+    """SGLang's warm-up: put 4 KiB, check it exists and reads back equal."""
+    import uuid
+
+    key = f"initorch_mooncake_store_warmup_{uuid.uuid4().hex}"
+    value = bytes(range(256)) * (WARMUP_BYTES // 256)
+    with capture_native_stderr() as native:
+        rc = store.put(key, value)
+        back = store.get(key) if rc == 0 else b""
+        store.remove(key)
+    if rc != 0 or bytes(back) != value:
+        raise StepError(f"Warmup put failed (ret={rc}), Transfer Engine might not be ready",
+                        native_log=native.error_lines())
+
+
+@step(
+    "init_mooncake_store",
+    description="Set up the Mooncake Store client (MooncakeDistributedStore.setup), reusing "
+                "the shared engine where SGLang does",
+    requires=["mooncake_master"],
+    wants=["init_shared_mooncake_transfer_engine"],
+    device_bound=True,
+    when="hicache.enabled and mooncake.enabled and hicache.storage_backend == 'mooncake'",
+    settings=(HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND, MOONCAKE_PROTOCOL,
+              MOONCAKE_DEVICE_NAME, STORE_HOSTNAME, STORE_METADATA_SERVER, GLOBAL_SEGMENT_MB,
+              LOCAL_BUFFER_MB, REUSE_ENGINE),
+)
+def init_mooncake_store(ctx: StepContext) -> StoreClient:
+    master: MasterEndpoint = ctx.output("mooncake_master")
+    store_type = import_store()
+    protocol = str(ctx.setting("device.mooncake_protocol"))
+    device_name = device_name_for(ctx)
+    metadata = metadata_server(ctx, master)
+    shared = reusable_engine(ctx, metadata, protocol, device_name)
+    master_host, _ = split_host_port(master.address)
+    hostname = shared.session_id if shared else \
+        local_host(str(ctx.setting("mooncake.store.hostname")), master_host)
+    segment = int(ctx.setting("mooncake.store.global_segment_mb")) * 2**20 // ctx.rank.world_size
+    local_buffer = int(ctx.setting("mooncake.store.local_buffer_mb")) * 2**20
+    store = store_type()
+    with capture_native_stderr() as native:
+        rc = store.setup(hostname, metadata, segment, local_buffer, protocol, device_name,
+                         master.address, shared.engine.get_engine() if shared else None)
+    if rc != 0:
+        raise StepError(f"Failed to setup Mooncake store, error code: {rc}",
+                        native_log=native.error_lines())
+    client = StoreClient(store, hostname, protocol, shared is not None)
+    try:
+        warm_up(store)
+    except StepError:
+        store.close()
+        raise
+    ctx.log.info("mooncake_store_ready", hostname=hostname, master=master.address,
+                 metadata_server=metadata, global_segment_bytes=segment,
+                 reused_engine=client.reused_engine)
+    return client
+
+
+@init_mooncake_store.teardown
+def close_mooncake_store(ctx: StepContext, client: StoreClient) -> None:
+    client.store.close()
+
+
+STEPS = (init_mooncake_store,)

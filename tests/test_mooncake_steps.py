@@ -1,0 +1,251 @@
+"""The pure parts of the Mooncake steps: addresses, layouts, builds, transports, hostnames."""
+
+from __future__ import annotations
+
+import itertools
+import socket
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from initorch import StepError
+from initorch.steps import host_pool
+from initorch.steps.engine_hostname import choose_ascend_build
+from initorch.steps.kv_layout import LAYOUTS, KvGeometry, resolve_layout
+from initorch.steps.mooncake_build import MooncakeBuild, installed_build, scan_binary
+from initorch.steps.network import (
+    can_connect,
+    host_port,
+    local_address_towards,
+    split_host_port,
+)
+from initorch.steps.transports import installed_transports, transport_mismatch
+
+# -- network -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("host", "port", "joined"), [
+    ("10.0.0.5", 15001, "10.0.0.5:15001"),
+    ("::1", 15001, "[::1]:15001"),
+    ("[fe80::1]", 80, "[fe80::1]:80"),
+    ("node-3", 12, "node-3:12"),
+])
+def test_host_port_brackets_ipv6(host: str, port: int, joined: str) -> None:
+    assert host_port(host, port) == joined
+    assert split_host_port(joined) == (host.strip("[]"), port)
+
+
+@pytest.mark.parametrize("text", ["10.0.0.5", "::1:80", "[::1]80", "host:0", "host:65536",
+                                  ":80", "host:x"])
+def test_malformed_addresses_are_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        split_host_port(text)
+
+
+@given(st.ip_addresses(), st.integers(1, 65535))
+def test_host_port_round_trips(address: object, port: int) -> None:
+    assert split_host_port(host_port(str(address), port)) == (str(address), port)
+
+
+def test_the_local_address_is_the_one_that_reaches_the_peer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HOST_IP", raising=False)
+    monkeypatch.delenv("SGLANG_HOST_IP", raising=False)
+    assert local_address_towards("127.0.0.1") == "127.0.0.1"
+    outward = local_address_towards("192.0.2.1")  # TEST-NET-1: a route, not a packet
+    assert outward != "127.0.0.1"
+    assert outward in {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None)} \
+        or outward.count(".") == 3
+    monkeypatch.setenv("HOST_IP", "10.9.8.7")  # SGLang's override wins
+    assert local_address_towards("127.0.0.1") == "10.9.8.7"
+
+
+def test_an_unresolvable_peer_is_a_step_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from initorch.steps.engine_hostname import local_host
+
+    monkeypatch.delenv("HOST_IP", raising=False)
+    monkeypatch.delenv("SGLANG_HOST_IP", raising=False)
+    with pytest.raises(StepError, match=r"cannot find the local address that reaches "
+                                        r"no-such-host\.invalid"):
+        local_host("auto", "no-such-host.invalid")
+    assert local_host("10.1.2.3", "no-such-host.invalid") == "10.1.2.3"
+
+
+def test_can_connect_reports_the_refusal() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    error = can_connect("127.0.0.1", port, 1.0)
+    assert isinstance(error, ConnectionRefusedError)
+
+
+# -- layouts ---------------------------------------------------------------------------------
+
+def test_layout_names_are_sglangs() -> None:
+    assert set(LAYOUTS) == {"layer_first", "page_first", "page_first_direct",
+                            "page_first_kv_split", "page_head"}
+
+
+@pytest.mark.parametrize(("requested", "backend", "io", "layout", "noted"), [
+    ("page_first", "mooncake", "kernel", "page_first", False),
+    ("page_first", "mooncake", "direct", "page_first_direct", True),  # layout/io rewrite
+    ("layer_first", "mooncake", "kernel", "page_first", True),        # store rewrite
+    ("layer_first", "mooncake", "direct", "page_first_direct", True),
+    ("layer_first", "none", "kernel_ascend", "layer_first", False),   # no store: kept
+    ("page_first_kv_spilt", "mooncake", "kernel_ascend", "page_first_kv_split", True),
+])
+def test_layouts_are_rewritten_as_sglang_does(requested: str, backend: str, io: str,
+                                              layout: str, noted: bool) -> None:
+    choice = resolve_layout(requested, backend, io)
+    assert choice.layout == layout
+    assert bool(choice.notes) is noted
+
+
+def test_the_misspelling_is_named_deprecated() -> None:
+    (note,) = resolve_layout("page_first_kv_spilt", "mooncake", "kernel").notes
+    assert "deprecated misspelling" in note and "page_first_kv_split" in note
+
+
+@pytest.mark.parametrize(("requested", "io", "fragment"), [
+    ("layer_first", "kernel_ascend", "not supported by the Mooncake store"),
+    ("layer_frist", "kernel", "is not one of SGLang's layouts"),
+    ("page_first", "kernel_npu", "is not one of SGLang's"),
+])
+def test_layouts_sglang_would_fail_on_are_refused(requested: str, io: str, fragment: str
+                                                  ) -> None:
+    with pytest.raises(StepError, match=fragment):
+        resolve_layout(requested, "mooncake", io)
+
+
+@given(st.sampled_from(["page_first", "page_first_direct", "page_head", "page_first_kv_split"]),
+       st.integers(1, 64))
+def test_pages_never_overlap_and_stay_inside_the_pool(layout: str, pages: int) -> None:
+    geometry = KvGeometry()
+    nbytes = pages * sum(geometry.buffer_sizes(layout)) + 123  # a ragged tail is left over
+    assert geometry.pages_in(layout, nbytes) == pages
+    ranges = sorted(buffer for page in range(pages)
+                    for buffer in geometry.page_buffers(layout, 4096, nbytes, page))
+    for (start, size), (following, _) in itertools.pairwise(ranges):
+        assert start + size <= following
+    last_start, last_size = ranges[-1]
+    assert ranges[0][0] >= 4096 and last_start + last_size <= 4096 + nbytes
+    with pytest.raises(StepError):
+        geometry.page_buffers(layout, 4096, nbytes, pages)
+
+
+def test_keys_follow_sglangs_naming() -> None:
+    geometry = KvGeometry()
+    assert geometry.keys("page_first", "p", 3, 1) == ("p-p3_1_k", "p-p3_1_v")
+    assert geometry.keys("page_first_kv_split", "p", 3, 1) == ("p-p3_r1_k",)
+
+
+# -- builds and transports -----------------------------------------------------------------------
+
+def test_the_installed_cpu_wheel_has_tcp_and_rdma_but_no_ascend() -> None:
+    pytest.importorskip("mooncake")
+    build = installed_build()
+    assert {"tcp", "rdma"} <= build.protocols
+    assert build.ascend is None
+
+
+@pytest.mark.parametrize(("content", "ascend"), [
+    (b"..HcclTransport..TcpTransport..", "hccl"),
+    (b"..AscendDirectTransport..", "ascend_direct"),
+    (b"..RdmaTransport..", None),
+])
+def test_the_build_is_read_from_the_binary(tmp_path: Path, content: bytes,
+                                           ascend: str | None) -> None:
+    binary = tmp_path / f"engine-{ascend}.so"
+    binary.write_bytes(b"\x7fELF" + content)
+    assert installed_build(str(binary)).ascend == ascend
+
+
+def build_with(*classes: str) -> MooncakeBuild:
+    return MooncakeBuild("engine.so", frozenset(classes))
+
+
+@pytest.mark.parametrize(("setting", "classes", "legacy_env", "chosen"), [
+    ("auto", ("AscendDirectTransport",), None, "ascend_direct"),
+    ("auto", ("HcclTransport",), None, "hccl"),
+    ("auto", ("HcclTransport",), "1", "hccl"),
+    ("auto", (), None, "ascend_direct"),       # unknown build: the shipped one
+    ("auto", (), "1", "hccl"),                 # unknown build, SGLang's switch says legacy
+    ("hccl", (), None, "hccl"),
+])
+def test_the_ascend_build_follows_the_installed_binary(
+        monkeypatch: pytest.MonkeyPatch, setting: str, classes: tuple[str, ...],
+        legacy_env: str | None, chosen: str) -> None:
+    if legacy_env is None:
+        monkeypatch.delenv("ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE", raising=False)
+    else:
+        monkeypatch.setenv("ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE", legacy_env)
+    assert choose_ascend_build(setting, build_with(*classes)) == chosen
+
+
+def test_a_build_that_contradicts_the_setting_or_the_switch_is_an_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE", raising=False)
+    with pytest.raises(StepError, match="installed Mooncake is the ascend_direct build"):
+        choose_ascend_build("hccl", build_with("AscendDirectTransport"))
+    monkeypatch.setenv("ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE", "1")
+    with pytest.raises(StepError, match="asks for the legacy host:port:npu_<id> hostname"):
+        choose_ascend_build("auto", build_with("AscendDirectTransport"))
+    with pytest.raises(StepError, match=r"mooncake\.ascend_build is 'legacy'"):
+        choose_ascend_build("legacy", build_with())
+
+
+def test_scanning_is_cached_per_path(tmp_path: Path) -> None:
+    binary = tmp_path / "engine.so"
+    binary.write_bytes(b"TcpTransport")
+    assert scan_binary(str(binary)) is scan_binary(str(binary))
+
+
+CPU_ENGINE_LOG = """\
+W1130 18:34:26.420440 13907 transfer_engine_py.cpp:120] Using default malloc/free for \
+protocol: ascend
+I1130 18:34:26.420933 13907 transfer_engine_impl.cpp:259] Auto-discovering topology...
+W1130 18:34:26.421000 13907 topology.cpp:201] No RDMA devices found, check your device installation
+I1130 18:34:26.421109 13907 tcp_transport.cpp:391] TcpTransport: listen on port 15573
+"""
+
+
+@pytest.mark.parametrize(("log", "installed"), [
+    (CPU_ENGINE_LOG, ["tcp"]),  # observed: protocol 'ascend' with the CPU wheel gets TCP
+    ("I1 x.cpp:1] installTransport, type=rdma\nI1 x.cpp:2] HIP transport installed for "
+     "intra-node GPU P2P", ["rdma", "hip"]),
+    ("I1 x.cpp:1] install AscendDirectTransport for: 10.0.0.5:16000", ["ascend"]),
+    ("I1 x.cpp:1] Using MUSA transport (forced or no HCA detected)", ["musa"]),
+    ("nothing logged at INFO", []),
+])
+def test_installed_transports_are_read_from_mooncakes_log(log: str, installed: list[str]
+                                                          ) -> None:
+    assert installed_transports(log) == installed
+
+
+def test_a_mismatch_says_what_to_do() -> None:
+    assert transport_mismatch("tcp", ["tcp"]) is None
+    assert transport_mismatch("rdma", ["rdma", "hip"]) is None
+    assert transport_mismatch("tcp", []) is None  # unknown: no claim either way
+    assert "MC_FORCE_TCP=1" in (transport_mismatch("tcp", ["rdma"]) or "")
+    assert "mooncake-transfer-engine-npu" in (transport_mismatch("ascend", ["tcp"]) or "")
+
+
+# -- the XPU allocator -------------------------------------------------------------------------
+
+class NullPinned:
+    """What torch-xpu hands back when a pinned allocation fails: a tensor at address 0."""
+
+    def numel(self) -> int:
+        return 1 << 30
+
+    def data_ptr(self) -> int:
+        return 0
+
+
+def test_the_xpu_allocator_refuses_a_null_pinned_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host_pool, "_pin_memory", lambda nbytes: (NullPinned(), None))
+    with pytest.raises(StepError, match=r"Pinned host memory allocation of 1\.0 GiB "
+                                        r"\(1073741824 bytes\) returned a null pointer"):
+        host_pool.ALLOCATORS["pin_memory_xpu"](1 << 30)
