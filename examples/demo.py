@@ -146,7 +146,7 @@ def tiny_server() -> None:
         left = leftovers(info)
         if left:
             sys.exit("left behind: " + "; ".join(left))
-        print("  torchrun exited 0; no rank process, HTTP port or Mooncake port left")
+        print("  torchrun exited 0; no rank process, HTTP port, Mooncake port or master left")
 
 
 if __name__ == "__main__":
