@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -128,3 +130,69 @@ def test_a_batch_script_with_slurm_ntasks_is_refused_instead_of_running_alone():
     assert "the world size is ambiguous: SLURM_NTASKS=2, but this process is not an srun " \
            "task" in result.last["text"]
     assert not result.named("run_started")
+
+
+IN_CODE = """
+import json, sys
+import torch, torch.distributed as dist
+from initorch import RankInfo, Run, load_plan, start
+
+how, rank, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+lean = {"mooncake.enabled": False, "hicache.enabled": False}
+
+def summed() -> int:
+    value = torch.tensor([rank + 1])
+    dist.all_reduce(value)
+    return int(value.item())
+
+if how == "rank-info":  # where to meet: the settings, since RankInfo names no rendezvous
+    plan = load_plan(["cpu"], settings={**lean, "distributed.master_port": port})
+    with Run(plan, rank=RankInfo(rank=rank, world_size=2), heartbeat=None):
+        result = summed()
+else:  # SGLang-style arguments
+    with start(profile="cpu", settings=lean, dist_init_addr=f"127.0.0.1:{port}", nnodes=2,
+               node_rank=rank):
+        result = summed()
+print(json.dumps({"sum": result, "group_after": dist.is_initialized()}))
+"""
+
+
+@pytest.mark.parametrize("how", ["rank-info", "dist-init-addr"])
+def test_in_code_ranks_need_no_launcher_variables(how):
+    """``Run(plan, rank=RankInfo(...))`` with the settings saying where to meet, and
+    ``start(dist_init_addr=..., nnodes=..., node_rank=...)``: a real gloo group of two with
+    no MASTER_ADDR, MASTER_PORT, RANK or WORLD_SIZE anywhere in the environment."""
+    port = free_port()
+    env = clean_env()
+    assert not {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"} & set(env)
+    procs = [subprocess.Popen([sys.executable, "-c", IN_CODE, how, str(rank), str(port)],
+                              env=env, text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+             for rank in (0, 1)]
+    for result in wait_all(procs):
+        assert result.returncode == 0, result.stderr[-4000:]
+        assert json.loads(result.stdout.splitlines()[-1]) == {"sum": 3, "group_after": False}
+
+
+def test_server_steps_take_the_local_ranks_from_the_arguments():
+    """Two plain processes on one node (``--nproc-per-node 2 --local-rank L``), no
+    ``LOCAL_WORLD_SIZE``: ``bind_cpu_threads`` splits the cores between the two local
+    ranks as the arguments describe them, and the model-parallel groups span both."""
+    address = f"127.0.0.1:{free_port()}"
+    procs = [spawn(["run", "--profile", "cpu", "--profile", "server",
+                    "--set", "mooncake.enabled=false", "--set", "hicache.enabled=false",
+                    "--set", "parallel.tp_size=2", "--log-format", "json",
+                    "--dist-init-addr", address, "--nnodes", "1", "--node-rank", "0",
+                    "--nproc-per-node", "2", "--local-rank", str(rank)], clean_env())
+             for rank in (0, 1)]
+    ended = wait_all(procs)
+    bound = []
+    for rank, result in enumerate(ended):
+        assert result.returncode == 0, result.stderr[-4000:]
+        [started] = result.named("run_started")
+        assert (started["rank"], started["local_rank"], started["world_size"]) == (rank, rank, 2)
+        [binding] = result.named("cpu_threads_bound")
+        assert binding["local_world_size"] == 2
+        bound.append(binding["cpus"])
+    if len(os.sched_getaffinity(0)) >= 2:  # a core each where there are two to share
+        assert bound[0] != bound[1], bound
