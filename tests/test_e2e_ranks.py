@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -82,15 +83,24 @@ def test_one_rank_with_another_setting_is_caught_on_every_rank():
         assert "init_torch_distributed" in skipped  # nothing waited for a peer
 
 
-def test_a_rank_killed_mid_start_up_makes_the_others_stop_naming_it():
+def start_and_kill(killed: int) -> list:
+    """Three plain processes; rank ``killed`` lingers before the process group and is
+    killed there (SIGKILL) once the other two wait for it at that step's barrier."""
     procs = plain_ranks(3, lambda rank: (
         *NO_MOONCAKE, *NO_COLLECTIVE_TIMEOUT, "--plugin", "tests.job_plugin",
-        "--set", "test.linger_rank=1", "--set", "test.linger_s=3600",
+        "--set", f"test.linger_rank={killed}", "--set", "test.linger_s=3600",
         "--set", "distributed.peer_timeout_s=3"))
-    wait_for_line(procs[1], '"event": "lingering"')
-    os.kill(procs[1].pid, signal.SIGKILL)
+    wait_for_line(procs[killed], '"event": "lingering"')
+    for rank in {0, 1, 2} - {killed}:
+        wait_for_line(procs[rank], '"step": "init_torch_distributed", "attempt"')
+    os.kill(procs[killed].pid, signal.SIGKILL)
     ended = wait_all(procs)
-    assert ended[1].returncode == -signal.SIGKILL
+    assert ended[killed].returncode == -signal.SIGKILL
+    return ended
+
+
+def test_a_rank_killed_mid_start_up_makes_the_others_stop_naming_it():
+    ended = start_and_kill(1)
     for rank in (0, 2):
         result = ended[rank]
         assert result.returncode == 1, result.stderr[-4000:]
@@ -100,6 +110,21 @@ def test_a_rank_killed_mid_start_up_makes_the_others_stop_naming_it():
         assert "it was last seen in step linger (running)" in result.last["text"]
         lost = result.named("peer_lost")
         assert not lost or lost[0]["lost_rank"] == 1
+
+
+def test_the_rank_serving_the_store_killed_mid_start_up_is_named_by_the_others():
+    ended = start_and_kill(0)
+    for rank in (1, 2):
+        result = ended[rank]
+        assert result.returncode == 1, result.stderr[-4000:]
+        assert result.last["step"] == "init_torch_distributed"
+        first = result.last["text"].splitlines()[0]
+        assert first.startswith(f"initorch: error: rank {rank}: rank 0, which serves the "
+                                "job's store at 127.0.0.1:"), first
+        # where this rank last saw it: the store is gone, so nothing newer can be read
+        assert re.search(r", stopped answering: it has likely died; it was last seen (in step "
+                         rf"(rendezvous|linger) \(\w+\)|joining the job); rank {rank} stops "
+                         "too$", first), first
 
 
 def test_two_slurm_tasks_are_one_job_of_two():

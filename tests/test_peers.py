@@ -295,6 +295,53 @@ def test_a_peer_whose_heartbeat_stops_is_lost_after_the_peer_bound_with_its_last
     assert bounds.peer_s <= clock.now < bounds.barrier_s
 
 
+class DyingStore(MemoryStore):
+    """A store whose serving process dies: every call fails once ``dead`` is set, as
+    torch's TCPStore client fails when the rank that serves it is killed."""
+
+    dead = False
+
+    def check(self, keys: list[str]) -> bool:
+        if self.dead:
+            raise ConnectionResetError("Connection reset by peer")
+        return super().check(keys)
+
+
+def test_a_store_that_stops_answering_names_the_rank_serving_it_and_its_last_step():
+    store = DyingStore()
+    clock = Clock()
+    waiting = peers_of(store, 1, 2, clock=clock)
+    server = peers_of(store, 0, 2)  # hosted_here: it serves the store
+    server.start()
+    server.step_started("load_weights")
+
+    def die() -> None:
+        store.dead = True
+
+    waiting.states([0])  # what the heartbeat thread would have seen meanwhile
+    clock.on_sleep = die
+    with pytest.raises(PeerError) as caught:
+        waiting.barrier("init_torch_distributed")
+    assert str(caught.value) == (
+        "rank 0, which serves the job's store at memory:0, stopped answering: it has likely "
+        "died; it was last seen in step load_weights (running); rank 1 stops too")
+    assert caught.value.ranks == (0,)
+    assert caught.value.details == (
+        "the store client said: ConnectionResetError: Connection reset by peer",)
+    assert clock.now < QUICK.peer_s  # at once, not after a heartbeat went stale
+
+
+def test_a_store_lost_before_its_server_was_seen_says_so_without_naming_a_rank():
+    store = DyingStore()
+    store.dead = True
+    with pytest.raises(PeerError) as caught:
+        peers_of(store, 1, 2).agree(load_plan(["cpu"]))
+    assert str(caught.value) == (
+        "the job's store at memory:0 stopped answering: the process that serves it (rank 0, "
+        "or the launcher's agent) has likely exited; rank 1 stops too")
+    assert caught.value.ranks == ()
+
+
 def test_a_slow_but_alive_peer_is_waited_for_until_the_barrier_bound():
     store = MemoryStore()
     bounds = PeerBounds(join_s=60, peer_s=3, barrier_s=20)

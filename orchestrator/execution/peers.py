@@ -24,7 +24,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -132,7 +133,8 @@ class JobPeers:
         self._clock, self._sleep = clock, sleep
         self._store = job.peers
         self._lock = threading.Lock()
-        self._progress: dict[str, Any] = {"beat": 0, "step": None, "state": "joined"}
+        self._progress: dict[str, Any] = {"beat": 0, "step": None, "state": "joined",
+                                          "serving": bool(job.hosted_here)}
         self._seen: dict[int, _Seen] = {}
         self._reported: set[int] = set()
         self._stop = threading.Event()
@@ -155,6 +157,10 @@ class JobPeers:
         """
         if self.rank.world_size == 1:
             return
+        with self._store_calls():
+            self._agree(plan)
+
+    def _agree(self, plan: Plan) -> None:
         own = manifest(plan, self.rank)
         if self._store.add(f"claim/{self.rank.rank}", 1) > 1:
             raise PeerError(f"rank {self.rank.rank} is claimed by more than one process "
@@ -178,6 +184,7 @@ class JobPeers:
         self.log.info("plan_agreed", world_size=self.rank.world_size,
                       fingerprint=plan.fingerprint, store=self.job.address,
                       hosts=sorted({m["host"] for m in self.manifests.values()}))
+        self.states(self.others)  # seen once at least: who serves the store, if it goes
 
     def _collect_plans(self) -> bool:
         """Read the plans published so far; True once all are in, or once one of them
@@ -300,14 +307,44 @@ class JobPeers:
         """Return once every rank has reached ``step`` (finished what it depends on)."""
         if self.rank.world_size == 1:
             return
-        self._store.set(f"barrier/{step}/{self.rank.rank}", b"1")
         keys = {rank: f"barrier/{step}/{rank}" for rank in self.others}
 
         def not_arrived() -> list[int]:
             return [rank for rank, key in keys.items() if not self._store.check([key])]
 
-        self._wait(lambda: not not_arrived(), not_arrived, f"reach step {step}",
-                   self.job.bounds.barrier_s)
+        with self._store_calls():
+            self._store.set(f"barrier/{step}/{self.rank.rank}", b"1")
+            self._wait(lambda: not not_arrived(), not_arrived, f"reach step {step}",
+                       self.job.bounds.barrier_s)
+
+    @contextmanager
+    def _store_calls(self) -> Iterator[None]:
+        """While this rank waits for its peers, a store that stops answering means that
+        the process serving it is gone: one :class:`PeerError` that names that rank and
+        where it was last seen, instead of the store client's connection error."""
+        try:
+            yield
+        except PeerError:
+            raise
+        except Exception as exc:
+            raise self._store_lost(exc) from exc
+
+    def _store_lost(self, exc: Exception) -> PeerError:
+        said = [f"the store client said: {type(exc).__name__}: {exc}"]
+        hint = "the first error in the log of the process that serves the store is the cause"
+        with self._lock:
+            servers = [(rank, seen.progress) for rank, seen in sorted(self._seen.items())
+                       if seen.progress.get("serving")]
+        if not servers:
+            return PeerError(f"the job's store at {self.job.address} stopped answering: the "
+                             "process that serves it (rank 0, or the launcher's agent) has "
+                             f"likely exited; rank {self.rank.rank} stops too",
+                             details=said, hint=hint)
+        rank, progress = servers[0]
+        return PeerError(f"rank {rank}, which serves the job's store at {self.job.address}, "
+                         f"stopped answering: it has likely died; it was last seen "
+                         f"{_where(progress)}; rank {self.rank.rank} stops too",
+                         ranks=[rank], details=said, hint=hint)
 
     # -- leaving --------------------------------------------------------------------------
 
