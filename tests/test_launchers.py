@@ -123,6 +123,14 @@ def test_ambiguous_slurm_worlds_are_refused(env, fragment):
     assert "srun" in (caught.value.problems[0].hint or "")
 
 
+def test_a_malformed_slurm_node_list_is_a_launch_error_not_a_crash():
+    with pytest.raises(LaunchError) as caught:
+        detect_rank({**SRUN_TASK, "SLURM_PROCID": "0", "SLURM_NODELIST": "node[01-"})
+    assert problem(caught.value) == ("cannot tell where the ranks meet: malformed host list "
+                                     "'node[01-'")
+    assert "MASTER_ADDR" in (caught.value.problems[0].hint or "")
+
+
 def test_a_single_slurm_task_outside_srun_is_a_world_of_one():
     info = detect_rank({"SLURM_JOB_ID": "7", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"})
     assert (info.rank, info.world_size, info.launcher) == (0, 1, "slurm")

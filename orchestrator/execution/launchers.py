@@ -228,7 +228,12 @@ def _slurm_rendezvous(env: Mapping[str, str]) -> str | None:
                                          "SLURM_NODELIST") if env.get(name, "").strip()), "")
     host = env.get("MASTER_ADDR", "").strip()
     if not host and nodes:
-        host = first_host(nodes)
+        try:
+            host = first_host(nodes)
+        except ValueError as exc:
+            raise LaunchError(f"cannot tell where the ranks meet: {exc}",
+                              hint="export MASTER_ADDR (the address of the job's first "
+                                   "node)") from None
     port = _number(env, "MASTER_PORT", SLURM_HINT)
     job = env.get("SLURM_JOB_ID", env.get("SLURM_JOBID", "")).strip()
     if port is None and job.isdigit():
