@@ -1,13 +1,18 @@
 """``rendezvous``: join the job's torch.distributed store, where the ranks agree on the plan.
 
-The store is torch.distributed's own, from its own rendezvous
-(``torch.distributed.rendezvous``, the handler ``init_process_group`` calls,
-``torch/distributed/rendezvous.py`` in torch 2.13): under torchrun a client of the
-agent's TCPStore (``TORCHELASTIC_USE_AGENT_STORE``); otherwise the TCPStore that
-rank 0 serves at the rendezvous address, for SLURM, plain processes and a world
-of one alike.  ``init_torch_distributed`` hands this same store to
-``init_process_group``, so the job meets exactly once, and never at a rendezvous
-of initorch's own.
+The store is torch.distributed's own ``TCPStore``, made as the ``tcp://`` init
+method makes it (``_create_c10d_store`` in ``torch/distributed/rendezvous.py``,
+torch 2.13): under torchrun a client of the agent's store
+(``TORCHELASTIC_USE_AGENT_STORE``); otherwise the store that rank 0 serves at the
+rendezvous address (multi-tenant), for SLURM, plain processes and a world of one
+alike.  One difference: rank 0 does not block in the constructor until as many
+ranks as *it* believes the world holds have connected (``wait_for_workers``).
+The plan agreement right after waits for them instead, within
+``distributed.join_timeout_s``, and can say what is wrong: a rank 0 started with
+``--nnodes 3`` in a job of two would otherwise wait out the bound and be named by
+the others as never having joined.  ``init_torch_distributed`` hands this same
+store to ``init_process_group``, so the job meets exactly once, and never at a
+rendezvous of initorch's own.
 
 Where the ranks meet comes from the launcher (:class:`~initorch.RankInfo`'s
 ``rendezvous``: ``--dist-init-addr``, ``MASTER_ADDR:MASTER_PORT``, SLURM's first
@@ -130,8 +135,8 @@ def gloo_interface(ctx: StepContext, rendezvous_host: str) -> str | None:
     settings=(MASTER_ADDR, MASTER_PORT, TIMEOUT_S, JOIN_TIMEOUT_S, PEER_TIMEOUT_S),
 )
 def rendezvous(ctx: StepContext) -> JobStore:
+    from torch._C._distributed_c10d import TCPStore  # torch.distributed.TCPStore
     from torch.distributed.distributed_c10d import PrefixStore
-    from torch.distributed.rendezvous import rendezvous as torch_rendezvous
 
     host, port = endpoint(ctx)
     address = host_port(host, port)
@@ -141,9 +146,10 @@ def rendezvous(ctx: StepContext) -> JobStore:
                  world_size=ctx.rank.world_size, launcher=ctx.rank.launcher)
     url = f"tcp://{address}"
     try:
-        store, _, _ = next(torch_rendezvous(url, rank=ctx.rank.rank,
-                                            world_size=ctx.rank.world_size,
-                                            timeout=datetime.timedelta(seconds=join)))
+        store: Any = TCPStore(host, port, world_size=ctx.rank.world_size,
+                              is_master=hosted_here, multi_tenant=hosted_here,
+                              timeout=datetime.timedelta(seconds=join),
+                              wait_for_workers=False)
     except (RuntimeError, ValueError) as exc:
         doing = "serving" if hosted_here else "reaching"
         raise StepError(f"rendezvous {url}: {doing} the job's store failed: {exc}",

@@ -83,6 +83,21 @@ def test_one_rank_with_another_setting_is_caught_on_every_rank():
         assert "init_torch_distributed" in skipped  # nothing waited for a peer
 
 
+@pytest.mark.parametrize("worlds", [(3, 2), (2, 3)], ids=["rank0-larger", "rank1-larger"])
+def test_ranks_that_disagree_on_the_world_size_say_so_on_both_sides(worlds):
+    """Rank 0 serves the store; believing in a larger world than there is must not make it
+    wait for ranks that never come (the bound would pass with no word of the cause)."""
+    address = f"127.0.0.1:{free_port()}"
+    procs = [spawn([*NO_MOONCAKE, *NO_COLLECTIVE_TIMEOUT, "--dist-init-addr", address,
+                    "--nnodes", str(world), "--node-rank", str(rank)], clean_env())
+             for rank, world in enumerate(worlds)]
+    for rank, result in enumerate(wait_all(procs)):
+        assert result.returncode == 1, result.stderr[-4000:]
+        first, detail, *_ = result.last["text"].splitlines()
+        assert first.startswith(f"initorch: error: rank {rank}: the ranks' plans differ")
+        assert detail == f"  world size: {worlds[0]} on rank 0; {worlds[1]} on rank 1"
+
+
 def start_and_kill(killed: int) -> list:
     """Three plain processes; rank ``killed`` lingers before the process group and is
     killed there (SIGKILL) once the other two wait for it at that step's barrier."""
