@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from initorch import StepContext, StepError, setting, step
+from initorch.execution.native_output import capture_native_stderr
 from initorch.steps.engine_hostname import local_host
 from initorch.steps.mooncake_master import MasterEndpoint
-from initorch.steps.native_log import capture_native_stderr
 from initorch.steps.network import split_host_port
 from initorch.steps.settings import (
     HICACHE_ENABLED,
