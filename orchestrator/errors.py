@@ -18,6 +18,7 @@ EXIT_OK = 0
 EXIT_STEP_FAILED = 1
 EXIT_INVALID_INPUT = 2
 EXIT_INTERNAL_ERROR = 70  # a bug in initorch (sysexits' EX_SOFTWARE)
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT) outside a run; a run exits 128+N itself
 
 
 @dataclass(frozen=True, slots=True)

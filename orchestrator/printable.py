@@ -1,4 +1,5 @@
-"""Text that is safe to show on a terminal: the one place control characters are neutralised.
+"""Printing safely: the one place control characters are neutralised, and streams
+whose failures never change an outcome.
 
 A profile's file name, a setting's value or a step's error message can hold
 bytes that a terminal obeys instead of showing: ESC sequences that clear the
@@ -15,7 +16,12 @@ text stays readable and the fact that it held them stays visible.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import io
+import os
 import re
+from typing import TextIO
 
 # What a terminal obeys instead of showing, besides line feeds and tabs: the other C0
 # controls (ESC, CR, BEL, ...), DEL, the C1 controls (a terminal reads 0x9b as CSI),
@@ -56,3 +62,68 @@ def printable_json(text: str) -> str:
     characters it leaves raw (DEL, C1, bidi marks, separators) written as
     ``\\uXXXX`` escapes: the same JSON value, safe on a terminal."""
     return _UNSAFE_IN_JSON.sub(_json_escape, text) if _UNSAFE_IN_JSON.search(text) else text
+
+
+class SafeStream(io.TextIOBase):
+    """A text stream that neutralises control characters (``neutralise``) and never
+    raises on write or flush: a closed descriptor, a reader that went away or a
+    full disk loses output, never the outcome of what was writing.  ``lost`` holds
+    the first error that lost output; the descriptor is then pointed at
+    ``/dev/null`` so that nothing fails twice (interpreter exit flushes again)."""
+
+    def __init__(self, stream: TextIO | None, fd: int, *, neutralise: bool = True) -> None:
+        super().__init__()
+        self._stream = stream
+        self._fd = fd
+        self._neutralise = neutralise
+        self.lost: OSError | None = None
+        # The same stream without neutralising, for a writer that makes its own text
+        # safe and adds its own escapes (the log handler's colours).
+        self.verbatim = SafeStream(stream, fd, neutralise=False) if neutralise else self
+
+    def write(self, text: str) -> int:
+        if self._stream is None or self.lost is not None:
+            return len(text)
+        try:
+            self._stream.write(printable(text, layout=True) if self._neutralise else text)
+        except (OSError, ValueError) as exc:
+            self._lose(exc)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._stream is None or self.lost is not None:
+            return
+        try:
+            self._stream.flush()
+        except (OSError, ValueError) as exc:
+            self._lose(exc)
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        try:
+            return self._stream is not None and self.lost is None and self._stream.isatty()
+        except (OSError, ValueError):
+            return False
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self._stream, "encoding", None) or "utf-8"
+
+    @property
+    def reader_went_away(self) -> bool:
+        """True when output was lost because the reading end closed (``| head``)."""
+        return isinstance(self.lost, BrokenPipeError) or (
+            self.lost is not None and self.lost.errno == errno.EPIPE)
+
+    def _lose(self, exc: BaseException) -> None:
+        self.lost = exc if isinstance(exc, OSError) else OSError(errno.EBADF, str(exc))
+        # Whatever is still buffered would fail again at interpreter exit.
+        with contextlib.suppress(OSError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._fd)
+            os.close(null)
