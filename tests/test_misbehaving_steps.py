@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from initorch.console import LINGER_S
 from initorch.errors import EXIT_OK, EXIT_STEP_FAILED, ActiveRunError
 from initorch.execution.run import Run
 from initorch.execution.watchdog import UNRESPONSIVE_S
-from initorch.console import LINGER_S
 from tests.conftest import define
 from tests.helpers_foundation import write
 from tests.helpers_run import WAIT, json_lines, plan_of
@@ -239,46 +239,50 @@ def test_a_signal_a_step_swallows_still_ends_the_run(cli):
     assert cli.teardowns() == ["teardown first"]
 
 
+def signal_at(argv: list[str], folder: Path, marker: str, env: dict[str, str] | None = None,
+              timeout: float = 25) -> tuple[int | None, list[dict[str, object]]]:
+    """Run ``argv`` with JSON logs, send SIGTERM once an event containing ``marker``
+    appears, and return its exit code and its events (stderr goes to a file, so
+    that nothing read ahead is lost).  ``timeout`` bounds a hang."""
+    log = folder / "stderr.jsonl"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(argv, cwd=folder, env=env, text=True,
+                                stdout=subprocess.DEVNULL, stderr=sink)
+    try:
+        for _ in range(int(timeout / 0.02)):
+            if marker in log.read_text() or proc.poll() is not None:
+                break
+            threading.Event().wait(0.02)
+        proc.send_signal(signal.SIGTERM)
+        code: int | None = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        code = None
+    finally:
+        proc.kill()
+    return code, json_lines(log.read_text())
+
+
 @pytest.mark.e2e
 def test_sigterm_during_the_real_import_backend_ends_the_run(tmp_path):
-    proc = subprocess.Popen([str(SCRIPT), "run", "-p", "cpu", "--log-format", "json"],
-                            cwd=tmp_path, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    assert proc.stderr is not None
-    seen = []
-    for line in proc.stderr:
-        seen.append(line)
-        if '"step_started"' in line and '"import_backend"' in line:
-            proc.send_signal(signal.SIGTERM)
-            break
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 143, "".join(seen) + err
-    events = json_lines("".join(seen) + err)
-    assert not any(e["event"] == "step_started" and e.get("step") == "set_device"
-                   for e in events)
-    assert "run: ok" not in out
+    code, events = signal_at([str(SCRIPT), "run", "-p", "cpu", "--log-format", "json"],
+                             tmp_path, '"step": "import_backend", "attempt"')
+    assert code == 143, events
+    started = [e.get("step") for e in events if e["event"] == "step_started"]
+    assert started == ["import_backend"], started
+    assert not any(e["event"] == "run_finished" for e in events)
 
 
 @pytest.mark.e2e
 def test_sigterm_while_blocked_in_the_rendezvous_ends_the_run_with_teardown(tmp_path):
     # Rank 0 of 2 waits in the store for a rank 1 that never comes (torchrun's
-    # SIGTERM to the survivor of a dead peer); 120 s of timeout must not matter.
+    # SIGTERM to the survivor of a dead peer); 120 s of timeout must not matter,
+    # nor torchrun's 30 s before SIGKILL: the wait is bounded far below both.
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
-    proc = subprocess.Popen([str(SCRIPT), "run", "-p", "cpu", "--log-format", "json",
-                             "--set", "mooncake.enabled=false"], cwd=tmp_path, env=env,
-                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stderr is not None
-    seen = []
-    for line in proc.stderr:
-        seen.append(line)
-        if '"step_started"' in line and '"init_torch_distributed"' in line:
-            break
-    proc.send_signal(signal.SIGTERM)
-    # Far less than the 120 s rendezvous timeout (and torchrun's 30 s before SIGKILL).
-    _, err = proc.communicate(timeout=25)
-    assert proc.returncode == 143, "".join(seen) + err
-    events = json_lines("".join(seen) + err)
+    code, events = signal_at([str(SCRIPT), "run", "-p", "cpu", "--log-format", "json",
+                              "--set", "mooncake.enabled=false"], tmp_path,
+                             '"event": "process_group_starting"', env=env)
+    assert code == 143, events
     completed = {e["step"] for e in events if e["event"] == "step_succeeded"}
     torn = {e["step"] for e in events if e["event"] == "teardown_succeeded"}
     assert "init_torch_distributed" not in completed
@@ -355,7 +359,7 @@ def test_a_second_concurrent_run_is_refused_clearly():
     def second() -> None:
         try:
             Run(plan_of([define("other")])).start()
-        except BaseException as exc:  # noqa: BLE001 - the test reads what was raised
+        except BaseException as exc:
             errors.append(exc)
 
     thread = threading.Thread(target=second)
