@@ -32,7 +32,12 @@ from initorch.steps.settings import (
     MOONCAKE_PROTOCOL,
     STORAGE_BACKEND,
 )
-from initorch.steps.transfer_engine import SharedTransferEngine, device_name_for
+from initorch.steps.transfer_engine import (
+    METADATA_SERVER,
+    METADATA_SERVER_HELP,
+    SharedTransferEngine,
+    device_name_for,
+)
 
 WARMUP_BYTES = 4 * 1024  # what SGLang's MooncakeStore.warmup puts
 
@@ -41,7 +46,8 @@ STORE_HOSTNAME = setting(
     description="the store client's local host; auto = the local address that reaches the "
                 "master")
 STORE_METADATA_SERVER = setting(
-    "mooncake.store.metadata_server", str, default="P2PHANDSHAKE", pattern=r"\S+",
+    "mooncake.store.metadata_server", str, default="P2PHANDSHAKE", pattern=METADATA_SERVER,
+    pattern_help=f"P2PHANDSHAKE, master, {METADATA_SERVER_HELP}",
     description="the store's metadata server: P2PHANDSHAKE (SGLang's default), an etcd/http "
                 "URL, or master (the managed master's own HTTP metadata server)")
 GLOBAL_SEGMENT_MB = setting(

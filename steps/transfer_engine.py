@@ -31,9 +31,21 @@ MOONCAKE_HOSTNAME = setting(
     "mooncake.hostname", str, default="auto", pattern=r"\S+",
     description="the engine's local host; auto = the local address that reaches the "
                 "rendezvous (like SGLang's get_local_ip_auto; HOST_IP wins)")
+# The metadata servers Mooncake can reach: MetadataStoragePlugin::Create
+# (mooncake-transfer-engine/src/transfer_metadata_plugin.cpp, 0.3.13) knows etcd
+# (also a bare host:port), redis, http and https, and LOG(FATAL)s -- abort(), the
+# whole process -- on any other scheme ("Unable to find metadata storage plugin").
+# Refused at plan time instead.
+METADATA_SCHEMES = ("etcd", "redis", "http", "https")
+METADATA_SERVER = rf"P2PHANDSHAKE|(?:(?:{'|'.join(METADATA_SCHEMES)})://)?(?!\S*://)\S+"
+METADATA_SERVER_HELP = ("host:port (etcd) or an etcd://, redis://, http:// or https:// URL "
+                        "(Mooncake aborts the process on any other scheme: 'Unable to find "
+                        "metadata storage plugin')")
 MOONCAKE_METADATA_SERVER = setting(
-    "mooncake.metadata_server", str, default="P2PHANDSHAKE", pattern=r"\S+",
-    description="the engine's metadata server: P2PHANDSHAKE (SGLang's), or an etcd/http URL")
+    "mooncake.metadata_server", str, default="P2PHANDSHAKE", pattern=METADATA_SERVER,
+    pattern_help=f"P2PHANDSHAKE, {METADATA_SERVER_HELP}",
+    description="the engine's metadata server: P2PHANDSHAKE (SGLang's), or an etcd, redis, "
+                "http or https URL (another scheme would abort the process in Mooncake)")
 ASCEND_BUILD = setting(
     "mooncake.ascend_build", str, default="auto", choices=("auto", *ASCEND_BUILDS),
     description="npu: which Ascend build of Mooncake to address; auto reads the installed "

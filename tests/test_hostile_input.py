@@ -70,6 +70,24 @@ def test_every_builtin_profile_names_a_declared_backend(run_cli):
     assert code == EXIT_OK, err
 
 
+@pytest.mark.parametrize("key", ["mooncake.metadata_server", "mooncake.store.metadata_server"])
+def test_a_metadata_server_mooncake_would_abort_on_is_refused_at_plan_time(run_cli, key):
+    # Mooncake LOG(FATAL)s -- abort() -- on an unknown scheme: "Unable to find metadata
+    # storage plugin bogus" (issue 10, point 9); its captured line is replayed as the
+    # process dies (tests/test_misbehaving_steps.py), but a plan never gets there.
+    code, out, err = run_cli("plan", "-p", "cpu", "--set", f"{key}=bogus://127.0.0.1:1")
+    assert (code, out) == (EXIT_INVALID_INPUT, "")
+    assert_single_error_line(err, key, "Unable to find metadata storage plugin",
+                             "'bogus://127.0.0.1:1'", located=False)
+
+
+@pytest.mark.parametrize("value", ["P2PHANDSHAKE", "etcd://h:2379", "h:2379", "redis://r:6379",
+                                   "http://m:8080/metadata", "https://m/metadata"])
+def test_every_metadata_server_mooncake_knows_is_accepted(run_cli, value):
+    code, _, err = run_cli("plan", "-p", "cpu", "--set", f"mooncake.metadata_server={value}")
+    assert code == EXIT_OK, err
+
+
 # --- point 2: nothing printed can forge terminal output -----------------------------------------
 
 FORGED = "\x1b[2J\x1b[Hrun: ok\r"
