@@ -23,6 +23,7 @@ from typing import Any
 from initorch import StepContext, StepError, setting, step
 from initorch.execution.native_output import capture_native_stderr
 from initorch.steps.engine_hostname import local_host
+from initorch.steps.listeners import listeners, warn_if_exposed
 from initorch.steps.mooncake_master import MasterEndpoint
 from initorch.steps.network import split_host_port
 from initorch.steps.settings import (
@@ -147,12 +148,15 @@ def init_mooncake_store(ctx: StepContext) -> StoreClient:
     segment = int(ctx.setting("mooncake.store.global_segment_mb")) * 2**20 // ctx.rank.world_size
     local_buffer = int(ctx.setting("mooncake.store.local_buffer_mb")) * 2**20
     store = store_type()
+    before = listeners()
     with capture_native_stderr() as native:
         rc = store.setup(hostname, metadata, segment, local_buffer, protocol, device_name,
                          master.address, shared.engine.get_engine() if shared else None)
     if rc != 0:
         raise StepError(f"Failed to setup Mooncake store, error code: {rc}",
                         native_log=native.error_lines())
+    warn_if_exposed(ctx.log, "store client",
+                    split_host_port(hostname)[0] if shared else hostname, before)
     client = StoreClient(store, hostname, protocol, shared is not None)
     try:
         warm_up(store)

@@ -22,6 +22,7 @@ from initorch.execution.native_output import NativeLog, capture_native_stderr
 from initorch.steps.device import VISIBLE_DEVICES_ENV
 from initorch.steps.distributed import MASTER_ADDR
 from initorch.steps.engine_hostname import EngineHostname, engine_hostname
+from initorch.steps.listeners import listeners, warn_if_exposed
 from initorch.steps.mooncake_build import ASCEND_BUILDS, installed_build
 from initorch.steps.network import host_port
 from initorch.steps.settings import MOONCAKE_DEVICE_NAME, MOONCAKE_ENABLED, MOONCAKE_PROTOCOL
@@ -147,6 +148,7 @@ def init_shared_mooncake_transfer_engine(ctx: StepContext) -> SharedTransferEngi
     hostname = engine_hostname(ctx, protocol, installed_build())
     shared = SharedTransferEngine(engine_type(), hostname, protocol, device_name_for(ctx),
                                   str(ctx.setting("mooncake.metadata_server")))
+    before = listeners()
     try:
         native = shared.call("initialize", hostname.argument, shared.metadata_server, protocol,
                              shared.device_name)
@@ -154,6 +156,7 @@ def init_shared_mooncake_transfer_engine(ctx: StepContext) -> SharedTransferEngi
         shared.close()  # release it now, so its shutdown logs come before the diagnosis
         raise
     shared.rpc_port = int(shared.engine.get_rpc_port())
+    warn_if_exposed(ctx.log, "transfer engine", hostname.host, before)
     check_transport(ctx, shared, native)
     ctx.log.info("transfer_engine_ready", hostname=hostname.argument, protocol=protocol,
                  transports=shared.transports, session_id=shared.session_id,
