@@ -387,3 +387,43 @@ def test_dry_runs_may_run_beside_a_real_one():
 def test_the_watchdog_overshoot_is_documented():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
     assert f"{UNRESPONSIVE_S:g} s" in readme.split("## Failure behaviour", 1)[1]
+
+
+@pytest.fixture
+def silent_etcd():
+    """A TCP port that accepts connections and never answers: an etcd that hangs."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        yield f"etcd://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.mark.e2e
+def test_a_timeout_acts_while_the_real_engine_init_holds_the_gil(tmp_path, silent_etcd):
+    # Mooncake's initialize waits for the metadata server holding the GIL (issue 10,
+    # point 13: the timeout used to be reported only when the call gave up, 10 s on).
+    profile = write(tmp_path, "stall.yaml", "extends: cpu\nsteps:\n"
+                    "  init_shared_mooncake_transfer_engine: {timeout: 1}\n")
+    done = subprocess.run([str(SCRIPT), "run", "-p", str(profile), "--set",
+                           f"mooncake.metadata_server={silent_etcd}"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    line = last_line(done.stderr)
+    assert "step 'init_shared_mooncake_transfer_engine' is still running" in line
+    assert "(timeout 1s)" in line and "the watchdog ends the process" in line
+
+
+@pytest.mark.e2e
+def test_sigterm_during_a_stalled_real_engine_init_is_bounded(tmp_path, silent_etcd):
+    code, events = signal_at(
+        [str(SCRIPT), "run", "-p", "cpu", "--log-format", "json", "--set",
+         f"mooncake.metadata_server={silent_etcd}"], tmp_path,
+        '"step": "init_shared_mooncake_transfer_engine", "attempt"')
+    # Either the run acted (143, after teardown) or, with the interpreter held, the
+    # watchdog ended it UNRESPONSIVE_S later, naming the step; never Mooncake's 10 s+.
+    assert code in (143, -signal.SIGKILL), events
+    if code == -signal.SIGKILL:
+        [killed] = [e for e in events if e["event"] == "watchdog_killed_on_signal"]
+        assert killed["steps"] == ["init_shared_mooncake_transfer_engine"]
