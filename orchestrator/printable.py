@@ -37,9 +37,12 @@ _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def _escape(match: re.Match[str]) -> str:
+    # C0 as \xNN (as Python shows it); DEL, C1 and the rest as \uXXXX, which is also
+    # a JSON escape: a JSON document written through a SafeStream stays valid JSON
+    # (json.dumps escapes C0 itself, but leaves those raw).
     char = match.group(0)
     code = ord(char)
-    return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x20 else f"\\u{code:04x}")
 
 
 def _json_escape(match: re.Match[str]) -> str:

@@ -132,6 +132,20 @@ def test_a_step_error_cannot_forge_the_run_summary(tmp_path):
     assert "\\x1b[2J" in done.stderr
 
 
+def test_json_written_through_the_safe_console_stays_the_same_json():
+    import io
+    import json
+
+    from initorch.printable import SafeStream
+
+    data = {"name": "a\x9bb\u202ec\x7fd\u2028e", "esc": "\x1b[2J"}
+    sink = io.StringIO()
+    SafeStream(sink, 1).write(json.dumps(data, ensure_ascii=False))
+    written = sink.getvalue()
+    assert json.loads(written) == data
+    assert not any(char in written for char in "\x9b\u202e\x7f\u2028\x1b")
+
+
 # --- point 3: only regular files, read with a size limit -----------------------------------------
 
 @pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom", "/dev/null"])
