@@ -70,6 +70,17 @@ def test_every_builtin_profile_names_a_declared_backend(run_cli):
     assert code == EXIT_OK, err
 
 
+@pytest.mark.parametrize("name", ["LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH",
+                                  "PYTHONSTARTUP", "PYTHONBREAKPOINT", "PYTHONWARNINGS",
+                                  "DYLD_INSERT_LIBRARIES", "BASH_ENV", "ld_preload"])
+def test_a_profile_cannot_set_a_variable_that_loads_code(run_cli, tmp_path, name):
+    path = write(tmp_path, "p.yaml", f"extends: cpu\nenv:\n  {name}: /tmp/evil.so\n")
+    code, out, err = run_cli("plan", "-p", str(path))
+    assert (code, out) == (EXIT_INVALID_INPUT, "")
+    match = assert_single_error_line(err, f"env.{name} would make programs load code")
+    assert match is not None and (match.group("line"), match.group("col")) == ("3", "3")
+
+
 @pytest.mark.parametrize("key", ["mooncake.metadata_server", "mooncake.store.metadata_server"])
 def test_a_metadata_server_mooncake_would_abort_on_is_refused_at_plan_time(run_cli, key):
     # Mooncake LOG(FATAL)s -- abort() -- on an unknown scheme: "Unable to find metadata
