@@ -18,19 +18,25 @@ import signal
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from initorch._version import __version__
+from initorch.console import exit_process
+from initorch.console import install as install_console
 from initorch.errors import (
     EXIT_INTERNAL_ERROR,
+    EXIT_INTERRUPTED,
     EXIT_INVALID_INPUT,
     EXIT_OK,
     EXIT_STEP_FAILED,
     InitorchError,
     PeerError,
     UnplannedStepWarning,
+    describe_exception,
+    exception_message,
 )
 from initorch.execution.heartbeat import DEFAULT_INTERVAL_S
+from initorch.files import OutputFile, check_outputs, write_atomically
 from initorch.loading.catalog import AUTO_PROFILE
 from initorch.location import display_path
 from initorch.plugins import PluginError, Registry
@@ -97,6 +103,7 @@ def _emit(text: str) -> None:
 def cmd_plan(args: argparse.Namespace, registry: Registry) -> int:
     plan = _plan(args, registry)
     if args.out:
+        check_outputs([OutputFile("--out", args.out)], registry.profiles.read_files())
         plan.save(args.out)
     _emit(json.dumps(plan.to_dict(), indent=2) if args.json else str(plan))
     if args.out:  # on stderr, so that --json output stays one JSON document
@@ -203,6 +210,7 @@ def cmd_settings(args: argparse.Namespace, registry: Registry) -> int:
 
 def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
     from initorch.execution.launchers import LaunchArguments, detect_rank
+    from initorch.execution.watchdog import configure_watchdog
     from initorch.reporting.logs import configure_logging
 
     rank = detect_rank(os.environ, LaunchArguments(args.dist_init_addr, args.nnodes,
@@ -217,15 +225,19 @@ def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
 
         with StderrEvents() as capture:
             configure_logging("json", stream=capture.stream, level=level)
+            configure_watchdog(capture.stream.fileno(), "json")
             return _run(args, registry, rank, capture)
-    configure_logging("console", level=level)
+    # The log formatter makes its own text safe and colours it: write it verbatim.
+    configure_logging("console", stream=getattr(sys.stderr, "verbatim", sys.stderr),
+                      level=level)
+    configure_watchdog(None, "text")
     return _run(args, registry, rank, None)
 
 
 def per_rank_path(option: str, path: str | None, rank: RankInfo) -> str | None:
-    """``path`` with ``{rank}`` and ``{local_rank}`` filled in; refused when its folder
-    is missing, when it names another placeholder, or when several ranks of this job
-    would write the same file."""
+    """``path`` with ``{rank}`` and ``{local_rank}`` filled in; refused when it names
+    another placeholder, or when several ranks of this job would write the same file
+    (whether the file can be written is :func:`check_outputs`'s to say)."""
     if not path:
         return None
     placeholders = set(re.findall(r"{([^{}]*)}", path))
@@ -238,12 +250,7 @@ def per_rank_path(option: str, path: str | None, rank: RankInfo) -> str | None:
                             f"{rank.world_size} ranks would write this file",
                             hint="put {rank} in the name (run-{rank}.json), or {local_rank} "
                                  "on storage that is not shared between hosts")
-    filled = path.replace("{rank}", str(rank.rank)).replace("{local_rank}",
-                                                            str(rank.local_rank))
-    if not os.path.isdir(os.path.dirname(os.path.abspath(filled))):
-        raise InitorchError(f"{option} {display_path(filled)}: the folder does not exist",
-                            hint="create it first, or write the file elsewhere")
-    return filled
+    return path.replace("{rank}", str(rank.rank)).replace("{local_rank}", str(rank.local_rank))
 
 
 def _run(args: argparse.Namespace, registry: Registry, rank: RankInfo,
@@ -254,6 +261,9 @@ def _run(args: argparse.Namespace, registry: Registry, rank: RankInfo,
     from initorch.execution.signals import RunInterrupted
 
     plan = _run_plan(args, registry)
+    inputs = [*registry.profiles.read_files(), *([args.plan] if args.plan else [])]
+    check_outputs([OutputFile("--report", args.report), OutputFile("--trace", args.trace)],
+                  inputs)  # before anything runs: a bad path never costs a start-up
     run = Run(plan, executor=args.executor, workers=args.workers, diagnoses=registry.diagnoses,
               rank=rank, handle_signals=True, teardown_at_exit=True,
               heartbeat=args.heartbeat or None)
@@ -266,7 +276,7 @@ def _run(args: argparse.Namespace, registry: Registry, rank: RankInfo,
     except RunInterrupted as interrupt:
         interrupted = interrupt
     finally:
-        _write_outputs(run, args)
+        _write_outputs(run, args, in_json=capture is not None)
     if capture is not None:
         return _conclude_in_json(run, interrupted)
     return _conclude_for_people(run.report, interrupted, debug=args.debug)
@@ -304,15 +314,24 @@ def _conclude_in_json(run: Run, interrupted: RunInterrupted | None) -> int:
     return EXIT_STEP_FAILED
 
 
-def _write_outputs(run: Run, args: argparse.Namespace) -> None:
-    for path, data in ((args.report, run.report.to_dict), (args.trace, run.report.trace_events)):
-        if path:
-            try:
-                with open(path, "w", encoding="utf-8") as handle:
-                    json.dump(data(), handle, indent=2)
-            except OSError as exc:
-                raise InitorchError(f"cannot write {display_path(path)}: {exc.strerror}",
-                                    hint="check the path and its permissions") from None
+def _write_outputs(run: Run, args: argparse.Namespace, in_json: bool) -> None:
+    """Write ``--report`` and ``--trace``; a failure is a warning that never replaces
+    the run's own outcome (its exit code, its summary)."""
+    for option, path, data in (("--report", args.report, run.report.to_dict),
+                               ("--trace", args.trace, run.report.trace_events)):
+        if not path:
+            continue
+        try:
+            write_atomically(path, json.dumps(data(), indent=2) + "\n")
+        except Exception as exc:  # whatever it is, the run's outcome stands
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror \
+                else describe_exception(exc)
+            if in_json:
+                run.log.warning("output_not_written", option=option, path=display_path(path),
+                                error=reason)
+            else:
+                sys.stderr.write(f"initorch: warning: {option} {display_path(path)}: cannot "
+                                 f"write it: {reason}; the run's outcome stands\n")
 
 
 def failure_line(report: RunReport) -> str:
@@ -324,7 +343,7 @@ def failure_line(report: RunReport) -> str:
     if isinstance(first.error, PeerError):
         return f"initorch: error: rank {report.rank}: {first.error.text()}"
     # One line: the rest (a timeout's stack, native log lines) is in the step_failed event.
-    message = str(first.error).strip().splitlines()
+    message = exception_message(first.error).strip().splitlines() if first.error else []
     return (f"initorch: step '{first.name}' failed: {type(first.error).__name__}: "
             f"{message[0] if message else ''} (no known diagnosis)")
 
@@ -340,12 +359,9 @@ def cmd_detect(args: argparse.Namespace, registry: Registry) -> int:
 def cmd_trace_merge(args: argparse.Namespace, registry: Registry) -> int:
     from initorch.reporting.trace_merge import merge_traces
 
+    check_outputs([OutputFile("--out", args.out)], args.files)
     merged = merge_traces(args.files)
-    if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
-        raise InitorchError(f"--out {display_path(args.out)}: the folder does not exist",
-                            hint="create it first, or write the file elsewhere")
-    with open(args.out, "w", encoding="utf-8") as handle:
-        json.dump(merged, handle, indent=1)
+    write_atomically(args.out, json.dumps(merged, indent=1))
     ranks = merged["otherData"]["ranks"]
     sys.stderr.write(f"initorch: merged {len(ranks)} rank(s) into {display_path(args.out)}; "
                      "open it in Perfetto (ui.perfetto.dev)\n")
@@ -539,6 +555,17 @@ def _registry(args: argparse.Namespace) -> Registry:
         on_error=leave_out if getattr(args, "tolerate_broken_plugins", False) else None)
 
 
+def console_main() -> NoReturn:
+    """The ``initorch`` console script: :func:`main` with the process's streams made
+    safe (:mod:`initorch.console`) and an exit that no left-over thread can delay."""
+    console = install_console()
+    code = main()
+    warning = console.output_lost_warning()
+    if warning is not None:
+        sys.stderr.write(warning + "\n")
+    exit_process(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
     args = build_parser().parse_args(argv)
@@ -555,6 +582,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             _report(error)
         return error.exit_code
+    except KeyboardInterrupt:  # Ctrl-C outside a run (a run turns it into its own 130)
+        if args.debug:
+            raise
+        if in_json:
+            _report_json("interrupted by SIGINT", EXIT_INTERRUPTED, [])
+        else:
+            sys.stderr.write("initorch: interrupted by SIGINT\n")
+        return EXIT_INTERRUPTED
     except Exception as error:  # a bug: never let it pass for "a step failed" (exit 1)
         if args.debug:
             raise

@@ -18,6 +18,7 @@ EXIT_OK = 0
 EXIT_STEP_FAILED = 1
 EXIT_INVALID_INPUT = 2
 EXIT_INTERNAL_ERROR = 70  # a bug in initorch (sysexits' EX_SOFTWARE)
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT) outside a run; a run exits 128+N itself
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +189,36 @@ class PeerError(StepError):
         if self.hint:
             lines.append(f"  ({self.hint})")
         return "\n".join(lines)
+class ActiveRunError(InitorchError):
+    """Another run is active in this process.  Runs share process-wide state (the
+    default torch.distributed process group, the environment, fd 2, the device of
+    the calling thread), so a second one may not start until the first is torn
+    down.  ``active`` describes the run that holds the process."""
+
+    def __init__(self, active: str) -> None:
+        self.active = active
+        super().__init__(f"another run is active in this process ({active}); runs share the "
+                         "process group, the environment and the device context",
+                         hint="tear the first run down (run.teardown(), or leave its 'with' "
+                              "block) before starting another, or start it in another process")
+
+
+def exception_message(exc: BaseException) -> str:
+    """``str(exc)``, even when its ``__str__`` raises (a broken message must not hide
+    the failure, nor turn it into an internal error)."""
+    try:
+        return str(exc)
+    except Exception:
+        return "(its message cannot be printed: its __str__ raised)"
+
+
+def describe_exception(exc: BaseException) -> str:
+    """One line about ``exc`` -- ``Type: first line of its message`` -- even when its
+    ``__str__`` raises; ``sys.exit`` is said as such."""
+    if isinstance(exc, SystemExit):
+        return f"it called sys.exit({exc.code!r})"
+    text = exception_message(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 class UnplannedStepWarning(UserWarning):

@@ -30,6 +30,7 @@ from typing import IO, TYPE_CHECKING, Any
 from initorch import StepContext, StepError, setting, step
 from initorch.model.step import MAX_TIMEOUT_S
 from initorch.steps.engine_hostname import local_host, rendezvous_host
+from initorch.steps.listeners import warn_if_exposed
 from initorch.steps.network import can_connect, free_port, host_port, split_host_port
 from initorch.steps.rendezvous import MASTER_ADDR
 from initorch.steps.settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
@@ -189,6 +190,7 @@ def start_master_once(ctx: StepContext) -> ManagedMaster:
     except StepError:
         master.stop()
         raise
+    warn_if_exposed(ctx.log, "mooncake_master", LOOPBACK, set(), pid=pid)
     return master
 
 

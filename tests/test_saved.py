@@ -357,7 +357,7 @@ def test_run_refuses_a_damaged_plan_in_one_line(run_cli, tmp_path, damage, fragm
 def test_plan_out_into_a_missing_folder_is_refused(run_cli, tmp_path):
     code, out, err = run_cli("plan", "-p", "cpu", "--out", str(tmp_path / "no" / "plan.json"))
     assert (code, out) == (2, "")
-    assert_single_error_line(err, "cannot write the plan to", located=False)
+    assert_single_error_line(err, "--out", "the folder does not exist", located=False)
 
 
 @pytest.mark.e2e

@@ -20,6 +20,7 @@ import queue
 import threading
 from typing import Protocol
 
+from initorch.execution.signals import POLL_S
 from initorch.resolution.plan import Plan, PlannedStep
 
 
@@ -122,7 +123,7 @@ class ParallelExecutor:
                         sorter.done(name)
                 if not running:
                     continue
-                name, error = finished.get()
+                name, error = _next_finished(finished)
                 running -= 1
                 if error is not None:
                     raise error
@@ -132,6 +133,18 @@ class ParallelExecutor:
             # it produces) or, if hung, die with the interpreter.
             for _ in workers:
                 tasks.put(None)
+
+
+def _next_finished(finished: queue.SimpleQueue[tuple[str, BaseException | None]]
+                   ) -> tuple[str, BaseException | None]:
+    """The next step a worker finished.  The main thread waits in slices of
+    ``POLL_S``: a signal that lands just before a blocking wait starts does not
+    wake it, and the run must still act on it (the handler runs between slices)."""
+    while True:
+        try:
+            return finished.get(timeout=POLL_S)
+        except queue.Empty:
+            continue
 
 
 EXECUTORS = ("sequential", "parallel", "dry-run")

@@ -7,24 +7,38 @@
 Teardown runs the teardowns of completed steps in reverse completion order
 when the run fails, when the context manager exits, on SIGINT/SIGTERM (with
 ``handle_signals``) and, optionally, at interpreter exit.  A failing teardown
-is logged and the others still run.  A step's failure skips everything that
+is logged and the others still run, whatever it raised (``KeyboardInterrupt``
+and ``SystemExit`` included); a teardown cut short all the same is finished by
+the next call of :meth:`Run.teardown`.  A step's failure skips everything that
 hard-depends on it (``requires``, or the device binding), reported once as
 "upstream failed" with the root cause; ``wants`` and ordering-only dependents
 still run.
+
+One run at a time is active in a process, from :meth:`Run.start` until its
+teardown ends: runs share the default process group, the environment, fd 2
+and the calling thread's device.  A second one is refused with
+:class:`~initorch.errors.ActiveRunError` (a dry run touches none of that and
+is always allowed).
 """
 
 from __future__ import annotations
 
 import atexit
 import datetime
+import gc
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from types import MappingProxyType, TracebackType
 from typing import Any
 
-from initorch.errors import StepFailedError
+from initorch.errors import (
+    ActiveRunError,
+    StepFailedError,
+    exception_message,
+)
 from initorch.execution.context import RankInfo, RunState, StepContext
 from initorch.execution.environment import AppliedEnvironment, apply_environment
 from initorch.execution.executors import DryRunExecutor, Executor, make_executor
@@ -33,6 +47,7 @@ from initorch.execution.invoke import invoke_step
 from initorch.execution.launchers import LaunchArguments, detect_rank
 from initorch.execution.peers import JobPeers, JobStore
 from initorch.execution.signals import SignalGuard
+from initorch.execution.watchdog import Watchdog, start_watchdog, stop_watchdog
 from initorch.plugins import Registry
 from initorch.reporting.diagnosis import DiagnosisBook
 from initorch.reporting.logs import get_logger
@@ -40,6 +55,35 @@ from initorch.reporting.report import RunReport, StepOutcome, TeardownOutcome
 from initorch.resolution.plan import Plan, PlannedStep
 
 HARD_EDGE_KINDS = frozenset({"requires", "device"})
+
+class _ActiveRun:
+    """The run that holds this process, if it is still alive (a weak reference: a run
+    dropped without teardown holds nothing once it is collected)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._run: weakref.ref[Run] | None = None
+
+    def claim(self, run: Run) -> None:
+        """Make ``run`` the process's active run, or raise :class:`ActiveRunError`."""
+        with self._lock:
+            if self._holder() not in (None, run):
+                gc.collect()  # an unreachable run in a reference cycle is not a holder
+            holder = self._holder()
+            if holder is not None and holder is not run:
+                raise ActiveRunError(holder.describe())
+            self._run = weakref.ref(run)
+
+    def release(self, run: Run) -> None:
+        with self._lock:
+            if self._holder() is run:
+                self._run = None
+
+    def _holder(self) -> Run | None:
+        return self._run() if self._run is not None else None
+
+
+_ACTIVE = _ActiveRun()
 
 
 class Run:
@@ -95,7 +139,9 @@ class Run:
         self._completed: list[str] = []
         self._environment: AppliedEnvironment | None = None
         self._started = self._closing = self._torn_down = False
+        self._started_at = ""
         self._signals = SignalGuard(self.log)
+        self._watchdog: Watchdog | None = None
         self._heartbeat = Heartbeat(heartbeat, self.log) if heartbeat is not None else None
         outcomes = {name: StepOutcome(name) for name in plan.order}
         for skipped in plan.skipped:
@@ -113,10 +159,12 @@ class Run:
         """Run every step; on failure tear down before returning the report."""
         if self._started or self._torn_down:
             raise RuntimeError("a Run is single-use; create a new one")
+        if not isinstance(self.executor, DryRunExecutor):
+            _ACTIVE.claim(self)
         self._started = True
         try:
-            if self._handle_signals:
-                self._signals.install()
+            if self._handle_signals and threading.current_thread() is threading.main_thread():
+                self._signals.install(self._start_watchdog())
             if self._teardown_at_exit:
                 atexit.register(self.teardown)
             self.report.started_at = datetime.datetime.now(datetime.timezone.utc).isoformat()
@@ -155,25 +203,48 @@ class Run:
 
     def teardown(self) -> None:
         """Undo completed steps in reverse completion order; safe to call many times
-        and from any thread (a concurrent caller returns once teardown is done)."""
+        and from any thread (a concurrent caller returns once teardown is done).
+        Every teardown runs whatever another one raised; should this call be cut
+        short all the same, the next one finishes what is left."""
         with self._teardown_lock:
             with self._lock:
-                if self._torn_down:
-                    return
+                first = not self._torn_down
                 self._torn_down = self._closing = True
-                order = list(reversed(self._completed))
-            self._signals.quiet()
+            if first:
+                self._signals.quiet()
             try:
-                for name in order:
+                while True:
+                    with self._lock:
+                        if not self._completed:
+                            break
+                        name = self._completed.pop()
                     self._teardown_output(name, self.state.forget(name))
             finally:
-                if self._environment is not None:
-                    undone = self._environment.restore()
-                    if undone:
-                        self.log.info("env_restored", unset=undone)
-                self._signals.release()
-                if self._teardown_at_exit:
-                    atexit.unregister(self.teardown)
+                self._finish_teardown()
+
+    def _finish_teardown(self) -> None:
+        """After the last step's teardown: the environment, the signals, the watchdog
+        and the process go back (each once)."""
+        with self._lock:
+            if self._completed:
+                return  # cut short: the next teardown() comes back here
+            environment, self._environment = self._environment, None
+        if environment is not None:
+            undone = environment.restore()
+            if undone:
+                self.log.info("env_restored", unset=undone)
+        self._signals.release()
+        if self._watchdog is not None:
+            watchdog, self._watchdog = self._watchdog, None
+            stop_watchdog(watchdog, keep_wakeup_fd=self._signals.installed)
+        if self._teardown_at_exit:
+            atexit.unregister(self.teardown)
+        _ACTIVE.release(self)
+
+    def describe(self) -> str:
+        """Which run this is, for people: its profiles, rank and when it started."""
+        started = f", started {self.report.started_at}" if self.report.started_at else ""
+        return f"profile {'+'.join(self._plan.profiles)}, rank {self.state.rank.rank}{started}"
 
     def output(self, step: str) -> Any:
         """The output of a completed step (e.g. the transfer engine)."""
@@ -221,10 +292,14 @@ class Run:
         if self._closing:  # torn down from another thread while the walk went on
             outcome.status, outcome.reason = "skipped", "the run was torn down"
             return
+        if planned.step.timeout is not None and self._watchdog is None:
+            self._start_watchdog()  # the deadline must hold even if the step holds the GIL
+        offload = self._signals.installed and threading.current_thread() is threading.main_thread()
         if self._peers is not None:
             self._peers.step_started(planned.name)
         invoke_step(planned, self.state, outcome, self.diagnoses, self.log,
-                    self._elapsed, self._late_result, self._sleep, self._heartbeat)
+                    self._elapsed, self._late_result, self._sleep, self._heartbeat,
+                    offload=offload, watchdog=self._watchdog)
         if self._peers is not None:  # joined by this very step, perhaps
             self._peers.step_finished(planned.name, outcome.status)
         if outcome.status != "succeeded":
@@ -283,6 +358,13 @@ class Run:
                           kept=[o.name for o in self._environment.outcomes
                                 if o.source == "process"])
 
+    def _start_watchdog(self) -> Watchdog:
+        with self._lock:
+            if self._watchdog is None:
+                self._watchdog = start_watchdog({"profile": "+".join(self._plan.profiles),
+                                                 "rank": self.state.rank.rank})
+            return self._watchdog
+
     def _stop_heartbeat(self) -> None:
         if self._heartbeat is not None:
             self._heartbeat.stop()
@@ -311,10 +393,11 @@ class Run:
             if planned.step.device_bound and self.state.has_binding:
                 self.state.bind_device()
             teardown(StepContext(self.state, name, log), output)
-        except Exception as exc:
+        except BaseException as exc:  # sys.exit or ^C in one teardown never skips the others
             entry.finished = self._elapsed()
-            entry.status, entry.error = "failed", f"{type(exc).__name__}: {exc}"
-            log.error("teardown_failed", error_type=type(exc).__name__, error=str(exc))
+            message = exception_message(exc)
+            entry.status, entry.error = "failed", f"{type(exc).__name__}: {message}"
+            log.error("teardown_failed", error_type=type(exc).__name__, error=message)
         else:
             entry.finished = self._elapsed()
             log.info("teardown_succeeded", duration_s=round(entry.duration, 6))
@@ -326,7 +409,8 @@ def failure_error(report: RunReport) -> StepFailedError:
     and keeps the step's own exception as ``__cause__`` (tracebacks show both)."""
     first = report.failed[0]
     error = first.error
-    text = f"step '{first.name}' failed: {type(error).__name__}: {error}"
+    message = exception_message(error) if error is not None else "no error recorded"
+    text = f"step '{first.name}' failed: {type(error).__name__}: {message}"
     if first.finding is not None:
         text += f"\n{first.finding.summary()}"
     failure = StepFailedError(first.name, text, report)

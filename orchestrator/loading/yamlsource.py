@@ -63,7 +63,12 @@ def parse_yaml(text: str, path: str) -> YamlDocument:
                 hint="check indentation and quoting around this position",
             ) from None
         except yaml.YAMLError as exc:
-            raise ProfileError(f"invalid YAML: {exc}", location=SourceLocation(path)) from None
+            # A reader error (a control character) is two lines; the first says it all.
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ProfileError(f"invalid YAML: {first}", location=SourceLocation(path)) from None
+        except RecursionError:
+            raise ProfileError(f"invalid YAML: values nest more than {MAX_DEPTH} levels deep",
+                               location=SourceLocation(path), hint=DEPTH_HINT) from None
         document = YamlDocument(path, None)
         if root is not None:
             object.__setattr__(document, "data", _Builder(loader, document).build(root, ()))
@@ -72,9 +77,14 @@ def parse_yaml(text: str, path: str) -> YamlDocument:
         loader.dispose()
 
 
-# Aliases can make a tiny file expand enormously ("billion laughs"); a profile is
-# small, so anything past this many nodes is refused rather than built.
-MAX_NODES = 20_000
+# Aliases can make a tiny file expand enormously ("billion laughs"): past this many
+# values built again through an alias, the document is refused rather than built.
+# Values written out are bounded by the size limit on input files instead
+# (initorch.files.MAX_INPUT_BYTES), so a 100,000-step profile loads.
+MAX_ALIAS_EXPANSION = 20_000
+# No profile nests this deep; refusing it keeps parsing off Python's recursion limit.
+MAX_DEPTH = 64
+DEPTH_HINT = "a profile nests mappings and lists a few levels deep; flatten the value"
 
 
 class _Builder:
@@ -84,16 +94,22 @@ class _Builder:
     def __init__(self, loader: Any, doc: YamlDocument) -> None:
         self.loader = loader
         self.doc = doc
-        self.nodes = 0
+        self.expanded = 0
+        self.built: set[int] = set()
         self.active: set[int] = set()
 
     def build(self, node: yaml.Node, keys: KeyPath) -> Any:
         where = _location(self.doc.path, node.start_mark)
         self.doc.value_marks[keys] = where
-        self.nodes += 1
-        if self.nodes > MAX_NODES:
-            raise ProfileError(f"profile expands to more than {MAX_NODES} values",
-                               location=where, hint="aliases nest too deeply; write it out")
+        if id(node) in self.built:
+            self.expanded += 1
+            if self.expanded > MAX_ALIAS_EXPANSION:
+                raise ProfileError(f"aliases expand to more than {MAX_ALIAS_EXPANSION} values",
+                                   location=where, hint="aliases nest too deeply; write it out")
+        self.built.add(id(node))
+        if len(keys) > MAX_DEPTH:
+            raise ProfileError(f"values nest more than {MAX_DEPTH} levels deep",
+                               location=where, hint=DEPTH_HINT)
         if id(node) in self.active:
             raise ProfileError("recursive alias: a value contains itself", location=where,
                                hint="remove the alias that refers to its own anchor")
@@ -114,6 +130,10 @@ class _Builder:
             raise ProfileError(f"unsupported YAML value: {exc.problem}", location=where,
                                hint="profiles hold plain strings, numbers, booleans, lists "
                                     "and mappings; quote the value") from None
+        except ValueError:  # an integer past Python's 4,300-digit conversion limit
+            raise ProfileError(f"unsupported YAML value: a number of {len(node.value)} "
+                               "characters", location=where,
+                               hint="quote it to pass it as text") from None
 
     def _mapping(self, node: yaml.MappingNode, keys: KeyPath) -> dict[str, Any]:
         explicit = {id(pair) for pair in node.value}

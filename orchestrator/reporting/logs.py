@@ -29,6 +29,8 @@ from typing import Any, Literal, TextIO
 
 import structlog
 
+from initorch.printable import printable, printable_json
+
 LOGGER_NAME = "initorch"
 LogFormat = Literal["console", "json"]
 _HANDLER_MARK = "_initorch_cli_handler"
@@ -46,10 +48,12 @@ _BARE_WORD = re.compile(r"[^\s\"'=\\]+")
 
 def logfmt_value(value: object) -> str:
     """One value as ``key=value`` shows it: plain words bare, other text JSON-quoted
-    (so that an event stays on one line), anything else as its ``repr``."""
+    (so that an event stays on one line), anything else as its ``repr``; control
+    characters as escapes either way (a value cannot forge terminal output)."""
     if isinstance(value, str):
-        return value if _BARE_WORD.fullmatch(value) else json.dumps(value, ensure_ascii=False)
-    return repr(value)
+        return value if _BARE_WORD.fullmatch(value) and value.isprintable() \
+            else printable_json(json.dumps(value, ensure_ascii=False))
+    return printable(repr(value))
 
 
 def logfmt(fields: Mapping[str, Any]) -> str:
@@ -174,9 +178,9 @@ class EventFormatter(logging.Formatter):
             data = {"event": event, "level": level, "timestamp": timestamp, **fields}
             if error:
                 data["exception"] = error
-            return json.dumps(data, ensure_ascii=False, default=str)
-        line = self._console(timestamp, level, event, fields)
-        return f"{line}\n{error}" if error else line
+            return printable_json(json.dumps(data, ensure_ascii=False, default=str))
+        line = self._console(timestamp, level, printable(event), fields)
+        return f"{line}\n{printable(error, layout=True)}" if error else line
 
     def _console(self, timestamp: str, level: str, event: str, fields: Mapping[str, Any]
                  ) -> str:

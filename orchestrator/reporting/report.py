@@ -12,6 +12,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from initorch.errors import exception_message
 from initorch.reporting.diagnosis import Finding, failure_text, vendor_code_of
 from initorch.resolution.plan import Plan
 
@@ -70,7 +71,7 @@ class StepOutcome:
         if self.error is not None:
             data["error"] = {
                 "type": type(self.error).__name__,
-                "message": str(self.error),
+                "message": exception_message(self.error),
                 "vendor_code": self.vendor_code,
                 "text": failure_text(self.error),
                 "traceback": self.traceback,
