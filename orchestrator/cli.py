@@ -67,7 +67,7 @@ def _selection_options() -> argparse.ArgumentParser:
 
 
 def _plan(args: argparse.Namespace, registry: Registry) -> Plan:
-    from initorch.api import load_plan  # the resolver (networkx) only when resolving
+    from initorch.api import load_plan  # the resolver only when resolving
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UnplannedStepWarning)
