@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from initorch.errors import ProfileError
-from initorch.loading.yamlsource import parse_yaml
+from initorch.loading.yamlsource import MIN_VALUE_BUDGET, parse_yaml, value_budget
 from initorch.location import SourceLocation
 
 DOC = textwrap.dedent("""\
@@ -143,6 +143,40 @@ def test_recursive_alias_is_a_profile_error():
 def test_aliases_are_expanded():
     doc = parse_yaml("base: &b [1, 2]\ncopy: *b\n", "f.yaml")
     assert doc.data["copy"] == [1, 2]
+
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(8))
+
+
+def test_an_alias_bomb_is_refused_naming_aliases():
+    # "Billion laughs": 10**9 values from 9 lines.  The budget is the file's length in
+    # characters (at least MIN_VALUE_BUDGET), so it stops at once, with its position.
+    assert len(BOMB) < MIN_VALUE_BUDGET
+    error = parse_error(BOMB)
+    assert "aliases expand the profile to more than" in error.args[0]
+    assert f"{MIN_VALUE_BUDGET} values" in error.args[0]
+    assert error.location is not None and error.location.path == "f.yaml"
+    assert "alias" in (error.problems[0].hint or "")
+
+
+def test_a_large_profile_without_aliases_loads():
+    # 30k steps with requires lists: about 150k values, far past the old cap of 20000
+    # values, and far below one value per character.
+    lines = ["steps:"] + [f"  s{i}: {{requires: [s{i - 1}, s{i - 2}]}}" for i in range(30_000)]
+    doc = parse_yaml("\n".join(lines) + "\n", "f.yaml")
+    assert len(doc.data["steps"]) == 30_000
+    assert doc.where("steps", "s29999", "requires", 1) == SourceLocation("f.yaml", 30001, 31)
+
+
+def test_aliases_may_repeat_what_they_name_within_the_budget():
+    # Each step merges the same five defaults: more values than the text shows, fine.
+    text = "defaults: &d {timeout: 5, retries: 1, a: 1, b: 2, c: 3}\nsteps:\n" + "".join(
+        f"  s{i}: {{<<: *d, when: flag}}\n" for i in range(5_000))
+    doc = parse_yaml(text, "f.yaml")
+    assert doc.data["steps"]["s4999"] == {"timeout": 5, "retries": 1, "a": 1, "b": 2, "c": 3,
+                                          "when": "flag"}
+    assert value_budget(text) == len(text) > MIN_VALUE_BUDGET
 
 
 def test_merge_key_overrides_are_not_duplicates():

@@ -66,34 +66,47 @@ def parse_yaml(text: str, path: str) -> YamlDocument:
             raise ProfileError(f"invalid YAML: {exc}", location=SourceLocation(path)) from None
         document = YamlDocument(path, None)
         if root is not None:
-            object.__setattr__(document, "data", _Builder(loader, document).build(root, ()))
+            builder = _Builder(loader, document, value_budget(text))
+            object.__setattr__(document, "data", builder.build(root, ()))
         return document
     finally:
         loader.dispose()
 
 
-# Aliases can make a tiny file expand enormously ("billion laughs"); a profile is
-# small, so anything past this many nodes is refused rather than built.
-MAX_NODES = 20_000
+# Aliases can make a tiny file expand enormously ("billion laughs").  Written out, a
+# profile holds far fewer values than characters (about one per ten; at most about
+# one per character, for [a,b,c]): a document may expand to one value per character
+# of its text, or MIN_VALUE_BUDGET values if that is more, so aliases may repeat
+# what they name tenfold but not without bound, and a large honest profile loads.
+VALUES_PER_CHARACTER = 1
+MIN_VALUE_BUDGET = 20_000
+
+
+def value_budget(text: str) -> int:
+    """How many values a document of ``text`` may expand to."""
+    return max(MIN_VALUE_BUDGET, VALUES_PER_CHARACTER * len(text))
 
 
 class _Builder:
     """Builds plain values from a node tree, recording positions and refusing
     unknown tags, recursive aliases and runaway alias expansion."""
 
-    def __init__(self, loader: Any, doc: YamlDocument) -> None:
+    def __init__(self, loader: Any, doc: YamlDocument, budget: int) -> None:
         self.loader = loader
         self.doc = doc
         self.nodes = 0
+        self.budget = budget
         self.active: set[int] = set()
 
     def build(self, node: yaml.Node, keys: KeyPath) -> Any:
         where = _location(self.doc.path, node.start_mark)
         self.doc.value_marks[keys] = where
         self.nodes += 1
-        if self.nodes > MAX_NODES:
-            raise ProfileError(f"profile expands to more than {MAX_NODES} values",
-                               location=where, hint="aliases nest too deeply; write it out")
+        if self.nodes > self.budget:
+            raise ProfileError(
+                f"aliases expand the profile to more than {self.budget} values (one per "
+                f"character of the file, at least {MIN_VALUE_BUDGET})", location=where,
+                hint="an alias repeats a large or nested value too often; write it out")
         if id(node) in self.active:
             raise ProfileError("recursive alias: a value contains itself", location=where,
                                hint="remove the alias that refers to its own anchor")
