@@ -146,7 +146,7 @@ def start(
     steps: Sequence[str] = (),
     registry: Registry | None = None,
     executor: str = "sequential",
-    workers: int = 4,
+    workers: int | None = None,
     rank: RankInfo | None = None,
     handle_signals: bool = False,
 ) -> Iterator[Run]:

@@ -58,6 +58,10 @@ class Step:
     exception types the step itself considers transient: only those are retried.
     ``settings`` declares every setting the step reads (``ctx.setting`` refuses
     any other), including those its own ``when`` condition names.
+    ``holds_gil`` says that the step computes in Python for most of its time
+    instead of waiting (on I/O, other ranks, a native call that releases the GIL):
+    the parallel executor then runs it alone among such steps.  It only schedules;
+    it is not part of the plan's fingerprint.
     """
 
     name: str
@@ -71,6 +75,7 @@ class Step:
     when: str | None = None
     device_bound: bool = False
     binds_device: bool = False
+    holds_gil: bool = False
     timeout: float | None = None
     retries: int = 0
     retry_on: tuple[type[BaseException], ...] = ()
@@ -125,6 +130,7 @@ def step(
     when: str | None = None,
     device_bound: bool = False,
     binds_device: bool = False,
+    holds_gil: bool = False,
     timeout: float | None = None,
     retries: int = 0,
     retry_on: tuple[type[BaseException], ...] = (),
@@ -152,6 +158,7 @@ def step(
                 "when": when,
                 "device_bound": device_bound,
                 "binds_device": binds_device,
+                "holds_gil": holds_gil,
                 "timeout": timeout,
                 "retries": retries,
                 "retry_on": tuple(retry_on),
