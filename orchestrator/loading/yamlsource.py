@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from initorch.collector import collector_paused
 from initorch.errors import ProfileError
 from initorch.location import SourceLocation
 
@@ -50,6 +51,11 @@ def _location(path: str, mark: Any) -> SourceLocation:
 
 def parse_yaml(text: str, path: str) -> YamlDocument:
     """Parse one YAML document safely; raise :class:`ProfileError` with a position."""
+    with collector_paused():  # the document and its positions form no cycle
+        return _parse(text, path)
+
+
+def _parse(text: str, path: str) -> YamlDocument:
     loader = _Loader(text)
     try:
         try:
