@@ -37,6 +37,7 @@ from initorch.plugins import PluginError, Registry
 from initorch.reporting.diagnosis import Diagnosis, DiagnosisBook, Finding
 from initorch.resolution.plan import Plan, PlannedStep, SkippedStep
 from initorch.resolution.plangraph import Edge, PlanGraph
+from initorch.resolution.preview import PreviewContext
 from initorch.resolution.saved import load_saved_plan
 
 if TYPE_CHECKING:
@@ -99,6 +100,7 @@ __all__ = [
     "PlanGraph",
     "PlannedStep",
     "PluginError",
+    "PreviewContext",
     "ProfileError",
     "RankInfo",
     "Registry",

@@ -19,19 +19,23 @@ def register(registry: Registry) -> None:
     """Entry point of the ``builtin`` plugin (``initorch.plugins`` group)."""
     from initorch.steps import (
         backend,
+        collectives,
+        cpu_binding,
         device,
         distributed,
         host_pool,
+        memory,
         mooncake_master,
         mooncake_pg,
+        parallel,
         store,
         transfer_engine,
         verify,
     )
     from initorch.steps.diagnoses import BUILTIN_DIAGNOSES
 
-    for module in (backend, device, distributed, transfer_engine, mooncake_pg, mooncake_master,
-                   store, host_pool, verify):
+    for module in (backend, cpu_binding, device, distributed, transfer_engine, mooncake_pg,
+                   mooncake_master, store, parallel, collectives, memory, host_pool, verify):
         for definition in module.STEPS:
             registry.steps.add(definition)
     registry.profiles.add_directory(files("initorch.profiles"), plugin="builtin")

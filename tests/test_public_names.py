@@ -4,6 +4,7 @@ by the package itself, the imports work, and the objects read well when printed.
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -71,7 +72,9 @@ def test_every_import_of_the_snippets_and_examples_runs_without_torch():
     assert "from initorch import Run" not in statements  # they are grouped, not one per name
     code = "\n".join([*statements, "import sys",
                       "print(sorted(m for m in ('torch', 'mooncake') if m in sys.modules))"])
-    result = run_python(code)
+    # Examples import their sibling packages (demo.py uses tiny_server.client).
+    result = run_python(code, env={"PYTHONPATH": os.pathsep.join(
+        filter(None, [str(REPO / "examples"), os.environ.get("PYTHONPATH")]))})
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 

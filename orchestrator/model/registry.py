@@ -94,6 +94,7 @@ def _freeze(definition: StepDefinition) -> Step:
     return Step(
         action=definition.action,
         teardown=definition.teardown_fn,
+        preview=definition.preview_fn,
         defined_at=definition.defined_at,
         **fields,
     )
@@ -147,6 +148,8 @@ def _validate(step: Step) -> None:
               "the step that binds the device runs before the device context exists")
     if step.teardown is not None and not callable(step.teardown):
         _fail(step, "teardown is not callable", "use @<step>.teardown on a function")
+    if step.preview is not None and not callable(step.preview):
+        _fail(step, "preview is not callable", "use @<step>.preview on a function")
 
 
 def timeout_ok(value: object) -> bool:

@@ -24,7 +24,7 @@ And one pull-in from the other side, for steps that no profile lists:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -33,6 +33,7 @@ from initorch.model.settings import SettingSpec
 
 if TYPE_CHECKING:
     from initorch.execution.context import StepContext
+    from initorch.resolution.preview import PreviewContext
 
 EdgeKind = Literal["requires", "wants", "after", "before"]
 EDGE_KINDS: tuple[EdgeKind, ...] = ("requires", "wants", "after", "before")
@@ -44,6 +45,7 @@ MAX_RETRIES = 100
 
 StepAction = Callable[["StepContext"], Any]
 StepTeardown = Callable[["StepContext", Any], None]
+StepPreview = Callable[["PreviewContext"], Sequence[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,9 @@ class Step:
     instead of waiting (on I/O, other ranks, a native call that releases the GIL):
     the parallel executor then runs it alone among such steps.  It only schedules;
     it is not part of the plan's fingerprint.
+    ``preview`` (optional) tells at plan time, without importing torch, what the
+    step will do here (lines that ``initorch plan`` shows under the step), and may
+    reject settings that cannot work (see :mod:`initorch.resolution.preview`).
     """
 
     name: str
@@ -81,6 +86,7 @@ class Step:
     retry_on: tuple[type[BaseException], ...] = ()
     retry_backoff: float = 0.5
     teardown: StepTeardown | None = None
+    preview: StepPreview | None = None
     settings: tuple[SettingSpec, ...] = ()
     defined_at: SourceLocation = field(default=SourceLocation("<unknown>"), compare=False)
 
@@ -103,10 +109,16 @@ class StepDefinition:
     fields: dict[str, Any]
     defined_at: SourceLocation
     teardown_fn: StepTeardown | None = None
+    preview_fn: StepPreview | None = None
 
     def teardown(self, fn: StepTeardown) -> StepTeardown:
         """Decorator: ``fn(ctx, output)`` undoes the step; runs in reverse order."""
         self.teardown_fn = fn
+        return fn
+
+    def preview(self, fn: StepPreview) -> StepPreview:
+        """Decorator: ``fn(preview_ctx)`` returns what the step will do, for the dry run."""
+        self.preview_fn = fn
         return fn
 
     def __call__(self, ctx: StepContext) -> Any:

@@ -34,12 +34,15 @@ class PlannedStep:
     """A step that will run: its effective declaration (``step``: the registered
     step with the profiles' overrides applied), its wave, why it is in the plan,
     and the step as registered in code (``declared``), which the fingerprint
-    covers so that a saved plan notices when the code changed under it."""
+    covers so that a saved plan notices when the code changed under it.
+    ``notes`` are what the step's preview said it will do on the machine the plan
+    was made on (not part of the fingerprint)."""
 
     step: Step
     wave: int
     reasons: tuple[str, ...]
     declared: Step
+    notes: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -110,6 +113,7 @@ class Plan:
             suffix = f"  [{', '.join(details)}]" if details else ""
             lines.append(f"{number:>3}  {planned.wave:>4}  {planned.name:<{width}}  "
                          f"{'; '.join(planned.reasons)}{suffix}")
+            lines += [f"{'':>11}  | {note}" for note in planned.notes]
         if self.skipped:
             lines += ["", "skipped:"]
             lines += [f"  {s.name:<{width}}  {s.reason}" for s in self.skipped]
@@ -176,6 +180,7 @@ class Plan:
                     "wave": p.wave,
                     "description": p.step.description,
                     "why": list(p.reasons),
+                    "preview": list(p.notes),
                     **step_fields(p.step),
                     "declared": declaration(p.declared),
                 }
