@@ -253,3 +253,19 @@ def test_the_cli_shows_the_parallel_executors_real_cap():
     from initorch.execution.executors import DEFAULT_MAX_WORKERS
 
     assert MAX_WORKERS_SHOWN == DEFAULT_MAX_WORKERS
+
+
+@pytest.mark.parametrize("executor", [*EXECUTORS, "dry-run"])
+def test_a_plan_whose_every_step_is_skipped_at_plan_time_finishes(executor):
+    recorder = Recorder()
+    plan = plan_of([define("gated", recorder.action("gated"), when="flags.enabled",
+                           settings=FLAGS_ENABLED)],
+                   extra_yaml="config:\n  flags:\n    enabled: false\n")
+    assert plan.order == ()
+    run = Run(plan, executor=executor)
+    runner = threading.Thread(target=run.start, daemon=True)
+    runner.start()
+    runner.join(WAIT)
+    assert not runner.is_alive(), "the run never finished"
+    assert recorder.order == []
+    assert run.report.outcomes["gated"].status == "skipped"

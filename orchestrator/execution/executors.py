@@ -136,6 +136,8 @@ class _Walk:
         self._over = threading.Event()
 
     def run(self) -> None:
+        if not self._left:  # every step was skipped at plan time
+            return
         try:
             with self._lock:
                 self._release([name for name, count in self._waiting.items() if not count])
