@@ -145,7 +145,7 @@ def loading_rows(runs: int, sizes: tuple[int, int], folder: Path) -> list[Row]:
     for size in sizes:
         dependencies = random_dag(size)
         text = profile_text(dependencies)
-        count = runs if size == sizes[0] else max(2, runs // 3)
+        count = runs if size == sizes[0] else max(1, runs // 4)
         ours, theirs = rounds(count, sampler(read_profile, text, "p.yaml", "p"),
                               sampler(graphlib_order, dependencies))
         times[size] = ours
