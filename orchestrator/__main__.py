@@ -1,7 +1,5 @@
 """``python -m initorch`` is the ``initorch`` command."""
 
-import sys
+from initorch.cli import console_main
 
-from initorch.cli import main
-
-sys.exit(main())
+console_main()

@@ -18,6 +18,7 @@ EXIT_OK = 0
 EXIT_STEP_FAILED = 1
 EXIT_INVALID_INPUT = 2
 EXIT_INTERNAL_ERROR = 70  # a bug in initorch (sysexits' EX_SOFTWARE)
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT) outside a run; a run exits 128+N itself
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +166,59 @@ class StepError(Exception):
         self.vendor_code = vendor_code
         self.native_log = native_log
         self.hint = hint
+
+
+class PeerError(StepError):
+    """The ranks of a job disagree on the plan, or one of them stopped, failed or never
+    joined: found by the run through the job's store, not by a step's own code.
+
+    ``ranks`` names the ranks it is about; ``details`` lists one line per difference
+    (``hicache.host_pool_mb: 64 on ranks 0,2,3; 128 on rank 1``).  The message is
+    complete, so it needs no diagnosis.
+    """
+
+    def __init__(self, message: str, *, ranks: Iterable[int] = (),
+                 details: Iterable[str] = (), hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.ranks = tuple(ranks)
+        self.details = tuple(details)
+
+    def text(self) -> str:
+        """The message, one indented line per detail, then the hint."""
+        lines = [str(self), *(f"  {detail}" for detail in self.details)]
+        if self.hint:
+            lines.append(f"  ({self.hint})")
+        return "\n".join(lines)
+class ActiveRunError(InitorchError):
+    """Another run is active in this process.  Runs share process-wide state (the
+    default torch.distributed process group, the environment, fd 2, the device of
+    the calling thread), so a second one may not start until the first is torn
+    down.  ``active`` describes the run that holds the process."""
+
+    def __init__(self, active: str) -> None:
+        self.active = active
+        super().__init__(f"another run is active in this process ({active}); runs share the "
+                         "process group, the environment and the device context",
+                         hint="tear the first run down (run.teardown(), or leave its 'with' "
+                              "block) before starting another, or start it in another process")
+
+
+def exception_message(exc: BaseException) -> str:
+    """``str(exc)``, even when its ``__str__`` raises (a broken message must not hide
+    the failure, nor turn it into an internal error)."""
+    try:
+        return str(exc)
+    except Exception:
+        return "(its message cannot be printed: its __str__ raised)"
+
+
+def describe_exception(exc: BaseException) -> str:
+    """One line about ``exc`` -- ``Type: first line of its message`` -- even when its
+    ``__str__`` raises; ``sys.exit`` is said as such."""
+    if isinstance(exc, SystemExit):
+        return f"it called sys.exit({exc.code!r})"
+    text = exception_message(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 class UnplannedStepWarning(UserWarning):

@@ -10,6 +10,8 @@ import inspect
 import os
 from dataclasses import dataclass
 
+from initorch.printable import printable
+
 
 @dataclass(frozen=True, slots=True, order=True)
 class SourceLocation:
@@ -36,13 +38,15 @@ def display_path(path: str | os.PathLike[str]) -> str:
 
     Never a bare relative path, so that a line read away from the shell that
     printed it (a log collector, a saved plan) still says where the file is.
+    Control characters in the name are shown as escapes (see
+    :func:`initorch.printable.printable`): a file name cannot forge output.
     """
     text = os.path.abspath(os.fspath(path))
     try:
         relative = os.path.relpath(text)
     except ValueError:  # another drive (Windows)
-        return text
-    return text if relative.startswith(os.pardir) else os.curdir + os.sep + relative
+        return printable(text)
+    return printable(text if relative.startswith(os.pardir) else os.curdir + os.sep + relative)
 
 
 def caller_location(depth: int = 2) -> SourceLocation:

@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from importlib import import_module
 from importlib.metadata import EntryPoint, entry_points
 
-from initorch.errors import InitorchError
+from initorch.errors import InitorchError, describe_exception
 from initorch.loading.catalog import ProfileCatalog
+from initorch.loading.detection import ProbeBook
 from initorch.model.registry import StepRegistry
 from initorch.model.settings import SettingCatalog
 from initorch.reporting.diagnosis import DiagnosisBook
@@ -106,13 +107,14 @@ class PluginSelection:
 
 class Registry:
     """Everything plugins contribute: steps (with the settings they declare),
-    free-standing settings, named profiles, failure diagnoses."""
+    free-standing settings, named profiles, failure diagnoses, device probes."""
 
     def __init__(self) -> None:
         self.settings = SettingCatalog()
         self.steps = StepRegistry(self.settings)
         self.profiles = ProfileCatalog()
         self.diagnoses = DiagnosisBook()
+        self.probes = ProbeBook()
         self.plugins: list[str] = []
 
     @classmethod
@@ -173,7 +175,8 @@ class Registry:
                      PluginError(name, f"plugin '{name}' failed to register: {error}"))
 
     def _load(self, name: str, find: Callable[[], RegisterFunction]) -> None:
-        saved = self.steps.copy(), self.profiles.copy(), self.diagnoses.copy()
+        saved = self.steps.copy(), self.profiles.copy(), self.diagnoses.copy(), \
+            self.probes.copy()
         hint = _hint(name)
         try:
             try:
@@ -181,8 +184,8 @@ class Registry:
             except PluginError:
                 raise
             except BaseException as exc:  # an import may do anything, sys.exit included
-                raise PluginError(name, f"plugin '{name}' failed to load: {_describe(exc)}",
-                                  hint=hint) from exc
+                raise PluginError(name, f"plugin '{name}' failed to load: "
+                                        f"{describe_exception(exc)}", hint=hint) from exc
             self.steps.provider = self.profiles.provider = self.settings.provider = name
             try:
                 register(self)
@@ -190,11 +193,11 @@ class Registry:
                 raise
             except BaseException as exc:
                 raise PluginError(name, f"plugin '{name}' failed to register: "
-                                        f"{_describe(exc)}", hint=hint) from exc
+                                        f"{describe_exception(exc)}", hint=hint) from exc
             finally:
                 self.steps.provider = self.profiles.provider = self.settings.provider = None
         except BaseException:
-            self.steps, self.profiles, self.diagnoses = saved
+            self.steps, self.profiles, self.diagnoses, self.probes = saved
             self.settings = self.steps.settings  # the steps' copy holds the declarations
             raise
         self.plugins.append(name)
@@ -247,14 +250,3 @@ def _module_function(spec: str) -> Callable[[], RegisterFunction]:
 def _hint(name: str) -> str:
     return (f"fix or uninstall it, or disable it: --plugin {DENY_PREFIX}{name} or "
             f"{PLUGINS_ENV}={DENY_PREFIX}{name}")
-
-
-def _describe(exc: BaseException) -> str:
-    """One line about ``exc``, even when its ``__str__`` raises."""
-    if isinstance(exc, SystemExit):
-        return f"it called sys.exit({exc.code!r})"
-    try:
-        text = str(exc).strip().splitlines()
-    except Exception:
-        text = ["(its message cannot be printed)"]
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

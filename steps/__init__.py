@@ -28,15 +28,19 @@ def register(registry: Registry) -> None:
         mooncake_master,
         mooncake_pg,
         parallel,
+        rendezvous,
         store,
         transfer_engine,
         verify,
     )
+    from initorch.steps.detect import BUILTIN_PROBES
     from initorch.steps.diagnoses import BUILTIN_DIAGNOSES
 
-    for module in (backend, cpu_binding, device, distributed, transfer_engine, mooncake_pg,
-                   mooncake_master, store, parallel, collectives, memory, host_pool, verify):
+    for module in (backend, cpu_binding, device, rendezvous, distributed, transfer_engine,
+                   mooncake_pg, mooncake_master, store, parallel, collectives, memory, host_pool,
+                   verify):
         for definition in module.STEPS:
             registry.steps.add(definition)
     registry.profiles.add_directory(files("initorch.profiles"), plugin="builtin")
     registry.diagnoses.extend(BUILTIN_DIAGNOSES)
+    registry.probes.extend(BUILTIN_PROBES)

@@ -12,16 +12,21 @@ from types import ModuleType
 
 from initorch import StepContext, StepError, setting, step
 
-# A Python module path: the profile names it, import_backend imports it.
-MODULE_PATH = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+# The modules a profile may make import_backend import.  A profile is data: naming
+# any module on the path would let it run code (``backend_package: this`` printed the
+# Zen of Python).  A plugin that supports another accelerator adds its package and
+# device module with ``registry.settings.extend_choices("device.backend_package",
+# [...])`` -- the same list is then refused at plan time (exit 2) for anything else.
+BACKEND_PACKAGES = ("torch", "torch_npu", "torch_musa")
+TORCH_MODULES = ("torch.cpu", "torch.cuda", "torch.mps", "torch.musa", "torch.npu", "torch.xpu")
 BACKEND_PACKAGE = setting(
-    "device.backend_package", str, required=True, pattern=MODULE_PATH,
+    "device.backend_package", str, required=True, choices=BACKEND_PACKAGES,
     description="package import_backend imports after torch: torch, or the vendor plugin "
-                "that registers the device (torch_npu, torch_musa)")
+                "that registers the device (torch_npu, torch_musa); plugins add theirs")
 TORCH_MODULE = setting(
-    "device.torch_module", str, required=True, pattern=MODULE_PATH,
+    "device.torch_module", str, required=True, choices=TORCH_MODULES,
     description="the torch device module set_device uses (torch.cuda, torch.npu; torch.cuda "
-                "on ROCm)")
+                "on ROCm); plugins add theirs")
 
 INSTALL_HINTS = {
     "torch": "pip install 'initorch[torch]' (or a torch build for your accelerator)",

@@ -24,7 +24,7 @@ cores for the environment it runs in: under torchrun, or with
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from initorch import PreviewContext, StepContext, StepError, setting, step
@@ -73,7 +73,12 @@ def _pin_every_thread(cpus: Iterable[int]) -> None:
             continue  # the thread ended between listing and binding
 
 
-def _local_world(environ: Mapping[str, str]) -> int:
+def _local_world(ctx: StepContext) -> int:
+    """The ranks on this host: as the launcher described the job (torchrun, SLURM,
+    ``--nproc-per-node``), else ``LOCAL_WORLD_SIZE`` in the environment."""
+    if ctx.rank.local_world_size is not None:
+        return ctx.rank.local_world_size
+    environ = os.environ
     try:
         size = local_world_size(environ)
     except ValueError as exc:
@@ -106,7 +111,7 @@ def bind_cpu_threads(ctx: StepContext) -> CpuBinding:
         ctx.log.info("cpu_threads_set", threads=threads, pinned=False,
                      reason="this platform has no CPU affinity API")
         return CpuBinding(None, threads, None, previous_threads)
-    local_world = _local_world(os.environ)
+    local_world = _local_world(ctx)
     if ctx.rank.local_rank >= local_world:
         raise StepError(f"LOCAL_RANK={ctx.rank.local_rank} is outside "
                         f"LOCAL_WORLD_SIZE={local_world}",

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from initorch import StepContext, StepError, setting, step
+from initorch.execution.native_output import capture_native_stderr
 from initorch.steps.kv_layout import DEPRECATED_LAYOUTS, IO_BACKENDS, LAYOUTS, resolve_layout
-from initorch.steps.native_log import capture_native_stderr
 from initorch.steps.settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
 from initorch.steps.store import StoreClient
 from initorch.steps.topology import host_available_bytes

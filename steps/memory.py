@@ -47,7 +47,8 @@ def query_host(ctx: StepContext, module: ModuleType, index: int | None) -> int:
     the host figure by the NUMA node count, one rank per node; ranks here share
     the host, so it is divided by the ranks on this host.
     """
-    return host_available_bytes() // (local_world_size(os.environ) or 1)
+    return host_available_bytes() // (ctx.rank.local_world_size
+                                     or local_world_size(os.environ) or 1)
 
 
 def query_mem_get_info(ctx: StepContext, module: ModuleType, index: int | None) -> int:

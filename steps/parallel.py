@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from initorch import PreviewContext, StepContext, StepError, setting, step
-from initorch.steps.distributed import COLLECTIVE_BACKEND, TIMEOUT_S
+from initorch.steps.distributed import COLLECTIVE_BACKEND
+from initorch.steps.rendezvous import TIMEOUT_S
 
 TP_SIZE = setting("parallel.tp_size", int, default=1, minimum=1, maximum=65536,
                   description="ranks per tensor-parallel group")

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from initorch import StepContext, StepError, setting, step
+from initorch.execution.native_output import capture_native_stderr
 from initorch.steps.engine_hostname import local_host
+from initorch.steps.listeners import listeners, warn_if_exposed
 from initorch.steps.mooncake_master import MasterEndpoint
-from initorch.steps.native_log import capture_native_stderr
 from initorch.steps.network import split_host_port
 from initorch.steps.settings import (
     HICACHE_ENABLED,
@@ -32,7 +33,12 @@ from initorch.steps.settings import (
     MOONCAKE_PROTOCOL,
     STORAGE_BACKEND,
 )
-from initorch.steps.transfer_engine import SharedTransferEngine, device_name_for
+from initorch.steps.transfer_engine import (
+    METADATA_SERVER,
+    METADATA_SERVER_HELP,
+    SharedTransferEngine,
+    device_name_for,
+)
 
 WARMUP_BYTES = 4 * 1024  # what SGLang's MooncakeStore.warmup puts
 
@@ -41,7 +47,8 @@ STORE_HOSTNAME = setting(
     description="the store client's local host; auto = the local address that reaches the "
                 "master")
 STORE_METADATA_SERVER = setting(
-    "mooncake.store.metadata_server", str, default="P2PHANDSHAKE", pattern=r"\S+",
+    "mooncake.store.metadata_server", str, default="P2PHANDSHAKE", pattern=METADATA_SERVER,
+    pattern_help=f"P2PHANDSHAKE, master, {METADATA_SERVER_HELP}",
     description="the store's metadata server: P2PHANDSHAKE (SGLang's default), an etcd/http "
                 "URL, or master (the managed master's own HTTP metadata server)")
 GLOBAL_SEGMENT_MB = setting(
@@ -141,12 +148,15 @@ def init_mooncake_store(ctx: StepContext) -> StoreClient:
     segment = int(ctx.setting("mooncake.store.global_segment_mb")) * 2**20 // ctx.rank.world_size
     local_buffer = int(ctx.setting("mooncake.store.local_buffer_mb")) * 2**20
     store = store_type()
+    before = listeners()
     with capture_native_stderr() as native:
         rc = store.setup(hostname, metadata, segment, local_buffer, protocol, device_name,
                          master.address, shared.engine.get_engine() if shared else None)
     if rc != 0:
         raise StepError(f"Failed to setup Mooncake store, error code: {rc}",
                         native_log=native.error_lines())
+    warn_if_exposed(ctx.log, "store client",
+                    split_host_port(hostname)[0] if shared else hostname, before)
     client = StoreClient(store, hostname, protocol, shared is not None)
     try:
         warm_up(store)

@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from initorch import StepContext, StepError, setting, step
+from initorch.execution.native_output import NativeLog, capture_native_stderr
 from initorch.steps.device import VISIBLE_DEVICES_ENV
-from initorch.steps.distributed import MASTER_ADDR
 from initorch.steps.engine_hostname import EngineHostname, engine_hostname
+from initorch.steps.listeners import listeners, warn_if_exposed
 from initorch.steps.mooncake_build import ASCEND_BUILDS, installed_build
-from initorch.steps.native_log import NativeLog, capture_native_stderr
 from initorch.steps.network import host_port
+from initorch.steps.rendezvous import MASTER_ADDR
 from initorch.steps.settings import MOONCAKE_DEVICE_NAME, MOONCAKE_ENABLED, MOONCAKE_PROTOCOL
 from initorch.steps.transports import installed_transports, transport_mismatch
 
@@ -31,9 +32,21 @@ MOONCAKE_HOSTNAME = setting(
     "mooncake.hostname", str, default="auto", pattern=r"\S+",
     description="the engine's local host; auto = the local address that reaches the "
                 "rendezvous (like SGLang's get_local_ip_auto; HOST_IP wins)")
+# The metadata servers Mooncake can reach: MetadataStoragePlugin::Create
+# (mooncake-transfer-engine/src/transfer_metadata_plugin.cpp, 0.3.13) knows etcd
+# (also a bare host:port), redis, http and https, and LOG(FATAL)s -- abort(), the
+# whole process -- on any other scheme ("Unable to find metadata storage plugin").
+# Refused at plan time instead.
+METADATA_SCHEMES = ("etcd", "redis", "http", "https")
+METADATA_SERVER = rf"P2PHANDSHAKE|(?:(?:{'|'.join(METADATA_SCHEMES)})://)?(?!\S*://)\S+"
+METADATA_SERVER_HELP = ("host:port (etcd) or an etcd://, redis://, http:// or https:// URL "
+                        "(Mooncake aborts the process on any other scheme: 'Unable to find "
+                        "metadata storage plugin')")
 MOONCAKE_METADATA_SERVER = setting(
-    "mooncake.metadata_server", str, default="P2PHANDSHAKE", pattern=r"\S+",
-    description="the engine's metadata server: P2PHANDSHAKE (SGLang's), or an etcd/http URL")
+    "mooncake.metadata_server", str, default="P2PHANDSHAKE", pattern=METADATA_SERVER,
+    pattern_help=f"P2PHANDSHAKE, {METADATA_SERVER_HELP}",
+    description="the engine's metadata server: P2PHANDSHAKE (SGLang's), or an etcd, redis, "
+                "http or https URL (another scheme would abort the process in Mooncake)")
 ASCEND_BUILD = setting(
     "mooncake.ascend_build", str, default="auto", choices=("auto", *ASCEND_BUILDS),
     description="npu: which Ascend build of Mooncake to address; auto reads the installed "
@@ -135,6 +148,7 @@ def init_shared_mooncake_transfer_engine(ctx: StepContext) -> SharedTransferEngi
     hostname = engine_hostname(ctx, protocol, installed_build())
     shared = SharedTransferEngine(engine_type(), hostname, protocol, device_name_for(ctx),
                                   str(ctx.setting("mooncake.metadata_server")))
+    before = listeners()
     try:
         native = shared.call("initialize", hostname.argument, shared.metadata_server, protocol,
                              shared.device_name)
@@ -142,6 +156,7 @@ def init_shared_mooncake_transfer_engine(ctx: StepContext) -> SharedTransferEngi
         shared.close()  # release it now, so its shutdown logs come before the diagnosis
         raise
     shared.rpc_port = int(shared.engine.get_rpc_port())
+    warn_if_exposed(ctx.log, "transfer engine", hostname.host, before)
     check_transport(ctx, shared, native)
     ctx.log.info("transfer_engine_ready", hostname=hostname.argument, protocol=protocol,
                  transports=shared.transports, session_id=shared.session_id,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +48,25 @@ def write_profile(tmp_path: Path) -> Callable[[str, str], Path]:
     return write
 
 
+@contextmanager
+def restored_initorch_logger() -> Iterator[logging.Logger]:
+    """Undo what ``configure_logging`` does to the ``initorch`` logger."""
+    logger = logging.getLogger("initorch")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    try:
+        yield logger
+    finally:
+        logger.handlers[:] = saved[0]
+        logger.setLevel(saved[1])
+        logger.propagate = saved[2]
+
+
 @pytest.fixture
 def run_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-            ) -> Callable[..., tuple[int, str, str]]:
-    """Call ``initorch`` in-process; returns (exit code, stdout, stderr)."""
+            ) -> Iterator[Callable[..., tuple[int, str, str]]]:
+    """Call ``initorch`` in-process; returns (exit code, stdout, stderr).  What
+    ``run`` configures (the CLI's log handler, on a stream capsys closes) is undone
+    after the test, so that later tests log as before."""
 
     def run(*argv: str, cwd: Path | None = None) -> tuple[int, str, str]:
         if cwd is not None:
@@ -58,7 +75,8 @@ def run_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
         out, err = capsys.readouterr()
         return code, out, err
 
-    return run
+    with restored_initorch_logger():
+        yield run
 
 
 # Switches synthetic steps declare for their `when:` conditions.

@@ -27,7 +27,13 @@ from hypothesis import strategies as st
 from initorch import StepContext
 from initorch.model.step import StepDefinition
 from initorch.resolution.plan import Plan
-from tests.conftest import REPO, SIMULATED_SITE, define, synthetic_plan
+from tests.conftest import (  # noqa: F401 - restored_initorch_logger is re-exported
+    REPO,
+    SIMULATED_SITE,
+    define,
+    restored_initorch_logger,
+    synthetic_plan,
+)
 
 EXECUTORS = ("sequential", "parallel")
 """The executors that really run steps; behaviour must be the same in both."""
@@ -235,19 +241,6 @@ def captured_records(logger_name: str = "initorch", level: int = logging.DEBUG
     finally:
         logger.removeHandler(handler)
         logger.setLevel(saved)
-
-
-@contextmanager
-def restored_initorch_logger() -> Iterator[logging.Logger]:
-    """Undo what ``configure_logging`` does to the ``initorch`` logger."""
-    logger = logging.getLogger("initorch")
-    saved = (list(logger.handlers), logger.level, logger.propagate)
-    try:
-        yield logger
-    finally:
-        logger.handlers[:] = saved[0]
-        logger.setLevel(saved[1])
-        logger.propagate = saved[2]
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:

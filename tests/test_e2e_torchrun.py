@@ -1,6 +1,7 @@
-"""Several real ranks under torchrun: one gloo group, one Mooncake engine per rank, one
-managed Mooncake master (rank 0's) for all, each rank's host pool registered with the
-store, KV pages put by every rank and read back by the next one, byte-checked."""
+"""Several real ranks under torchrun: one plan agreed on through torchrun's own store, one
+gloo group, one Mooncake engine per rank, one managed Mooncake master (rank 0's) for all,
+each rank's host pool registered with the store, KV pages put by every rank and read back
+by the next one, byte-checked."""
 
 from __future__ import annotations
 
@@ -49,7 +50,49 @@ def test_torchrun_cpu_ranks_verify_transfer(ranks: int, layout: str, tmp_path: P
     assert len({e["address"] for e in masters.values()}) == 1  # one master for all ranks
     finished = [e for e in events if e["event"] == "run_finished"]
     assert len(finished) == ranks and all(e["ok"] for e in finished)
+    agreed = [e for e in events if e["event"] == "plan_agreed"]
+    assert sorted(e["rank"] for e in agreed) == list(range(ranks))
+    started = [e for e in events if e["event"] == "run_started"]
+    assert {(e["world_size"], e["fingerprint"]) for e in agreed} == {
+        (ranks, started[0]["fingerprint"])}
+    joining = [e for e in events if e["event"] == "job_store_joining"]
+    assert {(e["launcher"], e["serving"]) for e in joining} == {("torchrun", False)}
     torn_down = [e for e in events if e["event"] == "teardown_succeeded"]
-    assert len(torn_down) == 6 * ranks
+    assert len(torn_down) == 7 * ranks
     assert [e["rank"] for e in events if e["event"] == "mooncake_master_stopped"] == [0]
     assert "RPC_FAIL" not in result.stderr  # no client was still closing when it stopped
+
+
+RANK_DISPATCH = """\
+import os, sys
+script, good, bad = sys.argv[1:4]
+profile = bad if os.environ["RANK"] == "1" else good
+os.execv(script, [script, "run", "-p", profile, "--log-format", "json"])
+"""
+
+
+def test_the_survivor_of_a_rank_that_fails_at_once_acts_on_torchruns_sigterm(tmp_path: Path
+                                                                              ) -> None:
+    # Issue 10, point 8: rank 1 fails at once (a different, broken overlay); rank 0
+    # waits in the rendezvous. torchrun SIGTERMs it and would SIGKILL it 30 s later:
+    # it must tear down and exit 143 itself, not wait for distributed.timeout_s.
+    import subprocess
+
+    bin_dir = Path(sys.executable).parent
+    dispatch = tmp_path / "dispatch.py"
+    dispatch.write_text(RANK_DISPATCH, encoding="utf-8")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("extends: cpu\nconfig:\n  distributed:\n    timeout_s: -1\n", encoding="utf-8")
+    result = subprocess.run(
+        [str(bin_dir / "torchrun"), "--nproc-per-node=2", f"--master-port={free_port()}",
+         "--monitor-interval=0.1", "--no-python", sys.executable, str(dispatch),
+         str(bin_dir / "initorch"), "cpu", str(bad)],
+        capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
+    assert result.returncode != 0
+    events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    [interrupted] = [e for e in events if e["event"] == "run_interrupted"]
+    assert (interrupted["rank"], interrupted["signal"], interrupted["exit_code"]) == (
+        0, "SIGTERM", 143)
+    errors = [e for e in events if e["event"] == "error"]
+    assert errors and "distributed.timeout_s" in errors[0]["text"]
+    assert not any(e["event"] == "teardown_failed" for e in events)

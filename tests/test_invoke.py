@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from initorch.errors import StepError
-from initorch.execution.invoke import StepTimeoutError
+from initorch.execution.invoke import StepAbortedError, StepTimeoutError
 from initorch.execution.run import Run
 from tests.conftest import define
 from tests.helpers_run import (
@@ -210,18 +210,40 @@ def test_every_attempt_of_a_device_bound_step_is_bound_again(executor):
     assert attempts == [1, 1]
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
-def test_keyboard_interrupt_in_a_step_is_never_swallowed(executor):
-    teardowns = TeardownLog()
-
+def interrupting_plan(teardowns: TeardownLog, raised: BaseException):
     def interrupted(ctx):
-        raise KeyboardInterrupt
+        raise raised
 
-    plan = plan_of([with_teardown(define("first", lambda ctx: 1), teardowns),
+    return plan_of([with_teardown(define("first", lambda ctx: 1), teardowns),
                     define("second", interrupted, requires=["first"], retries=2,
                            retry_on=(Exception,))])
-    run = Run(plan, executor=executor)
-    with pytest.raises(KeyboardInterrupt):
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt(), SystemExit(0)])
+def test_keyboard_interrupt_on_the_main_thread_is_never_swallowed(raised):
+    # Without handle_signals a step runs on the caller's (main) thread, where these
+    # may come from Ctrl-C or the host's own signal handlers: the run is torn down
+    # and they propagate.
+    teardowns = TeardownLog()
+    run = Run(interrupting_plan(teardowns, raised), executor="sequential")
+    with pytest.raises(type(raised)):
         run.start()
     assert teardowns.order == ["first"]
     assert run.report.outcomes["second"].attempts == 1
+
+
+@pytest.mark.parametrize(("raised", "said"), [
+    (KeyboardInterrupt(), "step 'second' raised KeyboardInterrupt"),
+    (SystemExit(0), "step 'second' called sys.exit(0)"),
+])
+def test_keyboard_interrupt_or_exit_raised_by_a_step_on_a_worker_is_its_failure(raised, said):
+    # Issue 10, case 15: on any other thread they can only come from the step's code.
+    teardowns = TeardownLog()
+    run = Run(interrupting_plan(teardowns, raised), executor="parallel")
+    report = run.start()
+    outcome = report.outcomes["second"]
+    assert (outcome.status, outcome.attempts) == ("failed", 1)  # never retried
+    assert isinstance(outcome.error, StepAbortedError)
+    assert outcome.error.raised is raised and outcome.error.__cause__ is raised
+    assert str(outcome.error) == said
+    assert teardowns.order == ["first"]

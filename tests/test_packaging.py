@@ -34,7 +34,7 @@ def test_builtin_plugin_entry_point():
 
 def test_console_script_entry_point():
     scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
-    assert scripts.get("initorch") == "initorch.cli:main"
+    assert scripts.get("initorch") == "initorch.cli:console_main"
     assert (Path(sys.executable).parent / "initorch").exists()
 
 

@@ -286,7 +286,7 @@ def test_the_rank_comes_from_the_environment_by_default(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "4")
     run = Run(plan_of([define("only", lambda ctx: ctx.rank)]))
     run.start()
-    assert run.output("only") == RankInfo(rank=3, local_rank=1, world_size=4)
+    assert run.output("only") == RankInfo(rank=3, local_rank=1, world_size=4, launcher="env")
     assert run.report.rank == 3
 
 
@@ -472,3 +472,51 @@ def test_step_error_attributes_survive_into_the_report():
 
     report = Run(plan_of([define("register", register)])).start()
     assert report.outcomes["register"].error.vendor_code == 712
+
+
+# -- random DAGs with failures and timeouts (issue 10, beyond the list) ------------------------
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@settings(max_examples=30, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(dag=dags(), data=st.data())
+def test_random_dags_with_failures_and_timeouts_keep_every_promise(executor, dag: Dag, data):
+    """Never an order constraint violated, never a step run twice, and exactly the
+    steps that completed torn down, once each -- whatever fails or times out."""
+    fates = data.draw(st.dictionaries(st.sampled_from(dag.names), st.sampled_from(["fail", "hang"]),
+                                      max_size=dag.n), label="fates")
+    release = threading.Event()
+
+    def hang(ctx):
+        release.wait(WAIT)
+        raise Boom(f"{ctx.step} gave up")
+
+    recorder, torn = Recorder(), TeardownLog()
+    bodies = {"fail": fail, "hang": hang}
+    steps = dag.definitions(lambda name: recorder.action(name, bodies.get(fates.get(name, ""))),
+                            timeout=lambda name: 0.05 if fates.get(name) == "hang" else None)
+    for definition in steps:
+        definition.teardown(torn)
+    run = Run(plan_of(steps), executor=executor, workers=3)
+    try:
+        report = run.start()
+        run.teardown()
+        finished = {name: ticks[0] for name, ticks in recorder.finishes.items()}
+    finally:
+        release.set()
+
+    assert all(len(ticks) == 1 for ticks in recorder.starts.values()), recorder.starts
+    for first, then, kind in dag.name_edges():
+        if then not in recorder.starts:
+            continue
+        assert first in recorder.starts or kind != "requires", (first, then, kind)
+        if first in finished:  # a hung step's thread finishes only after the release
+            assert finished[first] < recorder.starts[then][0], (first, then, kind)
+        if kind == "requires":
+            assert report.outcomes[first].status == "succeeded", (first, then)
+    for name in run.plan.order:
+        status = report.outcomes[name].status
+        if fates.get(name) == "hang" and name in recorder.starts:
+            assert status == "failed" and "Timeout" in type(report.outcomes[name].error).__name__
+    succeeded = {n for n, o in report.outcomes.items() if o.status == "succeeded"}
+    assert sorted(torn.order) == sorted(succeeded)

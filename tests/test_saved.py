@@ -357,7 +357,7 @@ def test_run_refuses_a_damaged_plan_in_one_line(run_cli, tmp_path, damage, fragm
 def test_plan_out_into_a_missing_folder_is_refused(run_cli, tmp_path):
     code, out, err = run_cli("plan", "-p", "cpu", "--out", str(tmp_path / "no" / "plan.json"))
     assert (code, out) == (2, "")
-    assert_single_error_line(err, "cannot write the plan to", located=False)
+    assert_single_error_line(err, "--out", "the folder does not exist", located=False)
 
 
 @pytest.mark.e2e
@@ -389,7 +389,7 @@ def test_running_a_saved_plan_imports_no_networkx_and_torch_only_when_steps_run(
     result = run_python(code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == (
-        "RESULT 0 {'import_backend': False, 'set_device': True, "
+        "RESULT 0 {'import_backend': False, 'rendezvous': True, 'set_device': True, "
         "'init_torch_distributed': True} [] True")
 
 

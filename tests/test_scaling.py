@@ -3,7 +3,8 @@
 ``make bench`` measures the goals (within 3x of graphlib, growth exponent 1.15);
 this guard fails only well past them, on a growth exponent above 1.3 or a ratio
 above 6x, so that a noisy shared machine does not fail it: each figure is the
-best of several rounds, taken round-robin with its baseline, on small graphs.
+best of several rounds, taken round-robin with its baseline, on small graphs,
+and a failing measurement is taken again (up to three times) before the guard fails.
 These are ratios of times measured in the same run, never a wall-clock bound.
 
 The growth exponent is measured against graphlib's: graphlib's sort is linear,
@@ -27,7 +28,8 @@ from initorch import resolve
 from tests.conftest import REPO
 
 ROUNDS = 5
-SMALL, LARGE = 1_000, 8_000
+ATTEMPTS = 3  # a real regression fails every attempt; a burst of load fails one
+SMALL, LARGE = 2_000, 16_000
 
 
 def _graphs() -> ModuleType:
@@ -67,11 +69,14 @@ def test_resolve_grows_about_linearly_and_stays_near_graphlib(graphs, tmp_path):
     large = graphs.setup(large_dag, tmp_path / "large")
     assert len(resolve(*large).steps) == LARGE
 
-    small_s, large_s, small_base, large_base = best_times(
-        ROUNDS, lambda: resolve(*small), lambda: resolve(*large),
-        graphlib_order(small_dag), graphlib_order(large_dag))
-    ratio = large_s / large_base
-    exponent = 1 + math.log(ratio / (small_s / small_base)) / math.log(LARGE / SMALL)
+    for _ in range(ATTEMPTS):
+        small_s, large_s, small_base, large_base = best_times(
+            ROUNDS, lambda: resolve(*small), lambda: resolve(*large),
+            graphlib_order(small_dag), graphlib_order(large_dag))
+        ratio = large_s / large_base
+        exponent = 1 + math.log(ratio / (small_s / small_base)) / math.log(LARGE / SMALL)
+        if exponent <= 1.3 and ratio <= 6:
+            break
     assert exponent <= 1.3, (f"resolve grows as size**{exponent:.2f} against a linear sort "
                              f"({SMALL} -> {LARGE} steps)")
     assert ratio <= 6, f"resolve takes {ratio:.1f}x graphlib's time on {LARGE} steps"

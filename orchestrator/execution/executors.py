@@ -21,6 +21,7 @@ import threading
 from collections import deque
 from typing import Protocol
 
+from initorch.execution.signals import POLL_S
 from initorch.resolution.plan import Plan, PlannedStep
 
 
@@ -108,9 +109,6 @@ class ParallelExecutor:
         _Walk(driver, self.workers or DEFAULT_MAX_WORKERS).run()
 
 
-_WAKE_S = 0.25  # the calling thread wakes this often, so that a signal is handled
-
-
 class _Walk:
     """One parallel walk of a plan: the ready set, the workers, and the first bug.
 
@@ -142,7 +140,10 @@ class _Walk:
             with self._lock:
                 self._release([name for name, count in self._waiting.items() if not count])
                 self._dispatch(keep=False)
-            while not self._over.wait(_WAKE_S):
+            # Waits in slices of POLL_S: a signal that lands just before a blocking wait
+            # starts does not wake it, and the run must still act on it (the handler
+            # runs between slices).
+            while not self._over.wait(POLL_S):
                 pass
             if self._bug is not None:
                 raise self._bug

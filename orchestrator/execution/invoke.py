@@ -14,11 +14,14 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
+from initorch.errors import describe_exception, exception_message
 from initorch.execution.context import RunState, StepContext
 from initorch.execution.heartbeat import Heartbeat
+from initorch.execution.native_output import release_captures
+from initorch.execution.signals import POLL_S, RunInterrupted
+from initorch.execution.watchdog import Watchdog
 from initorch.reporting.diagnosis import DiagnosisBook, failure_text
 from initorch.reporting.report import StepOutcome
 from initorch.resolution.plan import PlannedStep
@@ -36,89 +39,175 @@ class StepTimeoutError(Exception):
         self.stack = stack
 
 
+class StepAbortedError(Exception):
+    """A step ended by raising what is not an :class:`Exception`: ``sys.exit``,
+    ``KeyboardInterrupt`` raised by its own code, a vendor's ``BaseException``.
+    That is the step's failure, like any other; ``raised`` (also ``__cause__``) is
+    what it raised."""
+
+    def __init__(self, step: str, raised: BaseException) -> None:
+        said = describe_exception(raised)  # "it called sys.exit(0)" or "Type: message"
+        what = said.removeprefix("it ") if said.startswith("it ") else f"raised {said}"
+        super().__init__(f"step '{step}' {what}")
+        self.step = step
+        self.raised = raised
+
+
 LateResult = Callable[[PlannedStep, Any], None]
 """Receives the output of a step the run stopped waiting for (timed out or
 interrupted) if that step finishes after all, so that it is torn down too."""
 
 
 def call_step(planned: PlannedStep, ctx: StepContext, outcome: StepOutcome) -> Any:
-    """Run the action on the current thread, binding the device first if required."""
+    """Run the action on the current thread: after the other ranks arrive if it is a
+    barrier, and with the device bound if it is device-bound."""
     current = threading.current_thread()
     outcome.thread, outcome.thread_id = current.name, current.ident
+    if planned.step.barrier:
+        ctx.state.wait_for_peers(planned.name)
     if planned.step.device_bound:
         ctx.state.bind_device()
     return planned.step.action(ctx)
 
 
-@dataclass(slots=True)
-class _Helper:
-    """What the helper thread and the waiting thread share."""
+class _HelperCall:
+    """One step call on a daemon helper thread, and what it shares with the thread
+    that waits for it: the outcome, and whether the waiter gave up on it."""
 
-    value: Any = None
-    error: BaseException | None = None
-    finished: bool = False
-    abandoned: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    def __init__(self, planned: PlannedStep, ctx: StepContext, outcome: StepOutcome,
+                 late: LateResult, watchdog: Watchdog | None) -> None:
+        self.planned, self.ctx, self.outcome, self.late = planned, ctx, outcome, late
+        self.watchdog = watchdog
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.finished = self.abandoned = False
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._target, name=f"initorch-{planned.name}",
+                                       daemon=True)
+
+    def _target(self) -> None:
+        try:
+            value = call_step(self.planned, self.ctx, self.outcome)
+        except BaseException as exc:  # handed to the waiting thread
+            with self.lock:
+                self.error, self.finished = exc, True
+            return
+        finally:
+            if self.watchdog is not None:
+                self.watchdog.step_finished(self.planned.name)
+        with self.lock:
+            self.value, self.finished = value, True
+            abandoned = self.abandoned
+        if abandoned:
+            self.late(self.planned, value)
+
+    def wait(self, deadline: float | None) -> None:
+        """Start the call and wait until it returns or ``deadline`` (monotonic) passes,
+        waking every ``POLL_S`` so that signal handlers run."""
+        self.thread.start()
+        while self.thread.is_alive():
+            wait = POLL_S if deadline is None else min(POLL_S, deadline - time.monotonic())
+            if wait <= 0:
+                return
+            self.thread.join(wait)
+
+    def settle(self, waited: bool) -> None:
+        """Decide, once, whether the waiter got the result; if not, the step is
+        abandoned: its fd 2 capture and its watchdog deadline are released, and a
+        result that arrives later goes to ``late``."""
+        with self.lock:
+            self.abandoned = not (waited and self.finished)
+            unclaimed = self.abandoned and self.finished and self.error is None
+        if self.abandoned:
+            release_captures()  # the run's own last lines must reach the real stderr
+            if self.watchdog is not None:
+                self.watchdog.step_abandoned(self.planned.name)
+        if unclaimed:  # it finished, but the interrupted caller will never record it
+            self.late(self.planned, self.value)
+
+    def stack(self) -> str:
+        frame = sys._current_frames().get(self.thread.ident or -1)
+        return "".join(traceback.format_stack(frame)) if frame else "(stack unavailable)"
 
 
-def call_with_timeout(planned: PlannedStep, ctx: StepContext, outcome: StepOutcome,
-                      late: LateResult) -> Any:
-    """:func:`call_step`, on a daemon helper thread when the step has a timeout.
+def call_supervised(planned: PlannedStep, ctx: StepContext, outcome: StepOutcome,
+                    late: LateResult, *, offload: bool = False,
+                    watchdog: Watchdog | None = None) -> Any:
+    """:func:`call_step`, on a daemon helper thread when the step has a timeout or
+    when ``offload`` asks for it (the calling thread must stay free to act on
+    signals), with the calling thread waiting.
 
+    The waiting thread wakes at least every ``POLL_S`` seconds, so a signal
+    handler runs promptly even if the signal landed just before a blocking wait.
     Python cannot kill a thread: a hung step's thread is left behind as a daemon
-    (it cannot keep the interpreter alive) and the run fails cleanly.  Should the
-    abandoned step finish after all, its output goes to ``late``.
+    (it cannot keep the interpreter alive) and the run fails cleanly; should the
+    abandoned step finish after all, its output goes to ``late``.  If the step
+    holds the GIL so that no thread can act, the ``watchdog`` (told the step's
+    deadline) ends the process.  Whatever the step raises on the helper thread,
+    ``sys.exit`` and ``KeyboardInterrupt`` included, is its failure.
     """
     timeout = planned.step.timeout
-    if timeout is None:
-        return call_step(planned, ctx, outcome)
-    shared = _Helper()
-
-    def target() -> None:
+    if watchdog is not None:
+        watchdog.step_started(planned.name, timeout)
+    if timeout is None and not offload:
         try:
-            value = call_step(planned, ctx, outcome)
-        except BaseException as exc:  # handed to the waiting thread
-            with shared.lock:
-                shared.error, shared.finished = exc, True
-            return
-        with shared.lock:
-            shared.value, shared.finished = value, True
-            abandoned = shared.abandoned
-        if abandoned:
-            late(planned, value)
-
-    helper = threading.Thread(target=target, name=f"initorch-{planned.name}", daemon=True)
+            return call_step(planned, ctx, outcome)
+        finally:
+            if watchdog is not None:
+                watchdog.step_finished(planned.name)
+    call = _HelperCall(planned, ctx, outcome, late, watchdog)
     began = time.monotonic()
     waited = False
     try:
-        helper.start()
-        helper.join(timeout)
+        call.wait(None if timeout is None else began + timeout)
         waited = True
     finally:  # also when a signal interrupts the start or the wait
-        with shared.lock:
-            shared.abandoned = not (waited and shared.finished)
-            unclaimed = shared.abandoned and shared.finished and shared.error is None
-        if unclaimed:  # it finished, but the interrupted caller will never record it
-            late(planned, shared.value)
-    if shared.abandoned:
-        frame = sys._current_frames().get(helper.ident or -1)
-        stack = "".join(traceback.format_stack(frame)) if frame else "(stack unavailable)"
-        raise StepTimeoutError(planned.name, timeout, time.monotonic() - began, stack)
-    if shared.error is not None:
-        raise shared.error
-    return shared.value
+        call.settle(waited)
+    if call.abandoned:
+        raise StepTimeoutError(planned.name, timeout or 0.0, time.monotonic() - began,
+                               call.stack())
+    if isinstance(call.error, Exception):
+        raise call.error
+    if call.error is not None:  # never a signal: those reach the main thread only
+        raise StepAbortedError(planned.name, call.error) from call.error
+    return call.value
+
+
+def as_step_failure(planned: PlannedStep, raised: BaseException) -> Exception | None:
+    """What ``raised`` (by a step running on this thread) is: the step's failure, or
+    ``None`` for an interrupt that must unwind the run.
+
+    :class:`RunInterrupted` (the run's own signal handler) always interrupts.  On
+    the main thread a step runs only when the run does not handle signals, so
+    ``KeyboardInterrupt`` and ``SystemExit`` there may come from Ctrl-C or from the
+    host's own signal handlers: they interrupt too.  Anything else, and anything on
+    another thread, is the step's failure.
+    """
+    if isinstance(raised, Exception):
+        return raised
+    if isinstance(raised, RunInterrupted):
+        return None
+    if isinstance(raised, (KeyboardInterrupt, SystemExit)) \
+            and threading.current_thread() is threading.main_thread():
+        return None
+    failure = StepAbortedError(planned.name, raised)
+    failure.__cause__ = raised
+    return failure
 
 
 def invoke_step(planned: PlannedStep, state: RunState, outcome: StepOutcome,
                 diagnoses: DiagnosisBook, log: Any, clock: Callable[[], float],
                 late: LateResult, sleep: Callable[[float], None] = time.sleep,
-                heartbeat: Heartbeat | None = None) -> Any:
+                heartbeat: Heartbeat | None = None, *, offload: bool = False,
+                watchdog: Watchdog | None = None) -> Any:
     """Run ``planned`` with retries, filling ``outcome``; returns the step's output.
 
     Only exceptions the step lists in ``retry_on`` are retried, with exponential
-    backoff; a timeout is never retried (the hung attempt is still running).
-    ``KeyboardInterrupt``/``SystemExit`` are never swallowed.  While the step
-    runs (retries included), ``heartbeat`` logs that it is still running.
+    backoff; a timeout is never retried (the hung attempt is still running), nor
+    a ``sys.exit`` or any other :class:`StepAbortedError`.
+    Interrupts are never swallowed (see :func:`as_step_failure`); ``offload`` and
+    ``watchdog`` go to :func:`call_supervised`.  While the step runs (retries
+    included), ``heartbeat`` logs that it is still running.
     """
     step = planned.step
     step_log = log.bind(step=step.name)
@@ -132,15 +221,20 @@ def invoke_step(planned: PlannedStep, state: RunState, outcome: StepOutcome,
             step_log.info("step_started", attempt=attempt, wave=planned.wave,
                           device_bound=step.device_bound)
             try:
-                output = call_with_timeout(planned, ctx, outcome, late)
+                output = call_supervised(planned, ctx, outcome, late, offload=offload,
+                                         watchdog=watchdog)
                 state.record_output(step.name, output, binds_device=step.binds_device)
-            except Exception as exc:
+            except BaseException as raised:
+                exc = as_step_failure(planned, raised)
+                if exc is None:
+                    raise
                 transient = (isinstance(exc, step.retry_on)
-                             and not isinstance(exc, StepTimeoutError))
+                             and not isinstance(exc, (StepTimeoutError, StepAbortedError)))
                 if transient and attempt <= step.retries:
                     delay = step.retry_backoff * 2 ** (attempt - 1)
                     step_log.warning("step_retry", attempt=attempt, delay_s=delay,
-                                     error_type=type(exc).__name__, error=str(exc))
+                                     error_type=type(exc).__name__,
+                                     error=exception_message(exc))
                     sleep(delay)
                     continue
                 outcome.finished = clock()

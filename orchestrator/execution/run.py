@@ -7,30 +7,47 @@
 Teardown runs the teardowns of completed steps in reverse completion order
 when the run fails, when the context manager exits, on SIGINT/SIGTERM (with
 ``handle_signals``) and, optionally, at interpreter exit.  A failing teardown
-is logged and the others still run.  A step's failure skips everything that
+is logged and the others still run, whatever it raised (``KeyboardInterrupt``
+and ``SystemExit`` included); a teardown cut short all the same is finished by
+the next call of :meth:`Run.teardown`.  A step's failure skips everything that
 hard-depends on it (``requires``, or the device binding), reported once as
 "upstream failed" with the root cause; ``wants`` and ordering-only dependents
 still run.
+
+One run at a time is active in a process, from :meth:`Run.start` until its
+teardown ends: runs share the default process group, the environment, fd 2
+and the calling thread's device.  A second one is refused with
+:class:`~initorch.errors.ActiveRunError` (a dry run touches none of that and
+is always allowed).
 """
 
 from __future__ import annotations
 
 import atexit
 import datetime
+import gc
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from types import MappingProxyType, TracebackType
 from typing import Any
 
-from initorch.errors import StepFailedError
+from initorch.errors import (
+    ActiveRunError,
+    StepFailedError,
+    exception_message,
+)
 from initorch.execution.context import RankInfo, RunState, StepContext
 from initorch.execution.environment import AppliedEnvironment, apply_environment
 from initorch.execution.executors import DryRunExecutor, Executor, make_executor
 from initorch.execution.heartbeat import DEFAULT_INTERVAL_S, Heartbeat
 from initorch.execution.invoke import invoke_step
+from initorch.execution.launchers import LaunchArguments, detect_rank
+from initorch.execution.peers import JobPeers, JobStore
 from initorch.execution.signals import SignalGuard
+from initorch.execution.watchdog import Watchdog, start_watchdog, stop_watchdog
 from initorch.plugins import Registry
 from initorch.reporting.diagnosis import DiagnosisBook
 from initorch.reporting.logs import get_logger
@@ -39,10 +56,43 @@ from initorch.resolution.plan import Plan, PlannedStep
 
 HARD_EDGE_KINDS = frozenset({"requires", "device"})
 
+class _ActiveRun:
+    """The run that holds this process, if it is still alive (a weak reference: a run
+    dropped without teardown holds nothing once it is collected)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._run: weakref.ref[Run] | None = None
+
+    def claim(self, run: Run) -> None:
+        """Make ``run`` the process's active run, or raise :class:`ActiveRunError`."""
+        with self._lock:
+            if self._holder() not in (None, run):
+                gc.collect()  # an unreachable run in a reference cycle is not a holder
+            holder = self._holder()
+            if holder is not None and holder is not run:
+                raise ActiveRunError(holder.describe())
+            self._run = weakref.ref(run)
+
+    def release(self, run: Run) -> None:
+        with self._lock:
+            if self._holder() is run:
+                self._run = None
+
+    def _holder(self) -> Run | None:
+        return self._run() if self._run is not None else None
+
+
+_ACTIVE = _ActiveRun()
+
 
 class Run:
     """Executes a plan and owns the resources its steps produced.
 
+    ``rank`` says where this process stands in the job; without it, the
+    SGLang-style ``dist_init_addr`` (``HOST:PORT``), ``nnodes`` and
+    ``node_rank`` (and ``nproc_per_node``, ``local_rank``) describe it, else
+    torchrun's or SLURM's variables (:mod:`initorch.execution.launchers`).
     ``heartbeat`` is the interval in seconds at which a step that is still
     running logs ``step_still_running`` (``None``: never).
     """
@@ -55,6 +105,11 @@ class Run:
         workers: int | None = None,
         diagnoses: DiagnosisBook | None = None,
         rank: RankInfo | None = None,
+        dist_init_addr: str | None = None,
+        nnodes: int | None = None,
+        node_rank: int | None = None,
+        nproc_per_node: int | None = None,
+        local_rank: int | None = None,
         handle_signals: bool = False,
         teardown_at_exit: bool = False,
         heartbeat: float | None = DEFAULT_INTERVAL_S,
@@ -66,8 +121,15 @@ class Run:
             else executor
         self.diagnoses = diagnoses if diagnoses is not None \
             else Registry.with_plugins().diagnoses
-        self.state = RunState(plan, rank or RankInfo.from_env())
+        arguments = LaunchArguments(dist_init_addr, nnodes, node_rank, nproc_per_node,
+                                    local_rank)
+        if rank is not None and arguments.given:
+            raise TypeError("pass rank=RankInfo(...) or the SGLang-style arguments "
+                            "(dist_init_addr, nnodes, node_rank, ...), not both")
+        self.state = RunState(plan, rank or detect_rank(os.environ, arguments),
+                              join_job=self._join_job)
         self.log = get_logger(profile="+".join(plan.profiles), rank=self.state.rank.rank)
+        self._peers: JobPeers | None = None
         self._handle_signals = handle_signals
         self._teardown_at_exit = teardown_at_exit
         self._clock, self._sleep = clock, sleep
@@ -77,7 +139,9 @@ class Run:
         self._completed: list[str] = []
         self._environment: AppliedEnvironment | None = None
         self._started = self._closing = self._torn_down = False
+        self._started_at = ""
         self._signals = SignalGuard(self.log)
+        self._watchdog: Watchdog | None = None
         self._heartbeat = Heartbeat(heartbeat, self.log) if heartbeat is not None else None
         outcomes = {name: StepOutcome(name) for name in plan.order}
         for skipped in plan.skipped:
@@ -95,18 +159,23 @@ class Run:
         """Run every step; on failure tear down before returning the report."""
         if self._started or self._torn_down:
             raise RuntimeError("a Run is single-use; create a new one")
+        if not isinstance(self.executor, DryRunExecutor):
+            _ACTIVE.claim(self)
         self._started = True
         try:
-            if self._handle_signals:
-                self._signals.install()
+            if self._handle_signals and threading.current_thread() is threading.main_thread():
+                self._signals.install(self._start_watchdog())
             if self._teardown_at_exit:
                 atexit.register(self.teardown)
             self.report.started_at = datetime.datetime.now(datetime.timezone.utc).isoformat()
             self._t0 = self._clock()
+            rank = self.state.rank
             self.log.info("run_started", executor=self.executor.name,
                           steps=len(self._plan.steps), skipped=len(self._plan.skipped),
                           fingerprint=self._plan.fingerprint,
-                          working_directory=os.getcwd())  # what ./paths are relative to
+                          working_directory=os.getcwd(),  # what ./paths are relative to
+                          world_size=rank.world_size, local_rank=rank.local_rank,
+                          launcher=rank.launcher)
             self._apply_environment()
             for skipped in self._plan.skipped:
                 self.log.info("step_skipped", step=skipped.name, reason=skipped.reason)
@@ -134,25 +203,48 @@ class Run:
 
     def teardown(self) -> None:
         """Undo completed steps in reverse completion order; safe to call many times
-        and from any thread (a concurrent caller returns once teardown is done)."""
+        and from any thread (a concurrent caller returns once teardown is done).
+        Every teardown runs whatever another one raised; should this call be cut
+        short all the same, the next one finishes what is left."""
         with self._teardown_lock:
             with self._lock:
-                if self._torn_down:
-                    return
+                first = not self._torn_down
                 self._torn_down = self._closing = True
-                order = list(reversed(self._completed))
-            self._signals.quiet()
+            if first:
+                self._signals.quiet()
             try:
-                for name in order:
+                while True:
+                    with self._lock:
+                        if not self._completed:
+                            break
+                        name = self._completed.pop()
                     self._teardown_output(name, self.state.forget(name))
             finally:
-                if self._environment is not None:
-                    undone = self._environment.restore()
-                    if undone:
-                        self.log.info("env_restored", unset=undone)
-                self._signals.release()
-                if self._teardown_at_exit:
-                    atexit.unregister(self.teardown)
+                self._finish_teardown()
+
+    def _finish_teardown(self) -> None:
+        """After the last step's teardown: the environment, the signals, the watchdog
+        and the process go back (each once)."""
+        with self._lock:
+            if self._completed:
+                return  # cut short: the next teardown() comes back here
+            environment, self._environment = self._environment, None
+        if environment is not None:
+            undone = environment.restore()
+            if undone:
+                self.log.info("env_restored", unset=undone)
+        self._signals.release()
+        if self._watchdog is not None:
+            watchdog, self._watchdog = self._watchdog, None
+            stop_watchdog(watchdog, keep_wakeup_fd=self._signals.installed)
+        if self._teardown_at_exit:
+            atexit.unregister(self.teardown)
+        _ACTIVE.release(self)
+
+    def describe(self) -> str:
+        """Which run this is, for people: its profiles, rank and when it started."""
+        started = f", started {self.report.started_at}" if self.report.started_at else ""
+        return f"profile {'+'.join(self._plan.profiles)}, rank {self.state.rank.rank}{started}"
 
     def output(self, step: str) -> Any:
         """The output of a completed step (e.g. the transfer engine)."""
@@ -197,8 +289,16 @@ class Run:
         if self._closing:  # torn down from another thread while the walk went on
             outcome.status, outcome.reason = "skipped", "the run was torn down"
             return
+        if planned.step.timeout is not None and self._watchdog is None:
+            self._start_watchdog()  # the deadline must hold even if the step holds the GIL
+        offload = self._signals.installed and threading.current_thread() is threading.main_thread()
+        if self._peers is not None:
+            self._peers.step_started(planned.name)
         invoke_step(planned, self.state, outcome, self.diagnoses, self.log,
-                    self._elapsed, self._late_result, self._sleep, self._heartbeat)
+                    self._elapsed, self._late_result, self._sleep, self._heartbeat,
+                    offload=offload, watchdog=self._watchdog)
+        if self._peers is not None:  # joined by this very step, perhaps
+            self._peers.step_finished(planned.name, outcome.status)
         if outcome.status != "succeeded":
             return
         with self._lock:
@@ -215,6 +315,28 @@ class Run:
                       device_bound=planned.step.device_bound, timeout=planned.step.timeout)
 
     # -- internals -------------------------------------------------------------------
+
+    def _join_job(self, step: str, job: Any) -> None:
+        """The job's store is joined: keep a heartbeat there and agree on the plan with
+        every rank (a disagreement fails ``step``, after telling the others)."""
+        if not isinstance(job, JobStore):
+            raise TypeError(f"step '{step}' declares job_store but returned {job!r}, not a "
+                            "JobStore (peers, address, hosted_here, bounds)")
+        peers = JobPeers(job, self.state.rank, self.log)
+        peers.start()
+        try:
+            peers.agree(self._plan)
+        except BaseException:
+            peers.leave(failed_step=step)
+            raise
+        self._peers = self.state.peers = peers
+
+    def _leave_job(self) -> None:
+        peers, self._peers = self._peers, None
+        if peers is not None:
+            self.state.peers = None
+            failed = self.report.failed
+            peers.leave(failed_step=failed[0].name if failed else None)
 
     def _apply_environment(self) -> None:
         """Set the plan's ``env:`` variables the process lacks (the process wins);
@@ -233,6 +355,13 @@ class Run:
                           kept=[o.name for o in self._environment.outcomes
                                 if o.source == "process"])
 
+    def _start_watchdog(self) -> Watchdog:
+        with self._lock:
+            if self._watchdog is None:
+                self._watchdog = start_watchdog({"profile": "+".join(self._plan.profiles),
+                                                 "rank": self.state.rank.rank})
+            return self._watchdog
+
     def _stop_heartbeat(self) -> None:
         if self._heartbeat is not None:
             self._heartbeat.stop()
@@ -247,6 +376,8 @@ class Run:
 
     def _teardown_output(self, name: str, output: Any) -> None:
         planned = self._plan.step(name)
+        if planned.step.job_store:
+            self._leave_job()  # before the store goes
         teardown = planned.step.teardown
         if teardown is None:
             return
@@ -259,10 +390,11 @@ class Run:
             if planned.step.device_bound and self.state.has_binding:
                 self.state.bind_device()
             teardown(StepContext(self.state, name, log), output)
-        except Exception as exc:
+        except BaseException as exc:  # sys.exit or ^C in one teardown never skips the others
             entry.finished = self._elapsed()
-            entry.status, entry.error = "failed", f"{type(exc).__name__}: {exc}"
-            log.error("teardown_failed", error_type=type(exc).__name__, error=str(exc))
+            message = exception_message(exc)
+            entry.status, entry.error = "failed", f"{type(exc).__name__}: {message}"
+            log.error("teardown_failed", error_type=type(exc).__name__, error=message)
         else:
             entry.finished = self._elapsed()
             log.info("teardown_succeeded", duration_s=round(entry.duration, 6))
@@ -274,7 +406,8 @@ def failure_error(report: RunReport) -> StepFailedError:
     and keeps the step's own exception as ``__cause__`` (tracebacks show both)."""
     first = report.failed[0]
     error = first.error
-    text = f"step '{first.name}' failed: {type(error).__name__}: {error}"
+    message = exception_message(error) if error is not None else "no error recorded"
+    text = f"step '{first.name}' failed: {type(error).__name__}: {message}"
     if first.finding is not None:
         text += f"\n{first.finding.summary()}"
     failure = StepFailedError(first.name, text, report)

@@ -5,6 +5,15 @@ them there.  While a run is alive a signal raises :class:`RunInterrupted` in
 the main thread, which unwinds into the run's teardown.  During teardown a
 repeated signal (a second Ctrl-C) is logged and ignored, so that every
 teardown still runs; afterwards the previous handlers are back.
+
+The main thread never runs step code while signals are handled: steps run on
+helper threads and the main thread waits, waking at least every
+``POLL_S`` seconds (see :mod:`initorch.execution.invoke`), so the handler runs
+promptly and no step code can swallow :class:`RunInterrupted`.  When the
+interpreter itself is frozen (native code holding the GIL), CPython's C-level
+handler still writes the signal to the watchdog's pipe (``set_wakeup_fd``);
+the watchdog ends the process if the handler below has not acknowledged it in
+time (:mod:`initorch.execution.watchdog`).
 """
 
 from __future__ import annotations
@@ -12,9 +21,16 @@ from __future__ import annotations
 import signal
 import threading
 from types import FrameType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from initorch.execution.watchdog import Watchdog
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+POLL_S = 0.1
+"""Longest a waiting main thread sleeps between chances to run a signal handler: a
+signal that lands just before a blocking wait starts does not wake it."""
 
 
 class RunInterrupted(BaseException):
@@ -40,14 +56,26 @@ class SignalGuard:
     def __init__(self, log: Any) -> None:
         self._log = log
         self._saved: dict[int, Any] = {}
+        self._saved_wakeup: int | None = None
         self._mode: Literal["interrupt", "teardown", "released"] = "interrupt"
+        self._watchdog: Watchdog | None = None
 
-    def install(self) -> None:
-        """Start turning signals into :class:`RunInterrupted` (main thread only)."""
+    @property
+    def installed(self) -> bool:
+        """True while this guard owns SIGINT/SIGTERM (on the main thread)."""
+        return bool(self._saved)
+
+    def install(self, watchdog: Watchdog | None = None) -> None:
+        """Start turning signals into :class:`RunInterrupted` (main thread only); with
+        a ``watchdog``, tell it about every signal even when Python cannot run."""
         if not _in_main_thread():
             return
         for signum in HANDLED_SIGNALS:
             self._saved[signum] = signal.signal(signum, self._handle)
+        if watchdog is not None:
+            self._watchdog = watchdog
+            self._saved_wakeup = signal.set_wakeup_fd(watchdog.wakeup_fd,
+                                                      warn_on_full_buffer=False)
 
     def quiet(self) -> None:
         """Teardown has begun: from now on, log repeated signals and carry on."""
@@ -62,9 +90,14 @@ class SignalGuard:
         while self._saved:
             signum, handler = self._saved.popitem()
             signal.signal(signum, handler)
+        if self._saved_wakeup is not None:
+            signal.set_wakeup_fd(self._saved_wakeup)
+            self._saved_wakeup = None
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
+        if self._watchdog is not None:
+            self._watchdog.signal_handled()  # Python runs: the watchdog need not act
         if self._mode == "teardown":
             self._log.warning("signal_ignored", signal=name, reason="teardown in progress")
             return

@@ -17,14 +17,16 @@ from importlib.abc import Traversable
 from pathlib import Path
 
 from initorch.errors import ProfileError
+from initorch.files import InputFileError, describe_os_error, read_input
 from initorch.loading.document import ProfileDocument, read_profile
 from initorch.location import SourceLocation, display_path
+from initorch.printable import printable
 from initorch.suggest import closest
 
 PROFILE_SUFFIXES = (".yaml", ".yml")
 
 AUTO_PROFILE = "auto"
-"""Reserved: the profile that hardware detection will choose (not available yet)."""
+"""Reserved: the device profile hardware detection chooses (:mod:`initorch.loading.detection`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,23 +115,45 @@ class ProfileCatalog:
             guess = closest(ref, self._named)
             hint = f"did you mean '{guess}'?" if guess else f"available: {', '.join(self.names())}"
             raise ProfileError(f"unknown profile '{ref}'", location=location, hint=hint)
-        return self._parse(display_path(str(source.file)), ref, source.file.read_text("utf-8"))
+        shown = display_path(str(source.file))
+        if isinstance(source.file, Path):
+            return self._parse(shown, ref, _read(source.file, ref, location))
+        return self._parse(shown, ref, source.file.read_text("utf-8"))  # inside a package
 
     def _load_path(self, ref: str, relative_to: str | None,
                    location: SourceLocation | None) -> ProfileDocument:
         base = Path(relative_to).parent if relative_to else Path.cwd()
-        path = (base / ref).resolve()
-        try:
-            text = path.read_text("utf-8")
-        except FileNotFoundError:
-            raise ProfileError(f"profile file not found: {ref}", location=location,
-                               hint=f"looked for {path}") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ProfileError(f"cannot read profile {ref}: {exc}", location=location) from None
-        return self._parse(display_path(path), path.stem, text)
+        path = Path(os.path.realpath(base / ref))  # a loop of links fails on open, clearly
+        return self._parse(display_path(path), printable(path.stem),
+                           _read(path, printable(ref), location))
+
+    def read_files(self) -> list[str]:
+        """The profile files read so far (as messages show them): a command's inputs,
+        which none of its outputs may overwrite."""
+        return sorted(self._cache)
 
     def _parse(self, shown_path: str, name: str, text: str) -> ProfileDocument:
+        """Parse ``text`` once per file (the cache is keyed by the shown path)."""
         cached = self._cache.get(shown_path)
         if cached is None:
             cached = self._cache[shown_path] = read_profile(text, shown_path, name)
         return cached
+
+
+def _read(path: Path, ref: str, location: SourceLocation | None) -> str:
+    """A profile file's text: a regular file, at most ``MAX_INPUT_BYTES``, UTF-8."""
+    try:
+        return read_input(path).decode("utf-8")
+    except FileNotFoundError:
+        raise ProfileError(f"profile file not found: {ref}", location=location,
+                           hint=f"looked for {display_path(path)}") from None
+    except InputFileError as exc:
+        raise ProfileError(f"cannot read profile {ref}: {exc.strerror}", location=location,
+                           hint="a profile is a regular YAML file") from None
+    except OSError as exc:
+        raise ProfileError(f"cannot read profile {ref}: {describe_os_error(exc)}",
+                           location=location) from None
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"cannot read profile {ref}: not UTF-8 text ({exc.reason} at byte "
+                           f"{exc.start})", location=location,
+                           hint="save the file as UTF-8") from None

@@ -24,6 +24,7 @@ from typing import Any
 from initorch.errors import ConflictError, Problem, ProfileError
 from initorch.loading.catalog import ProfileCatalog
 from initorch.loading.document import EnvEntry, ProfileDocument, Setting, StepEntry
+from initorch.loading.yamlsource import parse_yaml
 from initorch.location import COMMAND_LINE, SourceLocation
 from initorch.model.settings import CORE_KEYS
 
@@ -148,22 +149,26 @@ def _apply_overrides(settings: dict[str, Setting], overrides: Iterable[tuple[str
         settings[key] = Setting(key, value, COMMAND_LINE, "--set")
 
 
-def parse_assignment(text: str) -> tuple[str, Any]:
-    """Parse ``key=value`` from ``--set``; the value is typed the way YAML types it."""
-    import yaml
+SHOWN_VALUE = 60
+"""How much of a ``--set`` value an error repeats (a value may be 200,000 brackets)."""
 
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """Parse ``key=value`` from ``--set``; the value is typed the way YAML types it,
+    by the profiles' own parser (the same refusals: aliases, depth, tags)."""
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key:
         raise ProfileError(f"--set {text!r}: expected KEY=VALUE", location=COMMAND_LINE,
                            hint="e.g. --set hicache.host_pool_mb=128")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        problem = getattr(exc, "problem", None) or "not valid YAML"
-        raise ProfileError(f"--set {key}: cannot read value {raw!r}: {problem}",
+        value = parse_yaml(raw, COMMAND_LINE.path).data if raw.strip() else ""
+    except ProfileError as exc:
+        shown = raw if len(raw) <= SHOWN_VALUE else raw[:SHOWN_VALUE] + "..."
+        raise ProfileError(f"--set {key}: cannot read value {shown!r}: "
+                           f"{exc.problems[0].message.removeprefix('invalid YAML: ')}",
                            location=COMMAND_LINE,
-                           hint=f"quote it to pass text: --set {key}='\"{raw}\"'") from None
+                           hint=f"quote it to pass text: --set {key}='\"...\"'") from None
     if isinstance(value, dict):
         raise ProfileError(f"--set {key}: value must be a scalar or a list",
                            location=COMMAND_LINE, hint="set nested keys one by one")

@@ -421,6 +421,22 @@ def _edge_targets(out: _Collector, value: Any, *path: str | int
     return targets
 
 
+# Variables that make a program (this interpreter's children: the Mooncake master, the
+# watchdog; or a Python that starts later) load code named by their value: a profile
+# is data and may name none (issue 10, point 1).
+CODE_LOADING_PREFIXES = ("LD_", "DYLD_")
+CODE_LOADING_VARIABLES = frozenset({
+    "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONPLATLIBDIR",
+    "PYTHONBREAKPOINT", "PYTHONWARNINGS", "PYTHONINSPECT", "BASH_ENV", "ENV", "PERL5LIB",
+    "PERL5OPT", "RUBYOPT", "NODE_OPTIONS", "GCONV_PATH", "JAVA_TOOL_OPTIONS"})
+
+
+def loads_code(name: str) -> bool:
+    """True for an environment variable that names code a program then loads."""
+    upper = name.upper()
+    return upper in CODE_LOADING_VARIABLES or upper.startswith(CODE_LOADING_PREFIXES)
+
+
 def _parse_env(out: _Collector, value: Any, source: str) -> tuple[EnvEntry, ...]:
     """``env: {NAME: value}``: text or whole numbers (kept as written); null drops the
     variable an earlier profile set.  Booleans are refused: ``true`` would have to
@@ -437,6 +453,10 @@ def _parse_env(out: _Collector, value: Any, source: str) -> tuple[EnvEntry, ...]
         if not isinstance(key, str) or not ENV_NAME.match(key):
             out.add(f"'{key}' is not a valid environment variable name",
                     out.doc.key_where("env", key), "use letters, digits and _")
+        elif loads_code(key):
+            out.add(f"env.{key} would make programs load code the profile names",
+                    out.doc.key_where("env", key),
+                    "a profile is data; set it in the launcher's own environment instead")
         elif isinstance(item, bool) or not isinstance(item, (str, int, type(None))):
             out.add(f"env.{key} must be text, a whole number or null, got {item!r}", where,
                     f"quote it: {key}: \"{item}\"")

@@ -69,28 +69,36 @@ def _parse(text: str, path: str) -> YamlDocument:
                 hint="check indentation and quoting around this position",
             ) from None
         except yaml.YAMLError as exc:
-            raise ProfileError(f"invalid YAML: {exc}", location=SourceLocation(path)) from None
+            # A reader error (a control character) is two lines; the first says it all.
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ProfileError(f"invalid YAML: {first}", location=SourceLocation(path)) from None
+        except RecursionError:
+            raise ProfileError(f"invalid YAML: values nest more than {MAX_DEPTH} levels deep",
+                               location=SourceLocation(path), hint=DEPTH_HINT) from None
         document = YamlDocument(path, None)
         if root is not None:
-            builder = _Builder(loader, document, value_budget(text))
+            builder = _Builder(loader, document, alias_budget(text))
             object.__setattr__(document, "data", builder.build(root, ()))
         return document
     finally:
         loader.dispose()
 
 
-# Aliases can make a tiny file expand enormously ("billion laughs").  Written out, a
-# profile holds far fewer values than characters (about one per ten; at most about
-# one per character, for [a,b,c]): a document may expand to one value per character
-# of its text, or MIN_VALUE_BUDGET values if that is more, so aliases may repeat
-# what they name tenfold but not without bound, and a large honest profile loads.
-VALUES_PER_CHARACTER = 1
-MIN_VALUE_BUDGET = 20_000
+# Aliases can make a tiny file expand enormously ("billion laughs"): past one value
+# built again through an alias per character of the document (at least
+# MAX_ALIAS_EXPANSION), it is refused rather than built.  The bound grows with the
+# document, so a large profile may merge shared defaults into every step.  Values
+# written out are bounded by the size limit on input files instead
+# (initorch.files.MAX_INPUT_BYTES), so a 100,000-step profile loads.
+MAX_ALIAS_EXPANSION = 20_000
+# No profile nests this deep; refusing it keeps parsing off Python's recursion limit.
+MAX_DEPTH = 64
+DEPTH_HINT = "a profile nests mappings and lists a few levels deep; flatten the value"
 
 
-def value_budget(text: str) -> int:
-    """How many values a document of ``text`` may expand to."""
-    return max(MIN_VALUE_BUDGET, VALUES_PER_CHARACTER * len(text))
+def alias_budget(text: str) -> int:
+    """How many values aliases may build again in a document of ``text``."""
+    return max(MAX_ALIAS_EXPANSION, len(text))
 
 
 class _Builder:
@@ -100,19 +108,23 @@ class _Builder:
     def __init__(self, loader: Any, doc: YamlDocument, budget: int) -> None:
         self.loader = loader
         self.doc = doc
-        self.nodes = 0
         self.budget = budget
+        self.expanded = 0
+        self.built: set[int] = set()
         self.active: set[int] = set()
 
     def build(self, node: yaml.Node, keys: KeyPath) -> Any:
         where = _location(self.doc.path, node.start_mark)
         self.doc.value_marks[keys] = where
-        self.nodes += 1
-        if self.nodes > self.budget:
-            raise ProfileError(
-                f"aliases expand the profile to more than {self.budget} values (one per "
-                f"character of the file, at least {MIN_VALUE_BUDGET})", location=where,
-                hint="an alias repeats a large or nested value too often; write it out")
+        if id(node) in self.built:
+            self.expanded += 1
+            if self.expanded > self.budget:
+                raise ProfileError(f"aliases expand to more than {self.budget} values",
+                                   location=where, hint="aliases nest too deeply; write it out")
+        self.built.add(id(node))
+        if len(keys) > MAX_DEPTH:
+            raise ProfileError(f"values nest more than {MAX_DEPTH} levels deep",
+                               location=where, hint=DEPTH_HINT)
         if id(node) in self.active:
             raise ProfileError("recursive alias: a value contains itself", location=where,
                                hint="remove the alias that refers to its own anchor")
@@ -133,6 +145,10 @@ class _Builder:
             raise ProfileError(f"unsupported YAML value: {exc.problem}", location=where,
                                hint="profiles hold plain strings, numbers, booleans, lists "
                                     "and mappings; quote the value") from None
+        except ValueError:  # an integer past Python's 4,300-digit conversion limit
+            raise ProfileError(f"unsupported YAML value: a number of {len(node.value)} "
+                               "characters", location=where,
+                               hint="quote it to pass it as text") from None
 
     def _mapping(self, node: yaml.MappingNode, keys: KeyPath) -> dict[str, Any]:
         explicit = {id(pair) for pair in node.value}

@@ -19,6 +19,8 @@ from typing import Protocol, runtime_checkable
 from initorch.errors import DeviceError
 from initorch.suggest import closest
 
+MAX_INDEX_DIGITS = 9
+"""A device index is small; a 5,000-digit one is refused before ``int()`` sees it."""
 _DEVICE_STRING = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?::\s*(\d+)\s*)?$")
 
 
@@ -60,8 +62,12 @@ def parse_device(value: object, known: Mapping[str, str]) -> DeviceRef:
                 f"malformed device string {value!r}",
                 hint="write it as TYPE or TYPE:INDEX, e.g. 'npu:0'",
             )
-        raw_type = match.group(1)
-        index = int(match.group(2)) if match.group(2) is not None else None
+        raw_type, digits = match.group(1), match.group(2)
+        if digits is not None and len(digits) > MAX_INDEX_DIGITS:
+            raise DeviceError(
+                f"device index of {raw_type} has {len(digits)} digits; an index has at most "
+                f"{MAX_INDEX_DIGITS}", hint="write it as TYPE:INDEX, e.g. 'npu:0'")
+        index = int(digits) if digits is not None else None
     elif isinstance(value, _TorchDeviceLike):
         raw_type, index = str(value.type), value.index
     else:

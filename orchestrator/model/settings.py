@@ -119,6 +119,8 @@ class SettingSpec:
     nullable: bool = False
     required: bool = False
     defined_at: SourceLocation = field(default=SourceLocation("<unknown>"), compare=False)
+    pattern_help: str | None = None
+    """What ``pattern`` accepts, in words, for the error message (else the regex)."""
 
     def check(self, value: Any) -> str | None:
         """What is wrong with ``value`` for this setting, as one sentence naming the
@@ -215,7 +217,8 @@ class SettingSpec:
         if problem is not None:
             return f"value {text[:40]!r} {problem}"
         if self.pattern is not None and not re.fullmatch(self.pattern, text):
-            return f"must match {self.pattern}, got {text!r}"
+            return f"must be {self.pattern_help}, got {text!r}" if self.pattern_help \
+                else f"must match {self.pattern}, got {text!r}"
         return None
 
     def _range_problem(self, value: Any) -> str | None:
@@ -271,6 +274,7 @@ def setting(
     exclusive_minimum: float | None = None,
     maximum: float | None = None,
     pattern: str | None = None,
+    pattern_help: str | None = None,
     nullable: bool = False,
     required: bool = False,
 ) -> SettingSpec:
@@ -296,7 +300,8 @@ def setting(
     elif isinstance(default, list):
         default = tuple(default)  # keep the frozen spec hashable
     return SettingSpec(key, resolved, description, default, tuple(choices), minimum,
-                       exclusive_minimum, maximum, pattern, nullable, required, where)
+                       exclusive_minimum, maximum, pattern, nullable, required, where,
+                       pattern_help)
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,6 +67,14 @@ class Step:
     ``preview`` (optional) tells at plan time, without importing torch, what the
     step will do here (lines that ``initorch plan`` shows under the step), and may
     reject settings that cannot work (see :mod:`initorch.resolution.preview`).
+
+    Two fields concern the other ranks of the job.  ``job_store`` marks the single
+    step whose output is the job's key-value store
+    (:class:`~initorch.execution.peers.JobStore`): when it completes, the run
+    agrees on the plan with every rank, then publishes its progress there.
+    ``barrier`` makes the run wait, before this step, until every rank has
+    finished the steps it depends on (registering memory that peers will read,
+    forming a group), failing fast when a rank failed or died meanwhile.
     """
 
     name: str
@@ -81,6 +89,8 @@ class Step:
     device_bound: bool = False
     binds_device: bool = False
     holds_gil: bool = False
+    job_store: bool = False
+    barrier: bool = False
     timeout: float | None = None
     retries: int = 0
     retry_on: tuple[type[BaseException], ...] = ()
@@ -143,6 +153,8 @@ def step(
     device_bound: bool = False,
     binds_device: bool = False,
     holds_gil: bool = False,
+    job_store: bool = False,
+    barrier: bool = False,
     timeout: float | None = None,
     retries: int = 0,
     retry_on: tuple[type[BaseException], ...] = (),
@@ -171,6 +183,8 @@ def step(
                 "device_bound": device_bound,
                 "binds_device": binds_device,
                 "holds_gil": holds_gil,
+                "job_store": job_store,
+                "barrier": barrier,
                 "timeout": timeout,
                 "retries": retries,
                 "retry_on": tuple(retry_on),

@@ -30,6 +30,8 @@ from typing import Any, Literal, TextIO
 
 import structlog
 
+from initorch.printable import printable, printable_json
+
 LOGGER_NAME = "initorch"
 LogFormat = Literal["console", "json"]
 _HANDLER_MARK = "_initorch_cli_handler"
@@ -49,7 +51,9 @@ _RENDERED_MAX = 4096
 
 
 def _render_text(value: str) -> str:
-    return value if _BARE_WORD.fullmatch(value) else json.dumps(value, ensure_ascii=False)
+    if _BARE_WORD.fullmatch(value) and value.isprintable():
+        return value
+    return printable_json(json.dumps(value, ensure_ascii=False))
 
 
 def _text(value: str) -> str:
@@ -64,10 +68,11 @@ def _text(value: str) -> str:
 
 def logfmt_value(value: object) -> str:
     """One value as ``key=value`` shows it: plain words bare, other text JSON-quoted
-    (so that an event stays on one line), anything else as its ``repr``."""
+    (so that an event stays on one line), anything else as its ``repr``; control
+    characters as escapes either way (a value cannot forge terminal output)."""
     if type(value) is str:
         return _text(value)
-    return _render_text(value) if isinstance(value, str) else repr(value)
+    return _render_text(value) if isinstance(value, str) else printable(repr(value))
 
 
 def logfmt(fields: Mapping[str, Any]) -> str:
@@ -211,9 +216,9 @@ class EventFormatter(logging.Formatter):
             data = {"event": event, "level": level, "timestamp": timestamp, **fields}
             if error:
                 data["exception"] = error
-            return json.dumps(data, ensure_ascii=False, default=str)
-        line = self._console(timestamp, level, event, fields)
-        return f"{line}\n{error}" if error else line
+            return printable_json(json.dumps(data, ensure_ascii=False, default=str))
+        line = self._console(timestamp, level, printable(event), fields)
+        return f"{line}\n{printable(error, layout=True)}" if error else line
 
     def _console(self, timestamp: str, level: str, event: str, fields: Mapping[str, Any]
                  ) -> str:

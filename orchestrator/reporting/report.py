@@ -12,6 +12,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from initorch.errors import exception_message
 from initorch.reporting.diagnosis import Finding, failure_text, vendor_code_of
 from initorch.resolution.plan import Plan
 
@@ -70,7 +71,7 @@ class StepOutcome:
         if self.error is not None:
             data["error"] = {
                 "type": type(self.error).__name__,
-                "message": str(self.error),
+                "message": exception_message(self.error),
                 "vendor_code": self.vendor_code,
                 "text": failure_text(self.error),
                 "traceback": self.traceback,
@@ -199,8 +200,10 @@ class RunReport:
                                      entry.started, entry.duration, entry.thread_id, details))
         events += [{"name": "thread_name", "ph": "M", "pid": self.rank, "tid": tid,
                     "args": {"name": name}} for tid, name in sorted(threads.items())]
+        # rank and started_at let 'initorch trace merge' put the ranks on one time line.
         return {"traceEvents": events, "displayTimeUnit": "ms",
-                "otherData": {"fingerprint": self.plan.fingerprint}}
+                "otherData": {"fingerprint": self.plan.fingerprint, "rank": self.rank,
+                              "started_at": self.started_at}}
 
     def _span(self, name: str, category: str, started: float, duration: float, tid: int,
               details: dict[str, Any]) -> dict[str, Any]:

@@ -20,9 +20,10 @@ import sys
 import threading
 import warnings
 from types import TracebackType
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from initorch.location import display_path
+from initorch.printable import SafeStream
 from initorch.reporting.logs import get_logger
 
 # glog: severity, MMDD, time, thread id, file:line] message
@@ -58,9 +59,13 @@ class StderrEvents:
         sys.stderr.flush()
         self._saved_fd = os.dup(2)
         # The events' own stream: a separate descriptor on the real stderr, left open
-        # after the capture ends (late events, at exit, still have somewhere to go).
-        self.stream = os.fdopen(os.dup(self._saved_fd), "w", buffering=1, encoding="utf-8",
-                                errors="replace")
+        # after the capture ends (late events, at exit, still have somewhere to go).  A
+        # full or closed stderr loses events quietly: a failing handler would report
+        # its failure on fd 2, which is the pipe this process reads back.
+        events_fd = os.dup(self._saved_fd)
+        self.stream = cast(TextIO, SafeStream(
+            os.fdopen(events_fd, "w", buffering=1, encoding="utf-8", errors="replace"),
+            events_fd, neutralise=False))
         read_fd, write_fd = os.pipe()
         os.dup2(write_fd, 2)
         os.close(write_fd)

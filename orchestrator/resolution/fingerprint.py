@@ -117,14 +117,15 @@ class _StepEncoder:
         declared = planned.declared
         step = planned.step
         shared = _shared(step)
-        after, before, binds, bound, requires, retries, timeout, wants, when = shared
+        after, before, barrier, binds, bound, job_store, requires, retries, timeout, wants, \
+            when = shared
         keys = (",".join(encode_basestring_ascii(s.key) for s in step.settings)
                 if step.settings else "")
         name, wave = planned.name, planned.wave
         return (
-            f'{{"after":{after},"before":{before},"binds_device":{binds},'
+            f'{{"after":{after},"barrier":{barrier},"before":{before},"binds_device":{binds},'
             f'"declared":{self._declared(declared, shared if step is declared else None)},'
-            f'"device_bound":{bound},"name":{_names((name,))[1:-1]},'
+            f'"device_bound":{bound},"job_store":{job_store},"name":{_names((name,))[1:-1]},'
             f'"requires":{requires},"retries":{retries},"settings":[{keys}],'
             f'"teardown":{"false" if step.teardown is None else "true"},"timeout":{timeout},'
             f'"wants":{wants},"wave":{wave if type(wave) is int else _value(wave)},'
@@ -133,8 +134,8 @@ class _StepEncoder:
 
     def _declared(self, step: Step, shared: tuple[str, ...] | None) -> str:
         """:func:`~initorch.resolution.plan.declaration` of ``step``."""
-        after, before, binds, bound, requires, retries, timeout, wants, when = (
-            shared or _shared(step))
+        after, before, barrier, binds, bound, job_store, requires, retries, timeout, wants, \
+            when = shared or _shared(step)
         retry_on = (",".join(_value(qualified_name(error)) for error in step.retry_on)
                     if step.retry_on else "")
         settings = ",".join(map(self._spec, step.settings)) if step.settings else ""
@@ -143,8 +144,9 @@ class _StepEncoder:
         backoff_json = "0.5" if backoff == 0.5 and type(backoff) is float else _value(backoff)
         return (
             f'{{"action":{_value(qualified_name(step.action))},'
-            f'"after":{after},"before":{before},"binds_device":{binds},'
-            f'"device_bound":{bound},"requires":{requires},"retries":{retries},'
+            f'"after":{after},"barrier":{barrier},"before":{before},"binds_device":{binds},'
+            f'"device_bound":{bound},"job_store":{job_store},"requires":{requires},'
+            f'"retries":{retries},'
             f'"retry_backoff":{backoff_json},'
             f'"retry_on":[{retry_on}],"settings":[{settings}],"teardown":{teardown},'
             f'"timeout":{timeout},'
@@ -164,11 +166,14 @@ def _shared(step: Step) -> tuple[str, ...]:
     after, before, requires, wants = step.after, step.before, step.requires, step.wants
     binds, bound, retries, timeout = (step.binds_device, step.device_bound, step.retries,
                                       step.timeout)
+    barrier, job_store = step.barrier, step.job_store
     return (
         _names(after) if after else "[]",
         _names(before) if before else "[]",
+        "false" if barrier is False else _value(barrier),
         "false" if binds is False else _value(binds),
         "false" if bound is False else _value(bound),
+        "false" if job_store is False else _value(job_store),
         _names(requires) if requires else "[]",
         "0" if retries == 0 and type(retries) is int else _value(retries),
         "null" if timeout is None else _value(timeout),

@@ -106,6 +106,8 @@ class Plan:
             details = []
             if planned.step.device_bound:
                 details.append("device-bound")
+            if planned.step.barrier:
+                details.append("barrier")
             if planned.step.timeout:
                 details.append(f"timeout {planned.step.timeout:g}s")
             if planned.step.retries:
@@ -217,6 +219,8 @@ def step_fields(step: Step) -> dict[str, Any]:
         "when": step.when,
         "device_bound": step.device_bound,
         "binds_device": step.binds_device,
+        "job_store": step.job_store,
+        "barrier": step.barrier,
         "timeout": step.timeout,
         "retries": step.retries,
         "teardown": step.teardown is not None,

@@ -28,11 +28,11 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from typing import TYPE_CHECKING, Any
 
 from initorch._version import __version__
 from initorch.errors import InitorchError, Problem, SavedPlanError
+from initorch.files import describe_os_error, read_input, write_atomically
 from initorch.loading.document import EnvEntry, Setting
 from initorch.location import SourceLocation, display_path
 from initorch.model.devices import DeviceRef
@@ -99,11 +99,7 @@ def save_plan(plan: Plan, path: str | os.PathLike[str]) -> None:
     target = os.path.abspath(os.fspath(path))
     text = json.dumps(saved_form(plan), indent=2) + "\n"
     try:
-        handle, temporary = tempfile.mkstemp(dir=os.path.dirname(target),
-                                             prefix=".initorch-plan-", suffix=".tmp")
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temporary, target)
+        write_atomically(target, text)
     except OSError as exc:
         raise InitorchError(f"cannot write the plan to {display_path(target)}: "
                             f"{exc.strerror or exc}",
@@ -162,10 +158,9 @@ def load_saved_plan(path: str | os.PathLike[str], registry: Registry | None = No
 
 def _read(shown: str, path: str, redo: str) -> dict[str, Any]:
     try:
-        with open(path, encoding="utf-8") as stream:
-            text = stream.read()
+        text = read_input(path).decode("utf-8")
     except OSError as exc:
-        raise SavedPlanError(shown, f"cannot read the saved plan: {exc.strerror or exc}",
+        raise SavedPlanError(shown, f"cannot read the saved plan: {describe_os_error(exc)}",
                              hint="create it with: initorch plan ... --out FILE") from None
     except UnicodeDecodeError:
         raise SavedPlanError(shown, "not a saved initorch plan (not UTF-8 text)",

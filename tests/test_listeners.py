@@ -1,0 +1,94 @@
+"""Mooncake listens on every interface even when given loopback: found and warned.
+
+Issue 10, "beyond the tester's list".  The unit tests open real sockets and read
+them back from /proc; the e2e test runs the real engine, master and store with
+``127.0.0.1`` and reads the warnings.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from initorch.reporting.logs import get_logger
+from initorch.steps.listeners import (
+    Listener,
+    is_loopback,
+    listeners,
+    parse_proc_address,
+    warn_if_exposed,
+)
+from tests.helpers_run import captured_records, json_lines
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+
+def listening(host: str) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.bind((host, 0))
+    sock.listen()
+    return sock
+
+
+@pytest.mark.parametrize(("row", "expected"), [
+    ("0100007F:1F90", Listener(8080, "127.0.0.1")),
+    ("00000000:0050", Listener(80, "0.0.0.0")),
+    ("00000000000000000000000000000000:1F90", Listener(8080, "::")),
+    ("00000000000000000000000001000000:0016", Listener(22, "::1")),
+])
+def test_proc_net_rows_are_read(row, expected):
+    assert parse_proc_address(row) == expected
+
+
+@pytest.mark.parametrize(("host", "wildcard"), [("0.0.0.0", True), ("127.0.0.1", False),
+                                                 ("::", True), ("::1", False)])
+def test_the_process_listeners_are_found_with_their_interface(host, wildcard):
+    with listening(host) as sock:
+        port = sock.getsockname()[1]
+        [found] = [entry for entry in listeners() if entry.port == port]
+    assert found.on_every_interface is wildcard
+    assert port not in {entry.port for entry in listeners()}
+
+
+@pytest.mark.parametrize(("host", "loopback"), [("127.0.0.1", True), ("127.8.0.1", True),
+                                                 ("::1", True), ("[::1]", True),
+                                                 ("localhost", True), ("10.0.0.1", False),
+                                                 ("node-1", False)])
+def test_loopback_hosts(host, loopback):
+    assert is_loopback(host) is loopback
+
+
+def test_a_wildcard_listener_opened_for_a_loopback_host_is_warned():
+    before = listeners()
+    with listening("0.0.0.0") as exposed, listening("127.0.0.1"), \
+            captured_records() as records:
+        ports = warn_if_exposed(get_logger(), "engine", "127.0.0.1", before)
+        assert ports == [exposed.getsockname()[1]]
+        [event] = records.events("mooncake_listens_on_all_interfaces")
+        assert (event.component, event.ports) == ("engine", ports)
+        assert "iptables" in event.hint
+
+
+def test_a_wildcard_listener_for_a_routable_host_is_not_warned():
+    before = listeners()
+    with listening("0.0.0.0"):
+        assert warn_if_exposed(get_logger(), "engine", "10.0.0.1", before) == []
+
+
+@pytest.mark.e2e
+def test_the_real_mooncake_listeners_are_warned_about(tmp_path: Path):
+    script = Path(sys.executable).parent / "initorch"
+    done = subprocess.run([str(script), "run", "-p", "cpu", "--log-format", "json", "--set",
+                           "mooncake.hostname=127.0.0.1", "--set",
+                           "mooncake.store.hostname=127.0.0.1"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr
+    warned = {e["component"]: e for e in json_lines(done.stderr)
+              if e["event"] == "mooncake_listens_on_all_interfaces"}
+    assert {"transfer engine", "mooncake_master"} <= set(warned), warned
+    assert all(e["ports"] and "iptables" in e["hint"] for e in warned.values())
