@@ -80,3 +80,39 @@ def test_resolve_grows_about_linearly_and_stays_near_graphlib(graphs, tmp_path):
     assert exponent <= 1.3, (f"resolve grows as size**{exponent:.2f} against a linear sort "
                              f"({SMALL} -> {LARGE} steps)")
     assert ratio <= 6, f"resolve takes {ratio:.1f}x graphlib's time on {LARGE} steps"
+
+
+def test_the_executors_spend_the_same_time_per_step_on_larger_plans(graphs, tmp_path):
+    # A per-step scan of the plan (Plan.order, a linear Plan.step) makes a run
+    # quadratic; a run of no-op steps must grow like the number of steps.
+    import logging
+
+    from initorch.execution.run import Run
+
+    (tmp_path / "small").mkdir()
+    (tmp_path / "large").mkdir()
+    plans = [resolve(*graphs.setup(graphs.chain(size), tmp_path / folder))
+             for size, folder in ((SMALL, "small"), (LARGE, "large"))]
+
+    def walk(plan, executor: str) -> Callable[[], object]:
+        def run() -> None:
+            started = Run(plan, executor=executor)
+            assert started.start().ok
+            started.teardown()
+        return run
+
+    logger = logging.getLogger("initorch")
+    level = logger.level
+    logger.setLevel(logging.WARNING)  # the executors' own cost, not the handlers'
+    try:
+        for executor in ("sequential", "parallel"):
+            for _ in range(ATTEMPTS):
+                small_s, large_s = best_times(3, walk(plans[0], executor),
+                                              walk(plans[1], executor))
+                exponent = math.log(large_s / small_s) / math.log(LARGE / SMALL)
+                if exponent <= 1.3:
+                    break
+            assert exponent <= 1.3, (f"a {executor} run grows as size**{exponent:.2f} "
+                                     f"({SMALL} -> {LARGE} steps)")
+    finally:
+        logger.setLevel(level)

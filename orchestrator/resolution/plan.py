@@ -78,6 +78,10 @@ class Plan:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", {planned.name: planned for planned in self.steps})
 
+    def __contains__(self, name: object) -> bool:
+        """Whether a step called ``name`` is planned (one look-up, not a scan)."""
+        return name in self._by_name
+
     @property
     def order(self) -> tuple[str, ...]:
         return tuple(planned.name for planned in self.steps)
