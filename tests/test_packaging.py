@@ -51,7 +51,7 @@ def test_wheel_contains_profiles_and_entry_points(wheel):
     top_level = {name.split("/", 1)[0] for name in names if "/" in name
                  and not name.split("/", 1)[0].endswith(".dist-info")}
     assert top_level == {"initorch"}  # no generic top-level names (steps, profiles, ...)
-    assert "[console_scripts]\ninitorch = initorch.cli:main" in entry_text
+    assert "[console_scripts]\ninitorch = initorch.cli:console_main" in entry_text
     assert "[initorch.plugins]\nbuiltin = initorch.steps:register" in entry_text
     assert "Name: initorch" in metadata.splitlines()
     requires = [line.split(":", 1)[1].strip().lower() for line in metadata.splitlines()
