@@ -12,6 +12,9 @@ we do not have here.
    the legacy-build overlay's environment, and the ``mooncake-ep`` overlay refused
    on a device without a Mooncake process-group backend — computed without
    importing torch.
+4. ``examples/tiny_server``: a real tensor-parallel server started by initorch
+   on 2 ranks under torchrun; its NPU plan, one request, the start-up's critical
+   chain, a clean shutdown (no process or port left).
 
 Each command is printed before it runs, so it can be copied.
 """
@@ -24,20 +27,27 @@ import shlex
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
+EXAMPLES = Path(__file__).resolve().parent
+sys.path.insert(0, str(EXAMPLES))
+
+from tiny_server.client import alive, get, leftovers, listening, post, wait_ready  # noqa: E402
+
 SUMMARISED = ("mooncake_master_ready", "transfer_verified", "mooncake_master_stopped",
               "run_finished")
 
 
-def show(command: list[str], *, quiet_logs: bool = False, expect: int = 0
-         ) -> subprocess.CompletedProcess[str]:
+def show(command: list[str], *, quiet_logs: bool = False, expect: int = 0,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Print ``command`` like a shell prompt, run it, stop the demo on a surprise."""
     shown = [Path(part).name if part.startswith(str(BIN)) else part for part in command]
     print(f"\n$ {shlex.join(shown)}", flush=True)
     captured = subprocess.PIPE if quiet_logs or expect else None
-    result = subprocess.run(command, text=True, check=False, stdout=captured, stderr=captured)
+    result = subprocess.run(command, text=True, check=False, stdout=captured, stderr=captured,
+                            env=env)
     if expect:
         print(result.stderr.strip())
     if result.returncode != expect:
@@ -52,23 +62,6 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def listening(port: int) -> bool:
-    needle = f":{port:04X}"
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table, encoding="ascii") as handle:
-            if any(f[1].endswith(needle) and f[3] == "0A" for f in map(str.split, handle)):
-                return True
-    return False
 
 
 def main() -> None:
@@ -103,6 +96,57 @@ def main() -> None:
     show([initorch, "explain", "set_device", "init_shared_mooncake_transfer_engine",
           "--profile", "npu"])
     show([initorch, "plan", "--profile", "npu", "--profile", "mooncake-ep"], expect=2)
+
+    print("\n== 4. a tiny tensor-parallel server, started by initorch (2 ranks) ==")
+    tiny_server()
+
+
+def tiny_server() -> None:
+    """Start examples/tiny_server under torchrun, ask it once, print its start-up's
+    critical chain, stop it and check that nothing is left behind."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(EXAMPLES), os.environ.get("PYTHONPATH")]))}
+    with tempfile.TemporaryDirectory(prefix="tiny-server-") as folder:
+        weights, ready, log = (Path(folder) / name
+                               for name in ("model.safetensors", "ready.json", "ranks.log"))
+        print("\nthe same server's start-up, planned for Ascend NPU (no torch imported):")
+        show([str(BIN / "initorch"), "--plugin", "tiny_server.steps", "plan", "--device", "npu",
+              "--profile", "tiny-server"],
+             env={**env, "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2"})
+        show([sys.executable, "-m", "tiny_server.weights", str(weights)], env=env)
+        command = [str(BIN / "torchrun"), "--nproc-per-node=2", f"--master-port={free_port()}",
+                   "-m", "tiny_server.launch", "--set", f"model.path={weights}",
+                   "--ready-file", str(ready), "--log-format", "json"]
+        print(f"\n$ {shlex.join(Path(c).name if c.startswith(str(BIN)) else c for c in command)}"
+              "   # logs to a file", flush=True)
+        with open(log, "w", encoding="utf-8") as sink:
+            proc = subprocess.Popen(command, env=env, text=True, stdout=sink, stderr=sink)
+            try:
+                info = wait_ready(proc, ready)
+                url = info["url"]
+                print(f"  ready: {url} (rank pids {[r['pid'] for r in info['ranks']]})")
+                request = {"prompt": "hello", "max_new_tokens": 8}
+                print(f"\n$ curl -s -X POST {url}/generate -d '{json.dumps(request)}'")
+                _, answer = post(f"{url}/generate", request)
+                print("  " + json.dumps({k: answer[k] for k in
+                                         ("tokens", "ranks", "ranks_agree", "tokens_by_rank")}))
+                startup = get(f"{url}/startup")
+                summary = startup["summary"]
+                print("\nstart-up (rank 0):\n" + summary[:summary.index("\nblame:")])
+                print(f"\n$ curl -s -X POST {url}/shutdown")
+                print("  " + json.dumps(post(f"{url}/shutdown", {})[1]))
+                code = proc.wait(timeout=60)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        if code != 0:
+            sys.stderr.write(log.read_text(encoding="utf-8")[-6000:])
+            sys.exit(f"the tiny server exited with code {code}")
+        left = leftovers(info)
+        if left:
+            sys.exit("left behind: " + "; ".join(left))
+        print("  torchrun exited 0; no rank process, HTTP port, Mooncake port or master left")
 
 
 if __name__ == "__main__":

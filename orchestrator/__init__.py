@@ -18,6 +18,7 @@ from initorch.errors import (
     CycleError,
     DeviceError,
     InitorchError,
+    PeerError,
     ProfileError,
     ResolveError,
     SavedPlanError,
@@ -28,7 +29,10 @@ from initorch.errors import (
     UnplannedStepWarning,
 )
 from initorch.execution.context import DeviceBinding, RankInfo, StepContext
+from initorch.execution.launchers import LaunchError
+from initorch.execution.peers import JobStore, PeerBounds
 from initorch.loading.compose import ComposedProfile, compose
+from initorch.loading.detection import Detection, DeviceProbe, Machine, Verdict
 from initorch.model.devices import DeviceRef, parse_device
 from initorch.model.registry import StepRegistry
 from initorch.model.settings import SettingCatalog, SettingSpec, setting
@@ -37,10 +41,11 @@ from initorch.plugins import PluginError, Registry
 from initorch.reporting.diagnosis import Diagnosis, DiagnosisBook, Finding
 from initorch.resolution.plan import Plan, PlannedStep, SkippedStep
 from initorch.resolution.plangraph import Edge, PlanGraph
+from initorch.resolution.preview import PreviewContext
 from initorch.resolution.saved import load_saved_plan
 
 if TYPE_CHECKING:
-    from initorch.api import load_plan, start
+    from initorch.api import detect_device, load_plan, start
     from initorch.execution.run import Run
     from initorch.execution.signals import RunInterrupted
     from initorch.reporting.logs import configure_logging
@@ -56,6 +61,7 @@ if TYPE_CHECKING:
     from initorch.resolution.resolve import resolve
 
 _ON_FIRST_USE = {
+    "detect_device": "initorch.api",
     "load_plan": "initorch.api",
     "start": "initorch.api",
     "resolve": "initorch.resolution.resolve",
@@ -87,18 +93,26 @@ __all__ = [
     "ConditionError",
     "ConflictError",
     "CycleError",
+    "Detection",
     "DeviceBinding",
     "DeviceError",
+    "DeviceProbe",
     "DeviceRef",
     "Diagnosis",
     "DiagnosisBook",
     "Edge",
     "Finding",
     "InitorchError",
+    "JobStore",
+    "LaunchError",
+    "Machine",
+    "PeerBounds",
+    "PeerError",
     "Plan",
     "PlanGraph",
     "PlannedStep",
     "PluginError",
+    "PreviewContext",
     "ProfileError",
     "RankInfo",
     "Registry",
@@ -121,9 +135,11 @@ __all__ = [
     "StepRegistry",
     "UnknownStepError",
     "UnplannedStepWarning",
+    "Verdict",
     "__version__",
     "compose",
     "configure_logging",
+    "detect_device",
     "explain_text",
     "graph_dot",
     "graph_json",

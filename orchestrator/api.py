@@ -13,15 +13,18 @@ gets exactly what ``initorch plan`` shows.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from initorch.errors import InitorchError, ProfileError, UnplannedStepWarning
 from initorch.loading.catalog import AUTO_PROFILE
 from initorch.loading.compose import ComposedProfile, parse_assignment
-from initorch.loading.selection import compose_selection, normalise_device
+from initorch.loading.detection import Detection, Machine, detect
+from initorch.loading.selection import compose_selection, normalise_device, profile_for_device
 from initorch.loading.settle import SettledSettings, settle
 from initorch.model.devices import DeviceRef
 from initorch.model.step import Step
@@ -32,6 +35,10 @@ from initorch.resolution.resolve import resolve
 if TYPE_CHECKING:
     from initorch.execution.context import RankInfo
     from initorch.execution.run import Run
+
+PROFILE_ENV = "INITORCH_PROFILE"
+"""The profiles (comma-separated) a selection without --profile or --device uses;
+unset, the machine's own device profile is detected (``auto``)."""
 
 
 def load_plan(
@@ -46,7 +53,10 @@ def load_plan(
     ``settings`` (a mapping, or ``"key=value"`` strings typed as YAML), and resolve.
 
     ``device`` (``"npu:0"``, ``torch.device(...)``) selects the device's profile
-    when no profile sets a device type, and fixes the device index.  ``steps``
+    when no profile sets a device type, and fixes the device index.  ``"auto"``
+    among ``profiles`` is this machine's device profile (:func:`detect_device`,
+    static: nothing imported); with neither profiles nor a device, the profiles
+    are ``INITORCH_PROFILE`` (comma-separated), else ``auto``.  ``steps``
     names registered steps to plan as if a profile listed them.  Raises an
     :class:`~initorch.errors.InitorchError` subclass on invalid input, and warns
     (:class:`~initorch.errors.UnplannedStepWarning`) about a registered step
@@ -86,23 +96,51 @@ def load_settings(
     return settled
 
 
+def selected_profiles(profiles: Sequence[str], device: object | None,
+                      environ: Mapping[str, str] | None = None) -> list[str]:
+    """The profiles a selection names: ``profiles``; without them and without a
+    ``device``, ``INITORCH_PROFILE`` (comma-separated), else ``auto``."""
+    if profiles or device is not None:
+        return list(profiles)
+    environ = os.environ if environ is None else environ
+    named = [item.strip() for item in environ.get(PROFILE_ENV, "").split(",") if item.strip()]
+    return named or [AUTO_PROFILE]
+
+
+def detect_device(registry: Registry | None = None, *, deep: bool = False,
+                  root: str | os.PathLike[str] = "/",
+                  environ: Mapping[str, str] | None = None) -> Detection:
+    """Which device this machine has, by the registered probes in priority order
+    (``initorch detect``).  ``deep`` also imports each candidate's packages and
+    counts its devices, up to the chosen one; ``root`` is where device nodes and
+    libraries are looked for (a host mounted into a container)."""
+    registry = registry or Registry.with_plugins()
+    machine = Machine(Path(root), dict(os.environ if environ is None else environ))
+    return detect(registry.probes, machine, deep=deep)
+
+
+def _auto_profile(registry: Registry) -> str:
+    """The profile of the device detection chooses (statically: nothing imported)."""
+    detection = detect_device(registry)
+    if detection.chosen is None:
+        raise InitorchError("profile 'auto': no device probe fits this machine",
+                            hint="see 'initorch detect', or name a profile")
+    return profile_for_device(registry.profiles, detection.chosen)
+
+
 def _compose(registry: Registry, profiles: Sequence[str], device: object | None,
              settings: Mapping[str, Any] | Iterable[str]
              ) -> tuple[ComposedProfile, DeviceRef | None]:
     """The selection composed (``--set`` values recorded, not yet checked)."""
+    profiles = selected_profiles(profiles, device)
     if AUTO_PROFILE in profiles:
-        raise InitorchError(
-            f"profile '{AUTO_PROFILE}' needs hardware detection, which this version of "
-            "initorch does not have yet",
-            hint="name the device's profile (see 'initorch profiles'), or pass device='npu:0'")
+        chosen = _auto_profile(registry)
+        profiles = [chosen if name == AUTO_PROFILE else name for name in profiles]
     overrides = (
         list(settings.items()) if isinstance(settings, Mapping)
         else [parse_assignment(item) for item in settings]
     )
     ref = normalise_device(registry.profiles, device) if device is not None else None
-    if not profiles and ref is None:
-        raise InitorchError("no profile selected",
-                            hint="pass --profile NAME (see 'initorch profiles') or --device TYPE")
     return compose_selection(registry.profiles, profiles, ref, overrides), ref
 
 
@@ -148,6 +186,11 @@ def start(
     executor: str = "sequential",
     workers: int = 4,
     rank: RankInfo | None = None,
+    dist_init_addr: str | None = None,
+    nnodes: int | None = None,
+    node_rank: int | None = None,
+    nproc_per_node: int | None = None,
+    local_rank: int | None = None,
     handle_signals: bool = False,
 ) -> Iterator[Run]:
     """Start a server's stack: resolve, run every step, yield the :class:`Run`, and
@@ -155,8 +198,10 @@ def start(
 
     ``started.outputs`` maps each completed step to its output (the transfer
     engine, the process group, the registered pool, a launcher's model).
-    ``profile`` is a profile name or path, or several to layer; ``"auto"`` is
-    reserved for hardware detection, which is not available yet.  The other
+    ``profile`` is a profile name or path, or several to layer; ``"auto"`` (or
+    nothing, without ``INITORCH_PROFILE``) is this machine's device profile.  The
+    job is ``rank``, or the SGLang-style ``dist_init_addr``/``nnodes``/``node_rank``
+    (``nproc_per_node``, ``local_rank``), else the launcher's variables.  The other
     arguments are those of :func:`load_plan` and :class:`~initorch.Run`.  A step
     that fails raises :class:`~initorch.errors.StepFailedError` (its
     ``__cause__`` the step's exception) after tearing down what completed.
@@ -168,5 +213,7 @@ def start(
     plan = load_plan(profiles, device=device, settings=settings, steps=steps,
                      registry=registry)
     with Run(plan, executor=executor, workers=workers, diagnoses=registry.diagnoses,
-             rank=rank, handle_signals=handle_signals) as run:
+             rank=rank, dist_init_addr=dist_init_addr, nnodes=nnodes, node_rank=node_rank,
+             nproc_per_node=nproc_per_node, local_rank=local_rank,
+             handle_signals=handle_signals) as run:
         yield run

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import re
 import signal
 import sys
 import warnings
@@ -28,18 +30,21 @@ from initorch.errors import (
     EXIT_OK,
     EXIT_STEP_FAILED,
     InitorchError,
+    PeerError,
     UnplannedStepWarning,
     describe_exception,
     exception_message,
 )
 from initorch.execution.heartbeat import DEFAULT_INTERVAL_S
 from initorch.files import OutputFile, check_outputs, write_atomically
+from initorch.loading.catalog import AUTO_PROFILE
 from initorch.location import display_path
 from initorch.plugins import PluginError, Registry
 from initorch.reporting.render import GRAPH_FORMATS, explain_text
 from initorch.resolution.plan import Plan
 
 if TYPE_CHECKING:
+    from initorch.execution.launchers import RankInfo
     from initorch.execution.run import Run
     from initorch.execution.signals import RunInterrupted
     from initorch.reporting.report import RunReport
@@ -72,12 +77,16 @@ def _selection_options() -> argparse.ArgumentParser:
 
 
 def _plan(args: argparse.Namespace, registry: Registry) -> Plan:
-    from initorch.api import load_plan  # the resolver (networkx) only when resolving
+    from initorch.api import load_plan, selected_profiles  # the resolver only when resolving
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UnplannedStepWarning)
         plan = load_plan(args.profile, device=args.device, settings=args.settings,
                          registry=registry)
+    if AUTO_PROFILE in selected_profiles(args.profile, args.device) and \
+            getattr(args, "log_format", None) != "json":
+        sys.stderr.write(f"initorch: profile auto: this machine is {plan.device.type} "
+                         "('initorch detect' says why)\n")
     for warning in caught:
         if issubclass(warning.category, UnplannedStepWarning):
             sys.stderr.write(f"initorch: warning: {warning.message}\n")
@@ -200,9 +209,15 @@ def cmd_settings(args: argparse.Namespace, registry: Registry) -> int:
 
 
 def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
+    from initorch.execution.launchers import LaunchArguments, detect_rank
     from initorch.execution.watchdog import configure_watchdog
     from initorch.reporting.logs import configure_logging
 
+    rank = detect_rank(os.environ, LaunchArguments(args.dist_init_addr, args.nnodes,
+                                                   args.node_rank, args.nproc_per_node,
+                                                   args.local_rank))
+    args.report, args.trace = (per_rank_path(option, path, rank) for option, path in
+                               (("--report", args.report), ("--trace", args.trace)))
     level = logging.getLevelName(args.log_level.upper())
     if args.log_format == "json":
         # All of stderr becomes JSON lines: native output, warnings, the summary.
@@ -211,18 +226,42 @@ def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
         with StderrEvents() as capture:
             configure_logging("json", stream=capture.stream, level=level)
             configure_watchdog(capture.stream.fileno(), "json")
-            return _run(args, registry, capture)
+            return _run(args, registry, rank, capture)
     # The log formatter makes its own text safe and colours it: write it verbatim.
     configure_logging("console", stream=getattr(sys.stderr, "verbatim", sys.stderr),
                       level=level)
     configure_watchdog(None, "text")
-    return _run(args, registry, None)
+    return _run(args, registry, rank, None)
 
 
-def _run(args: argparse.Namespace, registry: Registry, capture: StderrEvents | None) -> int:
+def per_rank_path(option: str, path: str | None, rank: RankInfo) -> str | None:
+    """``path`` with ``{rank}`` and ``{local_rank}`` filled in; refused when its folder
+    is missing, when it names another placeholder, or when several ranks of this job
+    would write the same file."""
+    if not path:
+        return None
+    placeholders = set(re.findall(r"{([^{}]*)}", path))
+    unknown = placeholders - {"rank", "local_rank"}
+    if unknown:
+        raise InitorchError(f"{option} {path}: unknown placeholder {{{sorted(unknown)[0]}}}",
+                            hint="use {rank} or {local_rank}")
+    if rank.world_size > 1 and not placeholders:
+        raise InitorchError(f"{option} {display_path(path)}: every one of the "
+                            f"{rank.world_size} ranks would write this file",
+                            hint="put {rank} in the name (run-{rank}.json), or {local_rank} "
+                                 "on storage that is not shared between hosts")
+    filled = path.replace("{rank}", str(rank.rank)).replace("{local_rank}",
+                                                            str(rank.local_rank))
+    if not os.path.isdir(os.path.dirname(os.path.abspath(filled))):
+        raise InitorchError(f"{option} {display_path(filled)}: the folder does not exist",
+                            hint="create it first, or write the file elsewhere")
+    return filled
+
+
+def _run(args: argparse.Namespace, registry: Registry, rank: RankInfo,
+         capture: StderrEvents | None) -> int:
     """Run the plan once, tear it down, and conclude: the run table and the last line
     for people, or the ``run_summary`` (and ``run_failed``/``run_interrupted``) event."""
-    from initorch.execution.context import RankInfo
     from initorch.execution.run import Run
     from initorch.execution.signals import RunInterrupted
 
@@ -230,10 +269,6 @@ def _run(args: argparse.Namespace, registry: Registry, capture: StderrEvents | N
     inputs = [*registry.profiles.read_files(), *([args.plan] if args.plan else [])]
     check_outputs([OutputFile("--report", args.report), OutputFile("--trace", args.trace)],
                   inputs)  # before anything runs: a bad path never costs a start-up
-    try:
-        rank = RankInfo.from_env()
-    except ValueError as exc:
-        raise InitorchError(str(exc), hint="check the variables torchrun exports") from None
     run = Run(plan, executor=args.executor, workers=args.workers, diagnoses=registry.diagnoses,
               rank=rank, handle_signals=True, teardown_at_exit=True,
               heartbeat=args.heartbeat or None)
@@ -305,14 +340,40 @@ def _write_outputs(run: Run, args: argparse.Namespace, in_json: bool) -> None:
 
 
 def failure_line(report: RunReport) -> str:
-    """The last line of a failed run: the diagnosis, or the error as it is."""
+    """The last line of a failed run: the diagnosis, the ranks' disagreement (or the
+    peer that stopped), or the error as it is."""
     first = report.failed[0]
     if first.finding is not None:
         return first.finding.summary()
+    if isinstance(first.error, PeerError):
+        return f"initorch: error: rank {report.rank}: {first.error.text()}"
     # One line: the rest (a timeout's stack, native log lines) is in the step_failed event.
     message = exception_message(first.error).strip().splitlines() if first.error else []
     return (f"initorch: step '{first.name}' failed: {type(first.error).__name__}: "
             f"{message[0] if message else ''} (no known diagnosis)")
+
+
+def cmd_detect(args: argparse.Namespace, registry: Registry) -> int:
+    from initorch.api import detect_device
+
+    detection = detect_device(registry, deep=args.deep, root=args.root)
+    _emit(json.dumps(detection.to_dict(), indent=2) if args.json else detection.table())
+    return EXIT_OK
+
+
+def cmd_trace_merge(args: argparse.Namespace, registry: Registry) -> int:
+    from initorch.reporting.trace_merge import merge_traces
+
+    merged = merge_traces(args.files)
+    if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        raise InitorchError(f"--out {display_path(args.out)}: the folder does not exist",
+                            hint="create it first, or write the file elsewhere")
+    with open(args.out, "w", encoding="utf-8") as handle:
+        json.dump(merged, handle, indent=1)
+    ranks = merged["otherData"]["ranks"]
+    sys.stderr.write(f"initorch: merged {len(ranks)} rank(s) into {display_path(args.out)}; "
+                     "open it in Perfetto (ui.perfetto.dev)\n")
+    return EXIT_OK
 
 
 def cmd_schema(args: argparse.Namespace, registry: Registry) -> int:
@@ -322,14 +383,21 @@ def cmd_schema(args: argparse.Namespace, registry: Registry) -> int:
     return EXIT_OK
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _integer_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``minimum``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+    return parse
+
+
+_positive_int = _integer_at_least(1)
+_whole_number = _integer_at_least(0)
 
 
 def _seconds(text: str) -> float:
@@ -386,6 +454,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "list the declared settings (with a selection: their values and origins)",
                    selection)
     settings.add_argument("--json", action="store_true", help="print as JSON")
+    detect = add("detect", cmd_detect,
+                 "which device profile fits this machine, and why each other was rejected "
+                 "(what --profile auto chooses)")
+    _add_detect_options(detect)
+    _add_trace_commands(sub, debug)
     schema = add("schema", cmd_schema,
                  "print the JSON Schema of profile files (for editors and CI)")
     schema.set_defaults(tolerate_broken_plugins=True)
@@ -397,9 +470,14 @@ def build_parser() -> argparse.ArgumentParser:
                      default="sequential", help="how steps are scheduled (default sequential)")
     run.add_argument("--workers", type=_positive_int, default=4,
                      help="parallel executor threads (default 4)")
-    run.add_argument("--report", metavar="FILE", help="write the run report as JSON")
+    run.add_argument("--report", metavar="FILE",
+                     help="write the run report as JSON ({rank} and {local_rank} are "
+                          "filled in)")
     run.add_argument("--trace", metavar="FILE",
-                     help="write a Chrome trace-event file (open it in Perfetto)")
+                     help="write a Chrome trace-event file (open it in Perfetto; {rank} "
+                          "and {local_rank} are filled in; 'initorch trace merge' joins "
+                          "the ranks' files)")
+    _add_launch_options(run)
     run.add_argument("--log-format", choices=["console", "json"], default="console",
                      help="console for people (default), json for one event per line")
     run.add_argument("--heartbeat", type=_seconds, default=DEFAULT_INTERVAL_S,
@@ -409,6 +487,48 @@ def build_parser() -> argparse.ArgumentParser:
                      default="info", help="the least severe events shown (default info); "
                      "console colours follow the terminal and NO_COLOR")
     return parser
+
+
+def _add_launch_options(run: argparse.ArgumentParser) -> None:
+    launch = run.add_argument_group(
+        "plain processes (SGLang style; torchrun and srun need none of these)")
+    launch.add_argument("--dist-init-addr", metavar="HOST:PORT",
+                        help="where the ranks meet: rank 0 serves torch.distributed's store "
+                             "there ([v6]:PORT for IPv6)")
+    launch.add_argument("--nnodes", type=_positive_int, metavar="N",
+                        help="number of nodes (default 1)")
+    launch.add_argument("--node-rank", type=_whole_number, metavar="R",
+                        help="this node's rank, from 0 (default 0)")
+    launch.add_argument("--nproc-per-node", type=_positive_int, metavar="K",
+                        help="processes (ranks) per node (default 1)")
+    launch.add_argument("--local-rank", type=_whole_number, metavar="L",
+                        help="this process's rank on its node, from 0 (default 0); "
+                             "its rank is node-rank * nproc-per-node + local-rank")
+
+
+def _add_detect_options(detect: argparse.ArgumentParser) -> None:
+    detect.add_argument("--import", dest="deep", action="store_true",
+                        help="also import each candidate's packages and count its devices")
+    detect.add_argument("--root", default="/", metavar="DIR",
+                        help="look for device nodes and libraries under DIR (a host mounted "
+                             "into a container; default /)")
+    detect.add_argument("--json", action="store_true", help="print as JSON")
+
+
+def _add_trace_commands(sub: Any, debug: argparse.ArgumentParser) -> None:
+    trace = sub.add_parser("trace", help="work with --trace files",
+                           description="work with the Chrome trace files of 'initorch run "
+                                       "--trace'", epilog=EPILOG)
+    commands = trace.add_subparsers(dest="trace_command", metavar="COMMAND", required=True)
+    merge = commands.add_parser(
+        "merge", parents=[debug], epilog=EPILOG,
+        help="merge the ranks' trace files into one, a process per rank",
+        description="merge the ranks' trace files (run --trace trace-{rank}.json) into one "
+                    "Perfetto file with a process per rank, on one time line")
+    merge.add_argument("files", nargs="+", metavar="FILE", help="one trace file per rank")
+    merge.add_argument("-o", "--out", required=True, metavar="FILE",
+                       help="where to write the merged trace")
+    merge.set_defaults(handler=cmd_trace_merge)
 
 
 def _report(error: InitorchError, prefix: str = "") -> None:

@@ -168,6 +168,29 @@ class StepError(Exception):
         self.hint = hint
 
 
+class PeerError(StepError):
+    """The ranks of a job disagree on the plan, or one of them stopped, failed or never
+    joined: found by the run through the job's store, not by a step's own code.
+
+    ``ranks`` names the ranks it is about; ``details`` lists one line per difference
+    (``hicache.host_pool_mb: 64 on ranks 0,2,3; 128 on rank 1``).  The message is
+    complete, so it needs no diagnosis.
+    """
+
+    def __init__(self, message: str, *, ranks: Iterable[int] = (),
+                 details: Iterable[str] = (), hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.ranks = tuple(ranks)
+        self.details = tuple(details)
+
+    def text(self) -> str:
+        """The message, one indented line per detail, then the hint."""
+        lines = [str(self), *(f"  {detail}" for detail in self.details)]
+        if self.hint:
+            lines.append(f"  ({self.hint})")
+        return "\n".join(lines)
+
+
 class ActiveRunError(InitorchError):
     """Another run is active in this process.  Runs share process-wide state (the
     default torch.distributed process group, the environment, fd 2, the device of

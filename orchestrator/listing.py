@@ -48,6 +48,8 @@ def step_rows(registry: Registry) -> list[dict[str, Any]]:
             "when": s.when,
             "device_bound": s.device_bound,
             "binds_device": s.binds_device,
+            "job_store": s.job_store,
+            "barrier": s.barrier,
             "timeout": s.timeout,
             "retries": s.retries,
             "retry_on": [t.__name__ for t in s.retry_on],

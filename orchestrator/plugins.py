@@ -36,6 +36,7 @@ from importlib.metadata import EntryPoint, entry_points
 
 from initorch.errors import InitorchError, describe_exception
 from initorch.loading.catalog import ProfileCatalog
+from initorch.loading.detection import ProbeBook
 from initorch.model.registry import StepRegistry
 from initorch.model.settings import SettingCatalog
 from initorch.reporting.diagnosis import DiagnosisBook
@@ -106,13 +107,14 @@ class PluginSelection:
 
 class Registry:
     """Everything plugins contribute: steps (with the settings they declare),
-    free-standing settings, named profiles, failure diagnoses."""
+    free-standing settings, named profiles, failure diagnoses, device probes."""
 
     def __init__(self) -> None:
         self.settings = SettingCatalog()
         self.steps = StepRegistry(self.settings)
         self.profiles = ProfileCatalog()
         self.diagnoses = DiagnosisBook()
+        self.probes = ProbeBook()
         self.plugins: list[str] = []
 
     @classmethod
@@ -173,7 +175,8 @@ class Registry:
                      PluginError(name, f"plugin '{name}' failed to register: {error}"))
 
     def _load(self, name: str, find: Callable[[], RegisterFunction]) -> None:
-        saved = self.steps.copy(), self.profiles.copy(), self.diagnoses.copy()
+        saved = self.steps.copy(), self.profiles.copy(), self.diagnoses.copy(), \
+            self.probes.copy()
         hint = _hint(name)
         try:
             try:
@@ -194,7 +197,7 @@ class Registry:
             finally:
                 self.steps.provider = self.profiles.provider = self.settings.provider = None
         except BaseException:
-            self.steps, self.profiles, self.diagnoses = saved
+            self.steps, self.profiles, self.diagnoses, self.probes = saved
             self.settings = self.steps.settings  # the steps' copy holds the declarations
             raise
         self.plugins.append(name)

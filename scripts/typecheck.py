@@ -21,6 +21,8 @@ REPO = Path(__file__).resolve().parent.parent
 TREE = REPO / "build" / "typecheck"
 # Installed package -> repository folder, most specific first.
 LAYOUT = {"initorch/steps": "steps", "initorch/profiles": "profiles", "initorch": "orchestrator"}
+# Example packages checked with it (they are launchers a user copies).
+EXAMPLE_PACKAGES = ("tiny_server",)
 
 
 def build_tree() -> None:
@@ -33,12 +35,16 @@ def build_tree() -> None:
     for installed, folder in LAYOUT.items():
         if installed != "initorch":
             os.symlink(REPO / folder, TREE / installed)
+    for example in EXAMPLE_PACKAGES:
+        os.symlink(REPO / "examples" / example, TREE / example)
 
 
 def repository_paths(line: str) -> str:
     for installed, folder in LAYOUT.items():
         if line.startswith(installed + "/"):
             return folder + line[len(installed):]
+    if line.startswith(tuple(f"{example}/" for example in EXAMPLE_PACKAGES)):
+        return "examples/" + line
     return line
 
 
@@ -46,7 +52,7 @@ def main() -> int:
     build_tree()
     result = subprocess.run(
         [sys.executable, "-m", "mypy", "--config-file", str(REPO / "pyproject.toml"),
-         "-p", "initorch", *sys.argv[1:]],
+         "-p", "initorch", *(f"-p={name}" for name in EXAMPLE_PACKAGES), *sys.argv[1:]],
         cwd=TREE, capture_output=True, text=True, check=False)
     for line in (result.stdout + result.stderr).splitlines():
         print(repository_paths(re.sub(r"\s+$", "", line)))

@@ -13,6 +13,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from types import ModuleType
+from typing import Any
 
 from initorch import StepContext, StepError, setting, step
 
@@ -75,6 +76,18 @@ def device_index(ctx: StepContext) -> int:
             hint=f"start at most {len(visible)} ranks per node, or widen {variable}",
         )
     return index
+
+
+def tensor_device(ctx: StepContext) -> Any:
+    """The ``torch.device`` this rank's tensors live on.  Its type is the name of
+    the profile's device module (``torch.npu`` -> ``npu``; ROCm's ``torch.cuda`` ->
+    ``cuda``), so no device string is spelled out here."""
+    import torch
+
+    if ctx.device.type in HOST_DEVICE_TYPES:
+        return torch.device("cpu")
+    module: ModuleType = ctx.output("import_backend")
+    return torch.device(module.__name__.rsplit(".", 1)[-1], device_index(ctx))
 
 
 @step(

@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass
 
 from initorch import StepContext, StepError
+from initorch.addresses import split_host_port
 from initorch.steps.device import device_index, visible_devices
 from initorch.steps.mooncake_build import ASCEND_BUILDS, AscendBuild, MooncakeBuild
 from initorch.steps.network import free_port, local_address_towards
@@ -36,8 +37,11 @@ class EngineHostname:
 
 
 def rendezvous_host(ctx: StepContext) -> str:
-    """The host every rank reaches: torchrun's ``MASTER_ADDR``, else the profile's."""
-    return os.environ.get("MASTER_ADDR") or str(ctx.setting("distributed.master_addr"))
+    """The host every rank reaches: the launcher's rendezvous (``--dist-init-addr``,
+    ``MASTER_ADDR``, SLURM's first node), else the profile's."""
+    if ctx.rank.rendezvous is not None:
+        return split_host_port(ctx.rank.rendezvous)[0]
+    return str(ctx.setting("distributed.master_addr"))
 
 
 def local_host(setting: str, peer: str) -> str:

@@ -13,6 +13,14 @@ default was the CUDA path.  Allocators, as SGLang 0.5.23 has them
                         of raising (``alloc_with_pin_memory_xpu``).
 ``plain``               ordinary host memory (CPU, MPS).
 
+The pool's size is ``hicache.host_pool_mb``, or, with ``hicache.host_pool_ratio``
+above 0, that many times the device KV pool, as SGLang sizes it (0.5.23
+``mem_cache/pool_host/base.py``: host tokens = device tokens x
+``host_to_device_ratio``; ``--hicache-ratio`` defaults to 2.0 in
+``arg_groups/hicache_hook.py``).  The device pool is the output of a step this
+one ``requires`` (a profile adds the edge) that has ``device_pool_bytes``.  A
+pool larger than the host memory available is refused, as SGLang checks it.
+
 Registration follows SGLang's ``MooncakeStore.register_mem_pool_host`` ->
 ``register_buffer(ptr, size)``; teardown unregisters.
 """
@@ -21,13 +29,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from initorch import StepContext, StepError, setting, step
 from initorch.execution.native_output import capture_native_stderr
 from initorch.steps.kv_layout import DEPRECATED_LAYOUTS, IO_BACKENDS, LAYOUTS, resolve_layout
 from initorch.steps.settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
 from initorch.steps.store import StoreClient
+from initorch.steps.topology import host_available_bytes
+
+
+@runtime_checkable
+class DevicePool(Protocol):
+    """What a device KV pool step returns for the host pool to be sized from it."""
+
+    @property
+    def device_pool_bytes(self) -> int: ...
 
 
 @dataclass(slots=True)
@@ -97,6 +114,10 @@ HOST_ALLOCATOR = setting(
                 "MUSA), pin_memory_xpu (XPU: a null pointer is an error) or plain (CPU, MPS)")
 HOST_POOL_MB = setting("hicache.host_pool_mb", int, default=64, minimum=1, maximum=2**24,
                        description="HiCache host KV pool size in MiB")
+HOST_POOL_RATIO = setting(
+    "hicache.host_pool_ratio", float, default=0, minimum=0, maximum=1024,
+    description="above 0: the host pool is this many times the device KV pool of a step "
+                "alloc_host_mem_pool requires (SGLang's --hicache-ratio); 0: host_pool_mb")
 LAYOUT = setting(
     "hicache.layout", str, default="page_first", choices=LAYOUTS + tuple(DEPRECATED_LAYOUTS),
     description="SGLang's --hicache-mem-layout (page_first_direct on NPU, page_first_kv_split "
@@ -113,7 +134,8 @@ IO_BACKEND = setting(
     requires=["import_backend"],
     device_bound=True,
     when="hicache.enabled",
-    settings=(HICACHE_ENABLED, HOST_ALLOCATOR, HOST_POOL_MB, LAYOUT, IO_BACKEND, STORAGE_BACKEND),
+    settings=(HICACHE_ENABLED, HOST_ALLOCATOR, HOST_POOL_MB, HOST_POOL_RATIO, LAYOUT, IO_BACKEND,
+              STORAGE_BACKEND),
 )
 def alloc_host_mem_pool(ctx: StepContext) -> HostPool:
     name = str(ctx.setting("device.host_allocator"))
@@ -121,21 +143,43 @@ def alloc_host_mem_pool(ctx: StepContext) -> HostPool:
     if allocator is None:
         raise StepError(f"unknown host allocator '{name}' for device '{ctx.device.type}'",
                         hint=f"set device.host_allocator to one of {', '.join(ALLOCATORS)}")
-    size_mb = ctx.setting("hicache.host_pool_mb")
-    if not isinstance(size_mb, int) or isinstance(size_mb, bool) or size_mb <= 0:
-        raise StepError(f"hicache.host_pool_mb must be a positive whole number, got {size_mb!r}",
-                        hint="e.g. --set hicache.host_pool_mb=64")
     choice = resolve_layout(str(ctx.setting("hicache.layout")),
                             str(ctx.setting("hicache.storage_backend")),
                             str(ctx.setting("hicache.io_backend")))
     for note in choice.notes:
         ctx.log.warning("layout_changed", layout=choice.layout, note=note)
-    nbytes = size_mb * 2**20
+    nbytes = host_pool_bytes(ctx)
+    available = host_available_bytes()
+    if nbytes > available:
+        raise StepError(f"a host pool of {nbytes / 2**30:.2f} GiB does not fit in the "
+                        f"{available / 2**30:.2f} GiB of host memory available",
+                        hint="lower hicache.host_pool_mb or hicache.host_pool_ratio")
     buffer, release = allocator(nbytes)
     pool = HostPool(buffer, nbytes, choice.layout, name, release)
     ctx.log.info("host_pool_allocated", nbytes=nbytes, allocator=name, ptr=hex(pool.ptr),
                  layout=pool.layout)
     return pool
+
+
+def host_pool_bytes(ctx: StepContext) -> int:
+    """``hicache.host_pool_ratio`` x the required device pool, or ``host_pool_mb``."""
+    ratio = float(ctx.setting("hicache.host_pool_ratio"))
+    if ratio:
+        requires = ctx.plan.step(ctx.step).step.requires
+        pools = [ctx.output(name) for name in requires
+                 if isinstance(ctx.output(name), DevicePool)]
+        if not pools:
+            raise StepError(
+                f"hicache.host_pool_ratio is {ratio:g}, but none of the steps "
+                f"{ctx.step} requires ({', '.join(requires)}) provides a device pool",
+                hint=f"add your KV pool step to {ctx.step}'s requires in the profile, or "
+                     "set hicache.host_pool_ratio: 0")
+        return int(pools[0].device_pool_bytes * ratio)
+    size_mb = ctx.setting("hicache.host_pool_mb")
+    if not isinstance(size_mb, int) or isinstance(size_mb, bool) or size_mb <= 0:
+        raise StepError(f"hicache.host_pool_mb must be a positive whole number, got {size_mb!r}",
+                        hint="e.g. --set hicache.host_pool_mb=64")
+    return size_mb * 2**20
 
 
 @alloc_host_mem_pool.teardown

@@ -6,13 +6,15 @@ at once otherwise.  (Mooncake's own client would retry for about 90 seconds,
 ``real_client.cpp``: "Failed to create client after 20 retries".)
 
 ``mooncake.master: local`` starts one from the installed wheel (the CPU wheel
-ships ``mooncake/mooncake_master``), for one machine and for development:
-global rank 0 starts it on loopback with free ports, the embedded HTTP
-metadata server on, and tells the other ranks where it is over the process
-group.  It is ready when ``/health`` says ``service_ready`` and its RPC port
-accepts connections.  Teardown stops it (SIGTERM, SIGKILL after
-``mooncake.master_stop_grace_s``); :mod:`initorch.steps._master_watchdog` stops
-it too when initorch dies without a teardown, even by SIGKILL.
+ships ``mooncake/mooncake_master``): global rank 0 starts it with free ports
+and the embedded HTTP metadata server on, and tells the other ranks where it is
+over the process group.  It listens on loopback when every rank runs on this
+host, and otherwise on the address that reaches the rendezvous (``HOST_IP``
+wins), so that the store clients on the other hosts reach it.  It is ready
+when ``/health`` says ``service_ready`` and its RPC port accepts connections.
+Teardown stops it (SIGTERM, SIGKILL after ``mooncake.master_stop_grace_s``);
+:mod:`initorch.steps._master_watchdog` stops it too when initorch dies without
+a teardown, even by SIGKILL.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from typing import IO, TYPE_CHECKING, Any
 
 from initorch import StepContext, StepError, setting, step
 from initorch.model.step import MAX_TIMEOUT_S
+from initorch.steps.engine_hostname import local_host, rendezvous_host
 from initorch.steps.listeners import warn_if_exposed
 from initorch.steps.network import can_connect, free_port, host_port, split_host_port
+from initorch.steps.rendezvous import MASTER_ADDR
 from initorch.steps.settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
 
 if TYPE_CHECKING:  # process and HTTP modules load when a master is needed, not for a plan
@@ -66,6 +70,7 @@ class ManagedMaster:
 
     watchdog: subprocess.Popen[bytes]
     pid: int
+    host: str
     ports: dict[str, int]
     log_path: str
     grace: float
@@ -120,22 +125,30 @@ def master_binary() -> str:
                          "address of a running master")
 
 
-def master_command(binary: str, ports: dict[str, int]) -> list[str]:
-    """Loopback only: RPC, the HTTP metadata server and the metrics/admin server."""
-    return [binary, f"--rpc_address={LOOPBACK}", f"--rpc_port={ports['rpc']}",
-            "--enable_http_metadata_server=true", f"--http_metadata_server_host={LOOPBACK}",
+def master_command(binary: str, ports: dict[str, int], host: str) -> list[str]:
+    """RPC, the HTTP metadata server and the metrics/admin server, all on ``host``."""
+    return [binary, f"--rpc_address={host}", f"--rpc_port={ports['rpc']}",
+            "--enable_http_metadata_server=true", f"--http_metadata_server_host={host}",
             f"--http_metadata_server_port={ports['metadata']}",
-            f"--metrics_host={LOOPBACK}", f"--metrics_port={ports['metrics']}"]
+            f"--metrics_host={host}", f"--metrics_port={ports['metrics']}"]
 
 
-def health(port: int) -> dict[str, Any] | None:
+def master_host(ctx: StepContext) -> str:
+    """Loopback when every rank runs here; else the address the other hosts reach."""
+    if not ctx.rank.spans_hosts:
+        return LOOPBACK
+    return local_host("auto", rendezvous_host(ctx))
+
+
+def health(host: str, port: int) -> dict[str, Any] | None:
     """The master's ``/health`` answer, or None while it does not answer."""
     import json
     import urllib.error
     import urllib.request
 
     try:
-        with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/health", timeout=1) as reply:
+        url = f"http://{host_port(host, port)}/health"
+        with urllib.request.urlopen(url, timeout=1) as reply:
             answer: dict[str, Any] = json.loads(reply.read())
             return answer
     except (OSError, ValueError, urllib.error.URLError):
@@ -156,20 +169,22 @@ def start_master_once(ctx: StepContext) -> ManagedMaster:
     import subprocess
     import tempfile
 
+    host = master_host(ctx)
     ports = {"rpc": 0, "metadata": 0, "metrics": 0}
     while len(set(ports.values())) < len(ports):
-        ports = {name: free_port(LOOPBACK) for name in ports}
+        ports = {name: free_port(host) for name in ports}
     grace = float(ctx.setting("mooncake.master_stop_grace_s"))
     log_fd, log_path = tempfile.mkstemp(prefix="initorch-mooncake-master-", suffix=".log")
     os.close(log_fd)
     watchdog = subprocess.Popen(
         [sys.executable, "-I", str(WATCHDOG), str(grace), log_path, "--",
-         *master_command(master_binary(), ports)],
+         *master_command(master_binary(), ports, host)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     line = watchdog.stdout.readline().decode() if watchdog.stdout else ""
     pid = int(line.split()[1]) if line.startswith("pid ") else -1
-    master = ManagedMaster(watchdog, pid, ports, log_path, grace)
-    ctx.log.info("mooncake_master_starting", pid=pid, **{f"{k}_port": v for k, v in ports.items()})
+    master = ManagedMaster(watchdog, pid, host, ports, log_path, grace)
+    ctx.log.info("mooncake_master_starting", pid=pid, host=host,
+                 **{f"{k}_port": v for k, v in ports.items()})
     try:
         wait_until_ready(ctx, master)
     except StepError:
@@ -189,9 +204,9 @@ def wait_until_ready(ctx: StepContext, master: ManagedMaster) -> None:
             raise error(f"the managed mooncake_master exited with status {code} before it "
                         "was ready", native_log=tail,
                         hint="read its log lines above; ports are picked anew on retry")
-        answer = health(master.ports["metrics"])
+        answer = health(master.host, master.ports["metrics"])
         if answer and answer.get("service_ready") and \
-                can_connect(LOOPBACK, master.ports["rpc"], 1.0) is None:
+                can_connect(master.host, master.ports["rpc"], 1.0) is None:
             return
         time.sleep(0.1)
     raise StepError("the managed mooncake_master did not become ready within "
@@ -214,18 +229,13 @@ def share_from_rank0(ctx: StepContext, value: dict[str, Any] | None) -> dict[str
 
 
 def local_master(ctx: StepContext) -> MasterEndpoint:
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.rank.world_size))
-    if local_world != ctx.rank.world_size:
-        raise StepError(
-            f"mooncake.master: local starts a master on loopback, but the job spans hosts "
-            f"(WORLD_SIZE={ctx.rank.world_size}, LOCAL_WORLD_SIZE={local_world})",
-            hint="run mooncake_master on one host and set mooncake.master: HOST:PORT")
     managed = None
     announcement: dict[str, Any] | None = None
     if ctx.rank.rank == 0:
         try:
             managed = start_managed_master(ctx)
-            announcement = {"rpc": managed.ports["rpc"], "metadata": managed.ports["metadata"]}
+            announcement = {"host": managed.host, "rpc": managed.ports["rpc"],
+                            "metadata": managed.ports["metadata"]}
         except StepError as exc:
             announcement = {"error": str(exc)}
             share_from_rank0(ctx, announcement)
@@ -234,9 +244,10 @@ def local_master(ctx: StepContext) -> MasterEndpoint:
     if "error" in announcement:
         raise StepError(f"rank 0 could not start the managed mooncake_master: "
                         f"{announcement['error']}", hint="read rank 0's log")
+    host = announcement["host"]
     return MasterEndpoint(
-        host_port(LOOPBACK, announcement["rpc"]),
-        f"http://{host_port(LOOPBACK, announcement['metadata'])}/metadata",
+        host_port(host, announcement["rpc"]),
+        f"http://{host_port(host, announcement['metadata'])}/metadata",
         managed, owner_rank=0,
         details={"pid": managed.pid if managed else None})
 
@@ -263,7 +274,7 @@ def given_master(ctx: StepContext, address: str) -> MasterEndpoint:
     requires=["init_torch_distributed"],
     when="hicache.enabled and mooncake.enabled and hicache.storage_backend == 'mooncake'",
     settings=(HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND, MASTER, CONNECT_TIMEOUT_S,
-              START_TIMEOUT_S, STOP_GRACE_S),
+              START_TIMEOUT_S, STOP_GRACE_S, MASTER_ADDR),
 )
 def mooncake_master(ctx: StepContext) -> MasterEndpoint:
     address = str(ctx.setting("mooncake.master"))

@@ -7,10 +7,8 @@ Two facts from upstream shape this module:
   hosts use that name to reach the engine.  :func:`local_address_towards` finds
   the address the kernel would use to reach a given peer (the rendezvous host,
   the Mooncake master), which is the address those peers can reach us on.
-* Mooncake writes IPv6 endpoints as ``[addr]:port`` (``maybeWrapIpV6`` in
-  ``mooncake-transfer-engine/include/common.h``), and SGLang's
-  ``NetworkAddress.to_host_port_str`` does the same.  :func:`host_port` is the
-  one place that joins a host and a port.
+* Mooncake writes IPv6 endpoints as ``[addr]:port``; :mod:`initorch.addresses`
+  joins and splits them (re-exported here for the steps).
 """
 
 from __future__ import annotations
@@ -18,38 +16,15 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+from pathlib import Path
+
+from initorch.addresses import host_port, is_ipv6, split_host_port
+
+__all__ = ["HOST_IP_VARIABLES", "can_connect", "family_of", "free_port", "host_port",
+           "interface_with", "is_ipv6", "local_address_towards", "split_host_port"]
 
 # What SGLang's get_local_ip_auto honours first (srt/utils/network.py, 0.5.23).
 HOST_IP_VARIABLES = ("SGLANG_HOST_IP", "HOST_IP")
-
-
-def is_ipv6(host: str) -> bool:
-    try:
-        return isinstance(ipaddress.ip_address(host.strip("[]")), ipaddress.IPv6Address)
-    except ValueError:
-        return False
-
-
-def host_port(host: str, port: int) -> str:
-    """``host:port``, with IPv6 literals bracketed: ``[fe80::1]:15001``."""
-    bare = host.strip("[]")
-    return f"[{bare}]:{port}" if is_ipv6(bare) else f"{bare}:{port}"
-
-
-def split_host_port(text: str) -> tuple[str, int]:
-    """``host:port`` or ``[v6]:port`` -> (host, port); raises ValueError when malformed."""
-    if text.startswith("["):
-        host, sep, rest = text[1:].partition("]")
-        if not sep or not rest.startswith(":"):
-            raise ValueError(f"{text!r} is not [IPv6]:PORT")
-        port_text = rest[1:]
-    else:
-        host, sep, port_text = text.rpartition(":")
-        if not sep or ":" in host:
-            raise ValueError(f"{text!r} is not HOST:PORT (write IPv6 as [addr]:port)")
-    if not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ValueError(f"{text!r} is not HOST:PORT with a port in 1-65535")
-    return host, int(port_text)
 
 
 def family_of(host: str) -> socket.AddressFamily:
@@ -89,3 +64,47 @@ def can_connect(host: str, port: int, timeout: float) -> OSError | None:
             return None
     except OSError as exc:
         return exc
+
+
+SIOCGIFADDR = 0x8915  # linux/sockios.h: an interface's (primary) IPv4 address
+
+
+def interface_with(address: str) -> str | None:
+    """The name of the network interface that holds ``address`` (``eth0``), or None.
+
+    IPv4 addresses are asked of the kernel per interface (``SIOCGIFADDR``), IPv6
+    ones read from ``/proc/net/if_inet6``; Linux only, None elsewhere.
+    """
+    try:
+        wanted = ipaddress.ip_address(address.strip("[]"))
+    except ValueError:
+        return None
+    if wanted.version == 6:
+        return _ipv6_interface(wanted)
+    try:
+        import fcntl
+        import struct
+    except ImportError:  # not a POSIX system
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            request = struct.pack("256s", name.encode()[:15])
+            try:
+                reply = fcntl.ioctl(probe.fileno(), SIOCGIFADDR, request)
+            except OSError:  # down, or no IPv4 address
+                continue
+            if socket.inet_ntoa(reply[20:24]) == str(wanted):
+                return name
+    return None
+
+
+def _ipv6_interface(wanted: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    try:
+        lines = Path("/proc/net/if_inet6").read_text(encoding="ascii").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) == 6 and ipaddress.ip_address(int(fields[0], 16)) == wanted:
+            return fields[5]
+    return None

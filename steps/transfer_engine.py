@@ -20,11 +20,11 @@ from typing import Any
 from initorch import StepContext, StepError, setting, step
 from initorch.execution.native_output import NativeLog, capture_native_stderr
 from initorch.steps.device import VISIBLE_DEVICES_ENV
-from initorch.steps.distributed import MASTER_ADDR
 from initorch.steps.engine_hostname import EngineHostname, engine_hostname
 from initorch.steps.listeners import listeners, warn_if_exposed
 from initorch.steps.mooncake_build import ASCEND_BUILDS, installed_build
 from initorch.steps.network import host_port
+from initorch.steps.rendezvous import MASTER_ADDR
 from initorch.steps.settings import MOONCAKE_DEVICE_NAME, MOONCAKE_ENABLED, MOONCAKE_PROTOCOL
 from initorch.steps.transports import installed_transports, transport_mismatch
 

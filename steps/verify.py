@@ -95,6 +95,7 @@ def get_pages(store: Any, layout: str, keys: list[str], buffers: list[tuple[tupl
                 "previous rank's pages into it, checking every byte",
     requires=["register_mem_pool_host", "init_torch_distributed"],
     device_bound=True,
+    barrier=True,  # no rank reads pages before every rank registered its pool
     when="checks.verify_transfer and hicache.enabled and mooncake.enabled "
          "and hicache.storage_backend == 'mooncake'",
     settings=(VERIFY_TRANSFER, VERIFY_PAGES, HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND),

@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 # Every built-in profile, and the ones that set a device (the rest are base/overlays).
 BUILTIN_PROFILES = ("base", "cpu", "cuda", "mooncake-ep", "mps", "musa", "npu", "npu-hccl", "rocm",
+                    "server",
                     "xpu")
 DEVICE_PROFILES = ("cpu", "cuda", "mps", "musa", "npu", "rocm", "xpu")
 # Device profiles on hardware that Mooncake supports (all but mps).

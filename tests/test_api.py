@@ -1,5 +1,5 @@
 """The embedding entry points: ``load_plan`` (requested steps, the unplanned-step warning,
-the reserved ``auto`` profile) and ``start``, the context manager for a server start."""
+the ``auto`` profile) and ``start``, the context manager for a server start."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from initorch import (
     Registry,
     StepFailedError,
     UnplannedStepWarning,
+    detect_device,
     load_plan,
     start,
 )
 from initorch.errors import EXIT_INVALID_INPUT
 from tests.conftest import define, run_python
-from tests.helpers_foundation import assert_single_error_line, write
+from tests.helpers_foundation import write
 from tests.helpers_run import TeardownLog, with_teardown
 
 
@@ -88,18 +89,27 @@ def test_the_cli_prints_the_warning_as_one_line(run_cli, tmp_path, monkeypatch):
                    "or declare @step(wanted_by=...))\n")
 
 
-# --- the reserved profile 'auto' ---------------------------------------------------------------
+# --- the profile 'auto': this machine's device profile ------------------------------------------
 
-def test_auto_is_reserved_for_hardware_detection(run_cli):
-    for call in (lambda: load_plan(["auto"]), lambda: start(profile="auto").__enter__()):
+def test_auto_and_no_profile_at_all_are_this_machines_device_profile(monkeypatch):
+    monkeypatch.delenv("INITORCH_PROFILE", raising=False)
+    chosen = detect_device().chosen
+    for plan in (load_plan(["auto"]), load_plan()):
+        assert plan.device.type == chosen
+        assert plan.profiles[-1] == chosen
+    monkeypatch.setenv("INITORCH_PROFILE", "npu, npu-hccl")
+    assert load_plan().profiles == ("base", "npu", "npu-hccl")
+
+
+def test_auto_without_any_fitting_probe_is_a_clear_error(tmp_path):
+    registry, _ = synthetic(tmp_path, define("engine"))  # no plugin: no probes at all
+    for call in (lambda: load_plan(["auto"], registry=registry),
+                 lambda: start(profile="auto", registry=registry).__enter__()):
         with pytest.raises(InitorchError) as caught:
             call()
-        assert "profile 'auto' needs hardware detection" in str(caught.value)
+        assert str(caught.value) == ("profile 'auto': no device probe fits this machine "
+                                     "(see 'initorch detect', or name a profile)")
         assert caught.value.exit_code == EXIT_INVALID_INPUT
-    code, _, err = run_cli("plan", "-p", "auto")
-    assert code == EXIT_INVALID_INPUT
-    assert_single_error_line(err, "profile 'auto' needs hardware detection",
-                             "name the device's profile", located=False)
 
 
 # --- start(): resolve, run, yield, tear down ---------------------------------------------------

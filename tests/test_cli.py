@@ -44,7 +44,7 @@ def test_plan_text_shows_order_waves_reasons_skips_and_fingerprint(run_cli):
     assert [r.group(3) for r in rows if r] == list(plan.order)
     assert [int(r.group(2)) for r in rows if r] == [plan.step(n).wave for n in plan.order]
     assert "listed by profile base" in lines[5]
-    assert "[device-bound]" in out and "retries 2" in out
+    assert "[device-bound]" in out and "[device-bound, barrier]" in out
     assert "skipped:" in lines
     assert re.search(r"^  verify_transfer\s+condition 'checks.verify_transfer", out, re.M)
     assert lines[-1] == f"fingerprint: {plan.fingerprint}"
@@ -204,7 +204,8 @@ def test_steps_text_and_json(run_cli):
     code, out, _ = run_cli("steps", "--json")
     rows = {row["name"]: row for row in json.loads(out)}
     assert rows["set_device"]["binds_device"] is True
-    assert rows["init_torch_distributed"]["retry_on"] == ["ConnectionRefusedError"]
+    assert rows["init_torch_distributed"]["barrier"] is True
+    assert rows["rendezvous"]["job_store"] is True
     assert {row["plugin"] for row in rows.values()} == {"builtin"}
     assert rows["set_device"]["wanted_by"] == []
     assert list(rows) == sorted(rows)
@@ -249,7 +250,7 @@ def test_settings_of_a_selection_say_where_each_value_came_from(run_cli):
         128, "<command line>")
     assert rows["hicache.layout"]["origin"].endswith("npu.yaml:24:13")
     assert rows["distributed.timeout_s"]["origin"].startswith(
-        "default (declared by step init_torch_distributed at ")
+        "default (declared by step rendezvous at ")
     assert rows["distributed.timeout_s"]["exclusive_minimum"] == 0
     assert rows["device.host_allocator"]["choices"] == ["cuda_host_register", "pin_memory",
                                                         "pin_memory_xpu", "plain"]
@@ -354,7 +355,6 @@ def test_single_problem_is_one_located_line(run_cli, tmp_path, text, args, file_
 
 
 @pytest.mark.parametrize(("args", "fragments"), [
-    ((), ("no profile selected", "--profile NAME")),
     (("-p", "nonexist"), ("<command line>: unknown profile 'nonexist'", "available: base,")),
     (("-p", "np"), ("did you mean 'npu'?",)),
     (("-p", "base"), ("no device type", "set no device.type")),

@@ -12,7 +12,8 @@ from tests.conftest import initorch_command, run_python
 from tests.helpers_run import json_lines
 
 NO_MOONCAKE = ("--profile", "cpu", "--set", "mooncake.enabled=false")
-CPU_STEPS = ["import_backend", "set_device", "alloc_host_mem_pool", "init_torch_distributed"]
+CPU_STEPS = ["import_backend", "rendezvous", "set_device", "alloc_host_mem_pool",
+             "init_torch_distributed"]
 
 
 def run(*args: str, env: dict[str, str] | None = None, simulated: bool = False):
@@ -120,13 +121,14 @@ def test_dry_run_runs_and_imports_nothing():
     assert result.stdout.splitlines()[-1] == "RESULT 0 []"
     table = result.stdout.split("\n\n")[0]
     assert "(dry-run, rank 0, device cpu" in table
-    assert table.count("would_run") == 8  # every planned step; verify_transfer is off
+    assert table.count("would_run") == 9  # every planned step; verify_transfer is off
 
 
 def test_a_diagnosed_failure_exits_1_with_the_diagnosis_as_the_last_line(tmp_path: Path):
-    # Rank 1 of 2 pointed at a rendezvous nobody hosts: the process group cannot form.
-    report_path = tmp_path / "run.json"
-    result = run(*NO_MOONCAKE, "--set", "distributed.timeout_s=2", "--report", str(report_path),
+    # Rank 1 of 2 pointed at a rendezvous nobody hosts: the job's store cannot be reached.
+    report_path = tmp_path / "run-1.json"
+    result = run(*NO_MOONCAKE, "--set", "distributed.join_timeout_s=2",
+                 "--report", str(tmp_path / "run-{rank}.json"),
                  env={"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1",
                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"})
     assert result.returncode == 1, result.stderr[-3000:]
@@ -136,7 +138,7 @@ def test_a_diagnosed_failure_exits_1_with_the_diagnosis_as_the_last_line(tmp_pat
     report = json.loads(report_path.read_text())
     assert report["ok"] is False and report["rank"] == 1
     failed = next(s for s in report["steps"] if s["status"] == "failed")
-    assert failed["step"] == "init_torch_distributed"
+    assert failed["step"] == "rendezvous"
     assert failed["diagnosis"]["id"] == "process-group-timeout"
     assert "FAILED (1 step(s))" in result.stdout.splitlines()[0]
 
@@ -148,13 +150,12 @@ def test_an_unknown_failure_is_printed_as_it_is():
     assert result.returncode == 1, result.stderr[-3000:]
     events = [json.loads(line) for line in result.stderr.splitlines()]
     last = events[-1]
-    assert (last["event"], last["level"], last["step"]) == (
-        "run_failed", "error", "init_torch_distributed")
-    assert last["text"].startswith("initorch: step 'init_torch_distributed' failed: gaierror: ")
+    assert (last["event"], last["level"], last["step"]) == ("run_failed", "error", "rendezvous")
+    assert last["text"].startswith("initorch: step 'rendezvous' failed: gaierror: ")
     assert last["text"].endswith(" (no known diagnosis)")
     assert events[-2]["event"] == "run_summary" and events[-2]["ok"] is False
     [failed] = [e for e in events if e["event"] == "step_failed"]
-    assert (failed["step"], failed["diagnosis"]) == ("init_torch_distributed", None)
+    assert (failed["step"], failed["diagnosis"]) == ("rendezvous", None)
     torn = [e["step"] for e in events if e["event"] == "teardown_started"]
     assert torn == ["alloc_host_mem_pool"]  # the failed step has nothing to tear down
 
@@ -165,11 +166,11 @@ def test_debug_prints_the_traceback_of_the_failed_step():
     result = run(*NO_MOONCAKE, "--set", "distributed.master_addr=no-such-host.invalid",
                  "--debug")
     assert result.returncode == 1, result.stderr[-3000:]
-    step = "init_torch_distributed"
+    step = "rendezvous"
     shown = result.stderr[result.stderr.index(f"initorch: step '{step}' failed with:"):]
     _, traceback_line, *rest = shown.splitlines()
     assert traceback_line == "Traceback (most recent call last):"
-    assert any(line.strip().startswith('File "') and "distributed.py" in line for line in rest)
+    assert any(line.strip().startswith('File "') and "rendezvous.py" in line for line in rest)
     assert rest[-2].startswith("socket.gaierror: ")
     assert rest[-1].startswith(f"initorch: step '{step}' failed: gaierror")
 

@@ -9,7 +9,6 @@ runtime instance, so no state leaks between tests or threads of other tests.
 
 from __future__ import annotations
 
-import re
 import threading
 from typing import Any
 
@@ -224,48 +223,3 @@ def test_no_device_bound_step_ever_sees_a_missing_context(dag: Dag, data):
     expected = {name for name in dag.names if bound[index[name]]}
     assert set(npu.seen) == expected
     assert {device for _, device in npu.seen.values()} <= {local_index}
-
-
-# -- RankInfo.from_env: where LOCAL_RANK (the device index) comes from -------------------------
-
-@pytest.mark.parametrize(("env", "expected"), [
-    ({}, RankInfo(0, 0, 1)),
-    ({"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8"}, RankInfo(5, 1, 8)),
-    ({"RANK": "", "LOCAL_RANK": "  ", "WORLD_SIZE": ""}, RankInfo(0, 0, 1)),
-    ({"RANK": " 1 ", "WORLD_SIZE": "2\n"}, RankInfo(1, 0, 2)),
-], ids=["unset", "torchrun", "blank", "padded"])
-def test_rank_info_from_env(env, expected):
-    assert RankInfo.from_env(env) == expected
-
-
-def test_rank_info_reads_os_environ_only_without_a_mapping(monkeypatch):
-    monkeypatch.setenv("RANK", "not a number")
-    assert RankInfo.from_env({}) == RankInfo()
-    with pytest.raises(ValueError, match="RANK='not a number' is not a whole number"):
-        RankInfo.from_env()
-
-
-@pytest.mark.parametrize(("env", "message"), [
-    ({"LOCAL_RANK": "one"}, "environment variable LOCAL_RANK='one' is not a whole number >= 0"),
-    ({"WORLD_SIZE": "2.0"}, "environment variable WORLD_SIZE='2.0' is not a whole number >= 0"),
-    ({"RANK": "4", "WORLD_SIZE": "4"}, "RANK=4 is outside WORLD_SIZE=4"),
-    ({"RANK": "-1", "WORLD_SIZE": "4"},
-     "environment variable RANK='-1' is not a whole number >= 0"),
-    ({"WORLD_SIZE": "0"}, "WORLD_SIZE=0 must be at least 1"),
-], ids=["word", "float", "rank-too-big", "negative-rank", "empty-world"])
-def test_rank_info_rejects_impossible_values(env, message):
-    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        RankInfo.from_env(env)
-
-
-@pytest.mark.parametrize("env", [
-    {"LOCAL_RANK": "-1", "WORLD_SIZE": "2"},
-    {"RANK": "0", "LOCAL_RANK": "2", "WORLD_SIZE": "2"},
-], ids=["negative-local-rank", "local-rank-beyond-world"])
-def test_rank_info_rejects_an_impossible_local_rank(env):
-    # LOCAL_RANK is the device index: -1 (a common "not distributed" value in
-    # training scripts) would reach set_device(-1), which torch.cuda treats as a
-    # no-op, so the rank silently lands on device 0; a local rank at or beyond
-    # WORLD_SIZE cannot exist on any node.
-    with pytest.raises(ValueError, match="LOCAL_RANK"):
-        RankInfo.from_env(env)

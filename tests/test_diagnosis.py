@@ -462,6 +462,15 @@ SAMPLES = [
         None,
         id="legacy-socket-timeout",
     ),
+    pytest.param(
+        lambda: StepError(
+            "The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
+            "Available memory per rank (GiB, host): rank 0 11.00, rank 1 2.75; rank 1 has 25% "
+            "of rank 0's, below memory.balance_threshold 0.9"),
+        "tp-memory-unbalanced",
+        None,
+        id="memory-baseline-step",
+    ),
 ]
 
 # (specific, generic): the generic entry also matches the specific one's message, so

@@ -53,6 +53,7 @@ def test_every_dry_command_runs_without_the_vendor_stack(blocked_env):
         from initorch.cli import main
         commands = [
             ["plan", "-d", "musa:0"],
+            ["plan", "-d", "npu", "-p", "server", "--set", "parallel.tp_size=2"],
             ["graph", "-p", "npu", "--format", "mermaid"],
             ["explain", "-p", "npu", "set_device", "init_shared_mooncake_transfer_engine"],
             ["validate"],
@@ -67,7 +68,7 @@ def test_every_dry_command_runs_without_the_vendor_stack(blocked_env):
         """.replace("VENDOR", repr(set(VENDOR_MODULES)))
     result = run_python(code, env=blocked_env)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[-1] == "RESULT [0, 0, 0, 0, 0, 0, 0, 0] []"
+    assert result.stdout.splitlines()[-1] == "RESULT [0, 0, 0, 0, 0, 0, 0, 0, 0] []"
 
 
 def test_loading_a_plan_imports_no_vendor_module():
@@ -78,7 +79,7 @@ def test_loading_a_plan_imports_no_vendor_module():
         import initorch, steps
         from initorch import load_plan
         for profiles in (["npu"], ["npu", "npu-hccl"], ["cuda", "mooncake-ep"], ["musa"],
-                         ["cpu"]):
+                         ["cpu"], ["cuda", "server"]):
             load_plan(profiles)
         load_plan(device="musa:0")
         vendor = sorted(m for m in sys.modules if m.split(".")[0] in {set(VENDOR_MODULES)!r})

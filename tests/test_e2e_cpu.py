@@ -13,13 +13,13 @@ from tests.conftest import initorch_command, run_python
 
 pytestmark = pytest.mark.e2e
 
-ALL_STEPS = ("import_backend", "set_device", "alloc_host_mem_pool",
+ALL_STEPS = ("import_backend", "rendezvous", "set_device", "alloc_host_mem_pool",
              "init_shared_mooncake_transfer_engine", "init_torch_distributed",
              "mooncake_master", "init_mooncake_store", "register_mem_pool_host",
              "verify_transfer")
 TORN_DOWN = ["register_mem_pool_host", "init_mooncake_store", "mooncake_master",
              "init_torch_distributed", "init_shared_mooncake_transfer_engine",
-             "alloc_host_mem_pool"]
+             "alloc_host_mem_pool", "rendezvous"]
 
 LEAK_CHECK = """
 import json, os, threading
@@ -107,6 +107,8 @@ def test_real_cpu_run_tears_everything_down(executor: str) -> None:
     for first, then in itertools.pairwise(TORN_DOWN[:5]):  # a chain of hard edges
         assert order.index(first) < order.index(then)
     assert order.index("register_mem_pool_host") < order.index("alloc_host_mem_pool")
+    # the job's store outlives the process group formed over it
+    assert order.index("init_torch_distributed") < order.index("rendezvous")
 
 
 def test_cli_run_cpu_with_report(tmp_path) -> None:

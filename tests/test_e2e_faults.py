@@ -23,7 +23,7 @@ from tests.conftest import initorch_command
 
 pytestmark = pytest.mark.e2e
 
-CPU_STEPS = ("import_backend", "set_device", "alloc_host_mem_pool",
+CPU_STEPS = ("import_backend", "rendezvous", "set_device", "alloc_host_mem_pool",
              "init_shared_mooncake_transfer_engine", "init_torch_distributed",
              "mooncake_master", "init_mooncake_store", "register_mem_pool_host",
              "verify_transfer")
@@ -159,7 +159,8 @@ def test_master_port_in_use_is_diagnosed(tmp_path: Path, occupied_port: int) -> 
     lines, report = run_failing(tmp_path, "cpu", f"distributed.master_port={occupied_port}")
     assert lines[-1].startswith("diagnosis master-port-in-use:"), lines[-5:]
     steps = {s["step"]: s for s in report["steps"]}  # type: ignore[union-attr]
-    assert steps["init_torch_distributed"]["status"] == "failed"
+    assert steps["rendezvous"]["status"] == "failed"  # rank 0 serves the job's store there
+    assert steps["init_torch_distributed"]["status"] == "skipped"
     # Steps that do not need the process group still ran and were torn down; the store
     # path needs it (the master is shared over it) and was skipped.
     assert steps["register_mem_pool_host"]["status"] == "skipped"

@@ -149,9 +149,11 @@ def running_master(tmp_path: Path) -> Iterator[str]:
 
     ports = {"rpc": free_port(), "metadata": free_port(), "metrics": free_port()}
     log = (tmp_path / "master.log").open("wb")
-    proc = subprocess.Popen(master_command(master_binary(), ports), stdout=log, stderr=log)
+    proc = subprocess.Popen(master_command(master_binary(), ports, "127.0.0.1"), stdout=log,
+                            stderr=log)
     try:
-        assert wait_for(lambda: (health(ports["metrics"]) or {}).get("service_ready")), \
+        assert wait_for(lambda: (health("127.0.0.1", ports["metrics"]) or {}).get(
+            "service_ready")), \
             "the master did not start"
         yield f"127.0.0.1:{ports['rpc']}"
     finally:

@@ -1,6 +1,7 @@
-"""Several real ranks under torchrun: one gloo group, one Mooncake engine per rank, one
-managed Mooncake master (rank 0's) for all, each rank's host pool registered with the
-store, KV pages put by every rank and read back by the next one, byte-checked."""
+"""Several real ranks under torchrun: one plan agreed on through torchrun's own store, one
+gloo group, one Mooncake engine per rank, one managed Mooncake master (rank 0's) for all,
+each rank's host pool registered with the store, KV pages put by every rank and read back
+by the next one, byte-checked."""
 
 from __future__ import annotations
 
@@ -49,8 +50,15 @@ def test_torchrun_cpu_ranks_verify_transfer(ranks: int, layout: str, tmp_path: P
     assert len({e["address"] for e in masters.values()}) == 1  # one master for all ranks
     finished = [e for e in events if e["event"] == "run_finished"]
     assert len(finished) == ranks and all(e["ok"] for e in finished)
+    agreed = [e for e in events if e["event"] == "plan_agreed"]
+    assert sorted(e["rank"] for e in agreed) == list(range(ranks))
+    started = [e for e in events if e["event"] == "run_started"]
+    assert {(e["world_size"], e["fingerprint"]) for e in agreed} == {
+        (ranks, started[0]["fingerprint"])}
+    joining = [e for e in events if e["event"] == "job_store_joining"]
+    assert {(e["launcher"], e["serving"]) for e in joining} == {("torchrun", False)}
     torn_down = [e for e in events if e["event"] == "teardown_succeeded"]
-    assert len(torn_down) == 6 * ranks
+    assert len(torn_down) == 7 * ranks
     assert [e["rank"] for e in events if e["event"] == "mooncake_master_stopped"] == [0]
     assert "RPC_FAIL" not in result.stderr  # no client was still closing when it stopped
 

@@ -222,7 +222,8 @@ def test_a_plain_stdlib_formatter_shows_every_field(registry):
     lines = stream.getvalue().splitlines()
     assert lines[0] == ("run_started profile=synthetic rank=1 executor=sequential steps=4 "
                         f"skipped=1 fingerprint={run.plan.fingerprint} "
-                        f"working_directory={os.getcwd()}")
+                        f"working_directory={os.getcwd()} world_size=2 local_rank=1 "
+                        "launcher=code")
     [failed] = [line for line in lines if line.startswith("step_failed ")]
     assert f'error="StepError: {REGISTER_712}"' in failed
     assert "vendor_code=712 " in failed and "step=broken" in failed

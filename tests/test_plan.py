@@ -66,7 +66,7 @@ def test_overlay_with_device_accepts_settings_of_the_device_profile():
 def test_waves_group_steps_that_may_run_together():
     plan = load_plan(["npu"])
     assert plan.waves[0] == ("import_backend",)
-    assert plan.waves[1] == ("set_device",)
+    assert plan.waves[1] == ("rendezvous", "set_device")
     assert set(plan.waves[2]) == {"alloc_host_mem_pool", ENGINE}
     assert plan.waves[3:] == (("init_torch_distributed",), ("mooncake_master",),
                               ("init_mooncake_store",), ("register_mem_pool_host",))

@@ -4,6 +4,7 @@ by the package itself, the imports work, and the objects read well when printed.
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -71,7 +72,9 @@ def test_every_import_of_the_snippets_and_examples_runs_without_torch():
     assert "from initorch import Run" not in statements  # they are grouped, not one per name
     code = "\n".join([*statements, "import sys",
                       "print(sorted(m for m in ('torch', 'mooncake') if m in sys.modules))"])
-    result = run_python(code)
+    # Examples import their sibling packages (demo.py uses tiny_server.client).
+    result = run_python(code, env={"PYTHONPATH": os.pathsep.join(
+        filter(None, [str(REPO / "examples"), os.environ.get("PYTHONPATH")]))})
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 
@@ -114,7 +117,7 @@ def run_example(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_embedding_example_plans_its_step_through_wanted_by():
     result = run_example("--dry-run")
     assert result.returncode == 0, result.stderr
-    assert re.search(r"^\s+10\s+7\s+warm_kv_cache\s+wanted by register_mem_pool_host$",
+    assert re.search(r"^\s+11\s+7\s+warm_kv_cache\s+wanted by register_mem_pool_host$",
                      result.stdout, re.MULTILINE), result.stdout
     assert "UnplannedStepWarning" not in result.stderr
 

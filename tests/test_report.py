@@ -146,7 +146,8 @@ def test_chrome_trace_events():
     run, _ = timed_run()
     trace = json.loads(json.dumps(run.start().trace_events()))
     assert set(trace) == {"traceEvents", "displayTimeUnit", "otherData"}
-    assert trace["otherData"] == {"fingerprint": run.plan.fingerprint}
+    assert trace["otherData"] == {"fingerprint": run.plan.fingerprint, "rank": run.report.rank,
+                                  "started_at": run.report.started_at}
     events = trace["traceEvents"]
     metadata = [e for e in events if e["ph"] == "M"]
     complete = {e["name"]: e for e in events if e["ph"] == "X"}

@@ -147,7 +147,7 @@ def test_reasons_say_who_listed_and_who_required():
     reasons = plan.step("import_backend").reasons
     assert reasons[0].startswith("listed by profile base (")
     assert "base.yaml:11:3" in reasons[0]
-    assert reasons[1].startswith("required by set_device, ")
+    assert reasons[1].startswith("required by rendezvous, set_device, ")
 
 
 def test_reasons_do_not_cite_skipped_steps_as_if_they_ran():
@@ -424,9 +424,12 @@ def test_retries_on_a_step_without_retry_on(tmp_path):
                    "retried", at="p.yaml:3:25")
 
 
-def test_retries_on_a_step_with_retry_on(tmp_path):
-    plan = plan_of(tmp_path, f"extends: cpu\nsteps:\n  {PROCESS_GROUP}: {{retries: 5}}\n")
-    assert plan.step(PROCESS_GROUP).step.retries == 5
+def test_retries_on_a_step_with_retry_on(tmp_path, registry):
+    registry.steps.add(define("fetch_weights", retry_on=(ConnectionError,)))
+    profile = tmp_path / "p.yaml"
+    profile.write_text("extends: cpu\nsteps:\n  fetch_weights: {retries: 5}\n")
+    plan = load_plan([str(profile)], registry=registry)
+    assert plan.step("fetch_weights").step.retries == 5
 
 
 @pytest.mark.parametrize(("when", "fragments"), [

@@ -286,7 +286,7 @@ def test_the_rank_comes_from_the_environment_by_default(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "4")
     run = Run(plan_of([define("only", lambda ctx: ctx.rank)]))
     run.start()
-    assert run.output("only") == RankInfo(rank=3, local_rank=1, world_size=4)
+    assert run.output("only") == RankInfo(rank=3, local_rank=1, world_size=4, launcher="env")
     assert run.report.rank == 3
 
 

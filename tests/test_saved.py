@@ -389,7 +389,7 @@ def test_running_a_saved_plan_imports_no_networkx_and_torch_only_when_steps_run(
     result = run_python(code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == (
-        "RESULT 0 {'import_backend': False, 'set_device': True, "
+        "RESULT 0 {'import_backend': False, 'rendezvous': True, 'set_device': True, "
         "'init_torch_distributed': True} [] True")
 
 

@@ -22,8 +22,8 @@ def test_values_come_from_defaults_profiles_and_the_command_line(builtin_registr
     assert layout.origin.endswith("npu.yaml:24:13")
     assert timeout.value == 120.0 and type(timeout.value) is float
     assert timeout.is_default
-    assert timeout.origin.startswith("default (declared by step init_torch_distributed at ")
-    assert timeout.origin.endswith(")") and "distributed.py:" in timeout.origin
+    assert timeout.origin.startswith("default (declared by step rendezvous at ")
+    assert timeout.origin.endswith(")") and "rendezvous.py:" in timeout.origin
 
 
 def test_every_declared_setting_is_in_the_plan(builtin_registry):

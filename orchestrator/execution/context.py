@@ -7,59 +7,42 @@ for the step that registers memory with it.
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from initorch.errors import StepDefinitionError
+from initorch.errors import StepDefinitionError, StepError
+from initorch.execution.launchers import RankInfo
 from initorch.model.devices import DeviceRef
 from initorch.model.settings import CORE_KEYS
 from initorch.resolution.plan import Plan
+
+if TYPE_CHECKING:
+    from initorch.execution.peers import JobPeers
+
+__all__ = ["DeviceBinding", "RankInfo", "RunState", "StepContext"]
 
 DeviceBinding = Callable[[], None]
 """What a ``binds_device`` step returns: applies this rank's device context on
 the calling thread.  Executors call it before every ``device_bound`` step."""
 
 
-@dataclass(frozen=True, slots=True)
-class RankInfo:
-    """This process's place in the job, as torchrun describes it."""
-
-    rank: int = 0
-    local_rank: int = 0
-    world_size: int = 1
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> RankInfo:
-        """Read ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` (torchrun's variables)."""
-        env = os.environ if env is None else env
-
-        def number(name: str, default: int) -> int:
-            raw = env.get(name, "").strip()
-            if not raw:
-                return default
-            if not raw.isdigit():  # also refuses -1 ("not distributed") and 1_0
-                raise ValueError(f"environment variable {name}={raw!r} is not a whole number "
-                                 ">= 0")
-            return int(raw)
-
-        info = cls(number("RANK", 0), number("LOCAL_RANK", 0), number("WORLD_SIZE", 1))
-        if info.world_size < 1:
-            raise ValueError(f"WORLD_SIZE={info.world_size} must be at least 1")
-        for name, value in (("RANK", info.rank), ("LOCAL_RANK", info.local_rank)):
-            if value >= info.world_size:
-                raise ValueError(f"{name}={value} is outside WORLD_SIZE={info.world_size}")
-        return info
-
-
 class RunState:
-    """State shared by all steps of one run; thread-safe."""
+    """State shared by all steps of one run; thread-safe.
 
-    def __init__(self, plan: Plan, rank: RankInfo) -> None:
+    ``join_job`` receives the output of the step that joins the job's store
+    (``job_store=True``) before it is recorded: the run agrees on the plan with
+    the other ranks there, and a disagreement fails that step.  ``peers`` is this
+    rank's view of the job once joined.
+    """
+
+    def __init__(self, plan: Plan, rank: RankInfo,
+                 join_job: Callable[[str, Any], None] | None = None) -> None:
         self.plan = plan
         self.rank = rank
+        self.peers: JobPeers | None = None
+        self._join_job = join_job
         self._outputs: dict[str, Any] = {}
         self._binding: DeviceBinding | None = None
         self._lock = threading.Lock()
@@ -70,8 +53,21 @@ class RunState:
                 raise TypeError(f"step '{step}' binds the device but returned {value!r}, "
                                 "not a callable that binds it on the calling thread")
             self._binding = value
+        if self._join_job is not None and step in self.plan.order \
+                and self.plan.step(step).step.job_store:
+            self._join_job(step, value)
         with self._lock:
             self._outputs[step] = value
+
+    def wait_for_peers(self, step: str) -> None:
+        """Hold ``step`` (declared with ``barrier``) until every rank reached it."""
+        if self.peers is not None:
+            self.peers.barrier(step)
+        elif self.rank.world_size > 1:
+            raise StepError(f"step '{step}' waits for every rank (barrier), but this rank has "
+                            "not joined the job's store yet",
+                            hint="order the step after the step that joins the job "
+                                 "(rendezvous)")
 
     def output(self, step: str) -> Any:
         with self._lock:

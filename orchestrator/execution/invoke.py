@@ -59,9 +59,12 @@ interrupted) if that step finishes after all, so that it is torn down too."""
 
 
 def call_step(planned: PlannedStep, ctx: StepContext, outcome: StepOutcome) -> Any:
-    """Run the action on the current thread, binding the device first if required."""
+    """Run the action on the current thread: after the other ranks arrive if it is a
+    barrier, and with the device bound if it is device-bound."""
     current = threading.current_thread()
     outcome.thread, outcome.thread_id = current.name, current.ident
+    if planned.step.barrier:
+        ctx.state.wait_for_peers(planned.name)
     if planned.step.device_bound:
         ctx.state.bind_device()
     return planned.step.action(ctx)

@@ -44,6 +44,8 @@ from initorch.execution.environment import AppliedEnvironment, apply_environment
 from initorch.execution.executors import DryRunExecutor, Executor, make_executor
 from initorch.execution.heartbeat import DEFAULT_INTERVAL_S, Heartbeat
 from initorch.execution.invoke import invoke_step
+from initorch.execution.launchers import LaunchArguments, detect_rank
+from initorch.execution.peers import JobPeers, JobStore
 from initorch.execution.signals import SignalGuard
 from initorch.execution.watchdog import Watchdog, start_watchdog, stop_watchdog
 from initorch.plugins import Registry
@@ -87,6 +89,10 @@ _ACTIVE = _ActiveRun()
 class Run:
     """Executes a plan and owns the resources its steps produced.
 
+    ``rank`` says where this process stands in the job; without it, the
+    SGLang-style ``dist_init_addr`` (``HOST:PORT``), ``nnodes`` and
+    ``node_rank`` (and ``nproc_per_node``, ``local_rank``) describe it, else
+    torchrun's or SLURM's variables (:mod:`initorch.execution.launchers`).
     ``heartbeat`` is the interval in seconds at which a step that is still
     running logs ``step_still_running`` (``None``: never).
     """
@@ -99,6 +105,11 @@ class Run:
         workers: int = 4,
         diagnoses: DiagnosisBook | None = None,
         rank: RankInfo | None = None,
+        dist_init_addr: str | None = None,
+        nnodes: int | None = None,
+        node_rank: int | None = None,
+        nproc_per_node: int | None = None,
+        local_rank: int | None = None,
         handle_signals: bool = False,
         teardown_at_exit: bool = False,
         heartbeat: float | None = DEFAULT_INTERVAL_S,
@@ -110,8 +121,15 @@ class Run:
             else executor
         self.diagnoses = diagnoses if diagnoses is not None \
             else Registry.with_plugins().diagnoses
-        self.state = RunState(plan, rank or RankInfo.from_env())
+        arguments = LaunchArguments(dist_init_addr, nnodes, node_rank, nproc_per_node,
+                                    local_rank)
+        if rank is not None and arguments.given:
+            raise TypeError("pass rank=RankInfo(...) or the SGLang-style arguments "
+                            "(dist_init_addr, nnodes, node_rank, ...), not both")
+        self.state = RunState(plan, rank or detect_rank(os.environ, arguments),
+                              join_job=self._join_job)
         self.log = get_logger(profile="+".join(plan.profiles), rank=self.state.rank.rank)
+        self._peers: JobPeers | None = None
         self._handle_signals = handle_signals
         self._teardown_at_exit = teardown_at_exit
         self._clock, self._sleep = clock, sleep
@@ -151,10 +169,13 @@ class Run:
                 atexit.register(self.teardown)
             self.report.started_at = datetime.datetime.now(datetime.timezone.utc).isoformat()
             self._t0 = self._clock()
+            rank = self.state.rank
             self.log.info("run_started", executor=self.executor.name,
                           steps=len(self._plan.steps), skipped=len(self._plan.skipped),
                           fingerprint=self._plan.fingerprint,
-                          working_directory=os.getcwd())  # what ./paths are relative to
+                          working_directory=os.getcwd(),  # what ./paths are relative to
+                          world_size=rank.world_size, local_rank=rank.local_rank,
+                          launcher=rank.launcher)
             self._apply_environment()
             for skipped in self._plan.skipped:
                 self.log.info("step_skipped", step=skipped.name, reason=skipped.reason)
@@ -274,9 +295,13 @@ class Run:
         if planned.step.timeout is not None and self._watchdog is None:
             self._start_watchdog()  # the deadline must hold even if the step holds the GIL
         offload = self._signals.installed and threading.current_thread() is threading.main_thread()
+        if self._peers is not None:
+            self._peers.step_started(planned.name)
         invoke_step(planned, self.state, outcome, self.diagnoses, self.log,
                     self._elapsed, self._late_result, self._sleep, self._heartbeat,
                     offload=offload, watchdog=self._watchdog)
+        if self._peers is not None:  # joined by this very step, perhaps
+            self._peers.step_finished(planned.name, outcome.status)
         if outcome.status != "succeeded":
             return
         with self._lock:
@@ -293,6 +318,28 @@ class Run:
                       device_bound=planned.step.device_bound, timeout=planned.step.timeout)
 
     # -- internals -------------------------------------------------------------------
+
+    def _join_job(self, step: str, job: Any) -> None:
+        """The job's store is joined: keep a heartbeat there and agree on the plan with
+        every rank (a disagreement fails ``step``, after telling the others)."""
+        if not isinstance(job, JobStore):
+            raise TypeError(f"step '{step}' declares job_store but returned {job!r}, not a "
+                            "JobStore (peers, address, hosted_here, bounds)")
+        peers = JobPeers(job, self.state.rank, self.log)
+        peers.start()
+        try:
+            peers.agree(self._plan)
+        except BaseException:
+            peers.leave(failed_step=step)
+            raise
+        self._peers = self.state.peers = peers
+
+    def _leave_job(self) -> None:
+        peers, self._peers = self._peers, None
+        if peers is not None:
+            self.state.peers = None
+            failed = self.report.failed
+            peers.leave(failed_step=failed[0].name if failed else None)
 
     def _apply_environment(self) -> None:
         """Set the plan's ``env:`` variables the process lacks (the process wins);
@@ -332,6 +379,8 @@ class Run:
 
     def _teardown_output(self, name: str, output: Any) -> None:
         planned = self._plan.step(name)
+        if planned.step.job_store:
+            self._leave_job()  # before the store goes
         teardown = planned.step.teardown
         if teardown is None:
             return

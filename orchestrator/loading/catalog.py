@@ -26,7 +26,7 @@ from initorch.suggest import closest
 PROFILE_SUFFIXES = (".yaml", ".yml")
 
 AUTO_PROFILE = "auto"
-"""Reserved: the profile that hardware detection will choose (not available yet)."""
+"""Reserved: the device profile hardware detection chooses (:mod:`initorch.loading.detection`)."""
 
 
 @dataclass(frozen=True, slots=True)

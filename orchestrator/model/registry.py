@@ -94,6 +94,7 @@ def _freeze(definition: StepDefinition) -> Step:
     return Step(
         action=definition.action,
         teardown=definition.teardown_fn,
+        preview=definition.preview_fn,
         defined_at=definition.defined_at,
         **fields,
     )
@@ -142,8 +143,13 @@ def _validate(step: Step) -> None:
     if step.device_bound and step.binds_device:
         _fail(step, "cannot be both device_bound and binds_device",
               "the step that binds the device runs before the device context exists")
+    if step.job_store and step.barrier:
+        _fail(step, "cannot be both job_store and barrier",
+              "a barrier is held on the job store, which this step only creates")
     if step.teardown is not None and not callable(step.teardown):
         _fail(step, "teardown is not callable", "use @<step>.teardown on a function")
+    if step.preview is not None and not callable(step.preview):
+        _fail(step, "preview is not callable", "use @<step>.preview on a function")
 
 
 def timeout_ok(value: object) -> bool:

@@ -24,7 +24,7 @@ And one pull-in from the other side, for steps that no profile lists:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -33,6 +33,7 @@ from initorch.model.settings import SettingSpec
 
 if TYPE_CHECKING:
     from initorch.execution.context import StepContext
+    from initorch.resolution.preview import PreviewContext
 
 EdgeKind = Literal["requires", "wants", "after", "before"]
 EDGE_KINDS: tuple[EdgeKind, ...] = ("requires", "wants", "after", "before")
@@ -44,6 +45,7 @@ MAX_RETRIES = 100
 
 StepAction = Callable[["StepContext"], Any]
 StepTeardown = Callable[["StepContext", Any], None]
+StepPreview = Callable[["PreviewContext"], Sequence[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,17 @@ class Step:
     exception types the step itself considers transient: only those are retried.
     ``settings`` declares every setting the step reads (``ctx.setting`` refuses
     any other), including those its own ``when`` condition names.
+    ``preview`` (optional) tells at plan time, without importing torch, what the
+    step will do here (lines that ``initorch plan`` shows under the step), and may
+    reject settings that cannot work (see :mod:`initorch.resolution.preview`).
+
+    Two fields concern the other ranks of the job.  ``job_store`` marks the single
+    step whose output is the job's key-value store
+    (:class:`~initorch.execution.peers.JobStore`): when it completes, the run
+    agrees on the plan with every rank, then publishes its progress there.
+    ``barrier`` makes the run wait, before this step, until every rank has
+    finished the steps it depends on (registering memory that peers will read,
+    forming a group), failing fast when a rank failed or died meanwhile.
     """
 
     name: str
@@ -71,11 +84,14 @@ class Step:
     when: str | None = None
     device_bound: bool = False
     binds_device: bool = False
+    job_store: bool = False
+    barrier: bool = False
     timeout: float | None = None
     retries: int = 0
     retry_on: tuple[type[BaseException], ...] = ()
     retry_backoff: float = 0.5
     teardown: StepTeardown | None = None
+    preview: StepPreview | None = None
     settings: tuple[SettingSpec, ...] = ()
     defined_at: SourceLocation = field(default=SourceLocation("<unknown>"), compare=False)
 
@@ -98,10 +114,16 @@ class StepDefinition:
     fields: dict[str, Any]
     defined_at: SourceLocation
     teardown_fn: StepTeardown | None = None
+    preview_fn: StepPreview | None = None
 
     def teardown(self, fn: StepTeardown) -> StepTeardown:
         """Decorator: ``fn(ctx, output)`` undoes the step; runs in reverse order."""
         self.teardown_fn = fn
+        return fn
+
+    def preview(self, fn: StepPreview) -> StepPreview:
+        """Decorator: ``fn(preview_ctx)`` returns what the step will do, for the dry run."""
+        self.preview_fn = fn
         return fn
 
     def __call__(self, ctx: StepContext) -> Any:
@@ -125,6 +147,8 @@ def step(
     when: str | None = None,
     device_bound: bool = False,
     binds_device: bool = False,
+    job_store: bool = False,
+    barrier: bool = False,
     timeout: float | None = None,
     retries: int = 0,
     retry_on: tuple[type[BaseException], ...] = (),
@@ -152,6 +176,8 @@ def step(
                 "when": when,
                 "device_bound": device_bound,
                 "binds_device": binds_device,
+                "job_store": job_store,
+                "barrier": barrier,
                 "timeout": timeout,
                 "retries": retries,
                 "retry_on": tuple(retry_on),

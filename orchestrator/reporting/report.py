@@ -200,8 +200,10 @@ class RunReport:
                                      entry.started, entry.duration, entry.thread_id, details))
         events += [{"name": "thread_name", "ph": "M", "pid": self.rank, "tid": tid,
                     "args": {"name": name}} for tid, name in sorted(threads.items())]
+        # rank and started_at let 'initorch trace merge' put the ranks on one time line.
         return {"traceEvents": events, "displayTimeUnit": "ms",
-                "otherData": {"fingerprint": self.plan.fingerprint}}
+                "otherData": {"fingerprint": self.plan.fingerprint, "rank": self.rank,
+                              "started_at": self.started_at}}
 
     def _span(self, name: str, category: str, started: float, duration: float, tid: int,
               details: dict[str, Any]) -> dict[str, Any]:

@@ -35,12 +35,15 @@ class PlannedStep:
     """A step that will run: its effective declaration (``step``: the registered
     step with the profiles' overrides applied), its wave, why it is in the plan,
     and the step as registered in code (``declared``), which the fingerprint
-    covers so that a saved plan notices when the code changed under it."""
+    covers so that a saved plan notices when the code changed under it.
+    ``notes`` are what the step's preview said it will do on the machine the plan
+    was made on (not part of the fingerprint)."""
 
     step: Step
     wave: int
     reasons: tuple[str, ...]
     declared: Step
+    notes: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -104,6 +107,8 @@ class Plan:
             details = []
             if planned.step.device_bound:
                 details.append("device-bound")
+            if planned.step.barrier:
+                details.append("barrier")
             if planned.step.timeout:
                 details.append(f"timeout {planned.step.timeout:g}s")
             if planned.step.retries:
@@ -111,6 +116,7 @@ class Plan:
             suffix = f"  [{', '.join(details)}]" if details else ""
             lines.append(f"{number:>3}  {planned.wave:>4}  {planned.name:<{width}}  "
                          f"{'; '.join(planned.reasons)}{suffix}")
+            lines += [f"{'':>11}  | {note}" for note in planned.notes]
         if self.skipped:
             lines += ["", "skipped:"]
             lines += [f"  {s.name:<{width}}  {s.reason}" for s in self.skipped]
@@ -177,6 +183,7 @@ class Plan:
                     "wave": p.wave,
                     "description": p.step.description,
                     "why": list(p.reasons),
+                    "preview": list(p.notes),
                     **step_fields(p.step),
                     "declared": declaration(p.declared),
                 }
@@ -213,6 +220,8 @@ def step_fields(step: Step) -> dict[str, Any]:
         "when": step.when,
         "device_bound": step.device_bound,
         "binds_device": step.binds_device,
+        "job_store": step.job_store,
+        "barrier": step.barrier,
         "timeout": step.timeout,
         "retries": step.retries,
         "teardown": step.teardown is not None,

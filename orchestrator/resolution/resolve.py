@@ -19,6 +19,8 @@ The stages, each collecting every problem before raising:
    error 107002) impossible by construction.
 4. *Ordering*: the graph is checked for cycles (all of them are reported, each
    edge with where it was declared) and ordered deterministically.
+5. *Previews*: steps that declare one say what they will do here, and may
+   refuse settings (:mod:`initorch.resolution.preview`).
 
 Stages 1 to 3 run whatever the earlier ones found, on what was valid (a refused
 entry is left out, a condition that reads a refused value is not evaluated), and
@@ -30,6 +32,7 @@ type stops after stage 1, and cycles are looked for once everything else holds.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NoReturn
@@ -53,6 +56,7 @@ from initorch.model.step import EDGE_KINDS, EdgeKind, Step
 from initorch.resolution.graph import MAX_CYCLES_REPORTED, StepGraph
 from initorch.resolution.plan import Plan, PlannedStep, SkippedStep, fingerprint
 from initorch.resolution.plangraph import Edge, PlanGraph
+from initorch.resolution.preview import preview_steps
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,12 +107,14 @@ class _Input:
 
 
 def resolve(composed: ComposedProfile, steps: StepRegistry,
-            device_index: int | None = None, requested: Sequence[str] = ()) -> Plan:
+            device_index: int | None = None, requested: Sequence[str] = (),
+            environ: Mapping[str, str] | None = None) -> Plan:
     """Resolve ``composed`` against ``steps``; raise an :class:`InitorchError` subclass
     listing every problem when the result would not be a valid plan.
 
     ``requested`` names steps to plan as if a profile listed them (a launcher's
-    own steps, without writing a profile)."""
+    own steps, without writing a profile).  Step previews see ``environ``
+    (default: this process's environment)."""
     checked = _check_input(composed, steps, requested)
     problems = checked.problems
     device_type = composed.settings.get("device.type")
@@ -143,6 +149,8 @@ def resolve(composed: ComposedProfile, steps: StepRegistry,
     )
     skipped_steps = tuple(SkippedStep(name, skipped[name]) for name in sorted(skipped))
     device = DeviceRef(device_type.value, device_index)
+    planned = preview_steps(planned, settled.values, device,
+                            os.environ if environ is None else environ)
     return Plan(
         profiles=composed.names,
         device=device,

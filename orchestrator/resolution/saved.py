@@ -209,7 +209,7 @@ def _planned_steps(saved: dict[str, Any], registry: Registry, shown: str, redo: 
             continue
         effective = dataclasses.replace(registered, **_overridden(entry))
         steps.append(PlannedStep(effective, _whole(entry["wave"]), tuple(entry["why"]),
-                                 registered))
+                                 registered, tuple(entry.get("preview", ()))))
     return steps, problems
 
 

@@ -176,12 +176,16 @@ MEMORY_UNBALANCED = Diagnosis(
         "set_device all land on device 0."
     ),
     remedy=(
-        "Check with npu-smi / nvidia-smi which processes hold memory and whether every "
-        "rank has its own device (LOCAL_RANK, the visible-devices variable)."
+        "Check with npu-smi / nvidia-smi (free -g on CPU) which processes hold memory and "
+        "whether every rank has its own device (LOCAL_RANK, the visible-devices variable). "
+        "initorch's memory_baseline names the short rank; if the imbalance is intended, "
+        "lower memory.balance_threshold or set memory.balance_check: false."
     ),
     prevention=(
         "set_device binds each rank to device LOCAL_RANK (after the visible-devices "
-        "variable) before anything allocates, and refuses an index a rank cannot see."
+        "variable) before anything allocates, and refuses an index a rank cannot see; "
+        "memory_baseline runs after warmup_collectives, so communicator buffers are "
+        "counted on every rank alike."
     ),
     pattern=r"The memory capacity is unbalanced\. Some GPUs may be occupied by other processes",
 )

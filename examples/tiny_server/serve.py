@@ -1,0 +1,196 @@
+"""Serving: an HTTP endpoint on rank 0, every rank decoding in lockstep.
+
+Tensor parallelism needs every rank in every forward pass, so rank 0 owns the
+HTTP server (stdlib ``http.server``, loopback only) and broadcasts each command
+over the world's CPU (gloo) group; all ranks decode, then gather their tokens
+so that the response can say whether they agree.  While idle, rank 0
+broadcasts a heartbeat every second: the other ranks wait inside a gloo
+collective, which would otherwise time out.
+
+Endpoints: ``POST /generate`` ``{"prompt": "...", "max_new_tokens": 16}``,
+``GET /health``, ``GET /startup`` (the start-up report and critical chain),
+``POST /shutdown`` (every rank leaves the loop; the launcher tears down).
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any
+
+import torch.distributed as dist
+
+from tiny_server.kv_cache import KVPool
+from tiny_server.model import TinyDecoder
+
+HEARTBEAT_S = 1.0
+
+
+@dataclass
+class Job:
+    """A command from rank 0's HTTP thread to the serving loop, and its answer."""
+
+    command: dict[str, Any]
+    answer: dict[str, Any] = field(default_factory=dict)
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class BadRequest(ValueError):
+    """A request rank 0 refuses before involving the other ranks."""
+
+
+def parse_generate(body: bytes, max_new_tokens: int, pool_tokens: int) -> dict[str, Any]:
+    """The command for a generate request; the prompt is tokenised as UTF-8 bytes."""
+    try:
+        request = json.loads(body or b"{}")
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"body is not JSON: {exc}") from None
+    if not isinstance(request, dict):
+        raise BadRequest("body must be a JSON object")
+    prompt = request.get("prompt")
+    if not isinstance(prompt, str) or not prompt:
+        raise BadRequest("'prompt' must be a non-empty string")
+    count = request.get("max_new_tokens", 16)
+    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= max_new_tokens:
+        raise BadRequest(f"'max_new_tokens' must be a whole number in 1..{max_new_tokens}")
+    tokens = list(prompt.encode("utf-8"))
+    if len(tokens) + count > pool_tokens:
+        raise BadRequest(f"prompt and new tokens need {len(tokens) + count} KV slots; the "
+                         f"pool has {pool_tokens}")
+    return {"op": "generate", "prompt_tokens": tokens, "max_new_tokens": count}
+
+
+def make_handler(jobs: queue.Queue[Job], startup: dict[str, Any], max_new_tokens: int,
+                 pool_tokens: int) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            return  # the launcher logs requests itself; keep stderr for initorch's events
+
+        def _reply(self, status: HTTPStatus, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _submit(self, command: dict[str, Any]) -> dict[str, Any]:
+            job = Job(command)
+            jobs.put(job)
+            job.done.wait()
+            return job.answer
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                self._reply(HTTPStatus.OK, {"ok": True})
+            elif self.path == "/startup":
+                self._reply(HTTPStatus.OK, startup)
+            else:
+                self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such path {self.path}"})
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.path == "/shutdown":
+                self._reply(HTTPStatus.OK, self._submit({"op": "stop"}))
+            elif self.path == "/generate":
+                try:
+                    command = parse_generate(body, max_new_tokens, pool_tokens)
+                except BadRequest as exc:
+                    self._reply(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
+                    return
+                answer = self._submit(command)
+                failed = "error" in answer
+                self._reply(HTTPStatus.INTERNAL_SERVER_ERROR if failed else HTTPStatus.OK,
+                            answer)
+            else:
+                self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such path {self.path}"})
+
+    return Handler
+
+
+def answer_generate(command: dict[str, Any], tokens_by_rank: list[list[int]]) -> dict[str, Any]:
+    tokens = tokens_by_rank[0]
+    return {
+        "prompt_tokens": command["prompt_tokens"],
+        "tokens": tokens,
+        "text": bytes(tokens).decode("utf-8", errors="replace"),
+        "ranks": len(tokens_by_rank),
+        "ranks_agree": all(t == tokens for t in tokens_by_rank),
+        "tokens_by_rank": tokens_by_rank,
+    }
+
+
+@dataclass
+class Server:
+    """One rank's serving loop; rank 0 also owns the HTTP server."""
+
+    model: TinyDecoder
+    pool: KVPool
+    group: Any  # the world's CPU (gloo) group
+    rank: int
+    host: str = "127.0.0.1"
+    port: int = 0
+    max_new_tokens: int = 64
+    startup: dict[str, Any] = field(default_factory=dict)
+    jobs: queue.Queue[Job] = field(default_factory=queue.Queue)
+    http: HTTPServer | None = None
+
+    def open(self) -> str | None:
+        """Rank 0: bind the HTTP server (loopback) and serve it from a thread; its URL."""
+        if self.rank != 0:
+            return None
+        handler = make_handler(self.jobs, self.startup, self.max_new_tokens, self.pool.tokens)
+        self.http = HTTPServer((self.host, self.port), handler)
+        threading.Thread(target=self.http.serve_forever, name="tiny-server-http",
+                         daemon=True).start()
+        return f"http://{self.host}:{self.http.server_port}"
+
+    def close(self) -> None:
+        if self.http is not None:
+            self.http.shutdown()
+            self.http.server_close()
+            self.http = None
+
+    def _next(self) -> Job:
+        """Rank 0 waits for a job (or a heartbeat tick) and broadcasts its command."""
+        job: Job | None = None
+        if self.rank == 0:
+            try:
+                job = self.jobs.get(timeout=HEARTBEAT_S)
+            except queue.Empty:
+                job = None
+        box = [job.command if job is not None else {"op": "idle"}]
+        dist.broadcast_object_list(box, src=0, group=self.group)
+        return job if job is not None else Job(box[0])
+
+    def loop(self, on_request: Callable[[dict[str, Any]], None] | None = None) -> None:
+        """Serve until rank 0 broadcasts ``stop``."""
+        while True:
+            job = self._next()
+            op = job.command["op"]
+            if op == "stop":
+                job.answer = {"stopping": True, "ranks": dist.get_world_size(self.group)}
+                job.done.set()
+                return
+            if op == "generate":
+                try:
+                    job.answer = self._generate(job.command)
+                except Exception as exc:  # the handler answers 500; the launcher tears down
+                    job.answer = {"error": f"{type(exc).__name__}: {exc}"}
+                    raise
+                finally:
+                    job.done.set()
+                if on_request is not None:
+                    on_request(job.answer)
+
+    def _generate(self, command: dict[str, Any]) -> dict[str, Any]:
+        tokens = self.model.generate(command["prompt_tokens"], command["max_new_tokens"],
+                                     self.pool)
+        gathered: list[Any] = [None] * dist.get_world_size(self.group)
+        dist.all_gather_object(gathered, tokens, group=self.group)
+        return answer_generate(command, gathered)

@@ -1,0 +1,149 @@
+"""What one rank tells the others about its plan, and how the ranks' plans differ.
+
+Every rank publishes a :func:`manifest` of its plan through the job's store: the
+fingerprint, and the parts it is made of (world size, device type, profiles,
+steps, settings, and the profiles' ``env:``), so that a disagreement can be
+explained, not just detected.  :func:`differences` turns the manifests into one
+line per thing that differs, naming the ranks on each side::
+
+    hicache.host_pool_mb: 64 on ranks 0,2,3; 128 on rank 1
+
+The device index is left out on purpose: ``--device npu:3`` on one host and
+``npu:5`` on another is one job, while a different device *type* is not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import partial
+from typing import Any
+
+from initorch._version import __version__
+from initorch.errors import PeerError
+from initorch.execution.launchers import RankInfo
+from initorch.resolution.plan import Plan, declaration, env_values, step_fields
+
+Manifest = dict[str, Any]
+MAX_SHOWN = 20  # differences listed before "... and N more"
+SAME_PLANS_HINT = ("start every rank from the same profiles, --set values and initorch "
+                   "version, or from one saved plan: initorch run --plan FILE")
+
+
+def manifest(plan: Plan, rank: RankInfo) -> Manifest:
+    """This rank's plan as the other ranks compare it (JSON-safe)."""
+    return {
+        "rank": rank.rank,
+        "world_size": rank.world_size,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "version": __version__,
+        "fingerprint": plan.fingerprint,
+        "device_type": plan.device.type,
+        "profiles": list(plan.profiles),
+        "steps": {p.name: _digest({"wave": p.wave, **step_fields(p.step),
+                                   "declared": declaration(p.declared)}) for p in plan.steps},
+        "skipped": sorted(s.name for s in plan.skipped),
+        "settings": {key: s.value for key, s in sorted(plan.settings.items())},
+        "env": env_values(plan.env),
+    }
+
+
+def _digest(value: Any) -> str:
+    blob = json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def disagreement(manifests: Mapping[int, Manifest]) -> PeerError | None:
+    """The error every rank raises when the plans differ (None when they agree)."""
+    found = differences(manifests)
+    if not found:
+        return None
+    fingerprints = _difference("fingerprints", {rank: m["fingerprint"][:12]
+                                                for rank, m in sorted(manifests.items())})
+    return PeerError(f"the ranks' plans differ ({fingerprints or 'same fingerprint'})",
+                     ranks=sorted(manifests), details=found, hint=SAME_PLANS_HINT)
+
+
+def differences(manifests: Mapping[int, Manifest]) -> list[str]:
+    """One line per aspect in which the ranks' manifests differ (empty: they agree)."""
+    ordered = dict(sorted(manifests.items()))
+    lines = [line for label, values in _aspects(ordered)
+             if (line := _difference(label, values)) is not None]
+    if len(lines) > MAX_SHOWN:
+        lines = [*lines[:MAX_SHOWN], f"... and {len(lines) - MAX_SHOWN} more"]
+    return lines
+
+
+def _aspects(manifests: Mapping[int, Manifest]) -> Iterator[tuple[str, dict[int, Any]]]:
+    """(label, value on each rank), in the order a reader wants them."""
+
+    def each(read: Callable[[Manifest], Any]) -> dict[int, Any]:
+        return {rank: read(m) for rank, m in manifests.items()}
+
+    yield "world size", each(lambda m: m["world_size"])
+    yield "device type", each(lambda m: m["device_type"])
+    yield "initorch version", each(lambda m: m["version"])
+    yield "profiles", each(lambda m: " -> ".join(m["profiles"]))
+    for name in _union(m["steps"] for m in manifests.values()):
+        yield f"step {name}", each(partial(_step_state, name=name))
+    for key in _union(m["settings"] for m in manifests.values()):
+        if key != "device.type":  # reported as the device type
+            yield key, each(partial(_entry, section="settings", key=key))
+    for name in _union(m["env"] for m in manifests.values()):
+        yield f"env {name}", each(partial(_entry, section="env", key=name))
+
+
+_ABSENT = object()
+
+
+def _union(mappings: Iterable[Mapping[str, Any]]) -> list[str]:
+    seen: dict[str, None] = {}
+    for mapping in mappings:
+        seen.update(dict.fromkeys(mapping))
+    return sorted(seen)
+
+
+def _entry(m: Manifest, section: str, key: str) -> str:
+    return _shown(m[section].get(key, _ABSENT))
+
+
+def _step_state(m: Manifest, name: str) -> str:
+    if name in m["steps"]:
+        return f"planned (declaration {m['steps'][name]})"
+    return "skipped" if name in m["skipped"] else "not in the plan"
+
+
+def _shown(value: Any) -> str:
+    if value is _ABSENT:
+        return "(not set)"
+    return value if isinstance(value, str) and value else json.dumps(value)
+
+
+def _difference(label: str, values: Mapping[int, Any]) -> str | None:
+    groups: dict[str, list[int]] = {}
+    for rank, value in values.items():
+        groups.setdefault(str(value), []).append(rank)
+    if len(groups) < 2:
+        return None
+    return f"{label}: " + "; ".join(f"{value} on {rank_list(ranks)}"
+                                    for value, ranks in groups.items())
+
+
+def rank_list(ranks: Iterable[int]) -> str:
+    """``rank 1``, ``ranks 0,2,3``, ``ranks 0-5,7``."""
+    ordered = sorted(set(ranks))
+    runs: list[str] = []
+    start = previous = ordered[0]
+    for rank in [*ordered[1:], None]:
+        if rank is not None and rank == previous + 1:
+            previous = rank
+            continue
+        runs.append(str(start) if start == previous else
+                    f"{start},{previous}" if previous == start + 1 else f"{start}-{previous}")
+        if rank is not None:
+            start = previous = rank
+    return f"rank {ordered[0]}" if len(ordered) == 1 else f"ranks {','.join(runs)}"

@@ -1,0 +1,175 @@
+"""Which device profile fits this machine: ``--profile auto``, and no ``--profile`` at all.
+
+The core knows no device.  Plugins register :class:`DeviceProbe` objects (the
+built-in ones are ``initorch.steps.detect``: package specs, runtime libraries,
+device nodes, visible-devices variables); :func:`detect` asks each in priority
+order -- lower first, and the built-ins document theirs -- and the first that
+fits is chosen.  Every candidate says why it was taken or rejected, and a probe
+that raises is a rejection with its error, never a crash.
+
+A *static* probe (the default, and what ``plan`` and ``run`` use) imports
+nothing: ``initorch plan --profile auto`` stays a dry run, and a run's profile
+``env:`` is still applied before torch or a vendor plugin is first imported.
+A *deep* probe (``initorch detect --import``) also imports the candidate's
+packages and counts the devices it sees, up to the chosen candidate.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol, runtime_checkable
+
+Status = Literal["chosen", "rejected", "fits", "not probed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Machine:
+    """Where probes look: device nodes and libraries under ``root`` (``/``, or a host
+    mounted into a container, or a test's stand-in), this ``environ``, this OS."""
+
+    root: Path = Path("/")
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    system: str = field(default_factory=lambda: platform.system().lower())
+    arch: str = field(default_factory=lambda: platform.machine().lower())
+
+    def path(self, absolute: str | os.PathLike[str]) -> Path:
+        """``absolute`` (a path on the machine) as seen from here, under ``root``."""
+        return self.root / str(absolute).lstrip("/")
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A probe's answer: whether the device fits, and why (or why not), one reason each."""
+
+    fits: bool
+    reasons: tuple[str, ...]
+
+
+@runtime_checkable
+class DeviceProbe(Protocol):
+    """Finds out whether this machine has ``device`` (a profile's ``device.type``)."""
+
+    @property
+    def device(self) -> str: ...
+
+    @property
+    def priority(self) -> int: ...
+
+    def probe(self, machine: Machine, deep: bool) -> Verdict: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One device as detection saw it."""
+
+    device: str
+    priority: int
+    status: Status
+    reasons: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"device": self.device, "priority": self.priority, "status": self.status,
+                "reasons": list(self.reasons)}
+
+
+@dataclass(frozen=True, slots=True)
+class Detection:
+    """Every candidate in priority order; ``chosen`` is the device type that fits first."""
+
+    candidates: tuple[Candidate, ...]
+    deep: bool
+
+    @property
+    def chosen(self) -> str | None:
+        return next((c.device for c in self.candidates if c.status == "chosen"), None)
+
+    def table(self) -> str:
+        """What ``initorch detect`` prints: one row per candidate, then the choice."""
+        width = max([len(c.device) for c in self.candidates] + [6])
+        lines = [f"{'device':<{width}}  {'result':<10}  why"]
+        for candidate in self.candidates:
+            lines.append(f"{candidate.device:<{width}}  {candidate.status:<10}  "
+                         f"{'; '.join(candidate.reasons)}")
+        how = "packages imported, devices counted" if self.deep else \
+            "static: nothing imported; --import also counts devices"
+        chosen = self.chosen
+        lines += ["", f"chosen: {chosen if chosen else 'none'} ({how})"]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"chosen": self.chosen, "deep": self.deep,
+                "candidates": [c.to_dict() for c in self.candidates]}
+
+
+class ProbeBook:
+    """The registered probes; one per device type."""
+
+    def __init__(self) -> None:
+        self._probes: dict[str, DeviceProbe] = {}
+
+    def add(self, probe: DeviceProbe) -> None:
+        from initorch.errors import InitorchError
+
+        if not isinstance(probe, DeviceProbe):
+            raise InitorchError(f"{probe!r} is not a device probe",
+                                hint="give it device, priority and probe(machine, deep)")
+        if probe.device in self._probes:
+            raise InitorchError(f"a probe for device type '{probe.device}' is registered twice",
+                                hint="register one probe per device type")
+        self._probes[probe.device] = probe
+
+    def extend(self, probes: Iterable[DeviceProbe]) -> None:
+        for probe in probes:
+            self.add(probe)
+
+    def copy(self) -> ProbeBook:
+        clone = ProbeBook()
+        clone._probes = dict(self._probes)
+        return clone
+
+    def __iter__(self) -> Iterator[DeviceProbe]:
+        """In priority order (then by device type, so that ties are stable)."""
+        return iter(sorted(self._probes.values(), key=lambda p: (p.priority, p.device)))
+
+
+def detect(probes: ProbeBook, machine: Machine | None = None, *, deep: bool = False
+           ) -> Detection:
+    """Ask every probe, in priority order; the first that fits is chosen.
+
+    A deep probe imports packages only up to the chosen candidate (importing two
+    vendor plugins into one process can itself fail); the rest are probed
+    statically and reported as ``fits`` or ``rejected``.
+    """
+    machine = machine or Machine()
+    candidates: list[Candidate] = []
+    chosen: str | None = None
+    for probe in probes:
+        verdict = _ask(probe, machine, deep=deep and chosen is None)
+        if not verdict.fits:
+            status: Status = "rejected"
+        elif chosen is None:
+            status, chosen = "chosen", probe.device
+        else:
+            status = "fits"
+            verdict = Verdict(True, (*verdict.reasons, f"{chosen} comes first"))
+        candidates.append(Candidate(probe.device, probe.priority, status, verdict.reasons))
+    return Detection(tuple(candidates), deep)
+
+
+def _ask(probe: DeviceProbe, machine: Machine, *, deep: bool) -> Verdict:
+    """The probe's verdict; whatever it raises is a rejection that says so."""
+    try:
+        verdict = probe.probe(machine, deep)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # an import may do anything, sys.exit included
+        first = str(exc).strip().splitlines()
+        return Verdict(False, (f"the probe failed: {type(exc).__name__}: "
+                               f"{first[0] if first else ''}",))
+    if not isinstance(verdict, Verdict):
+        return Verdict(False, (f"the probe answered {verdict!r}, not a Verdict",))
+    return verdict

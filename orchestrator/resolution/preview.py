@@ -1,0 +1,88 @@
+"""Plan-time previews: what a step will do here, told before anything runs.
+
+Some steps depend on facts the dry run can know without importing torch: which
+cores each local rank will be pinned to (sysfs and the launcher's environment),
+how ranks fall into tensor- and pipeline-parallel groups (the settings). A step
+declares ``@my_step.preview``; resolution calls it once per planned step with a
+:class:`PreviewContext` and keeps the returned lines in
+:attr:`~initorch.resolution.plan.PlannedStep.notes`, which ``initorch plan``
+prints under the step and ``--json`` lists as ``preview``.
+
+A preview may also refuse settings that cannot work (``ctx.reject(...)``):
+``initorch plan`` and ``validate`` then fail with the setting's
+``file:line:col``, before any process starts.  Every refusal of every step is
+reported together.  Notes depend on the machine and the environment, so they
+are left out of the plan's fingerprint; the refusals do not change it either.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from initorch.errors import InitorchError, Problem, ResolveError
+from initorch.loading.document import Setting
+from initorch.location import SourceLocation
+from initorch.model.devices import DeviceRef
+from initorch.resolution.plan import PlannedStep
+
+
+@dataclass(frozen=True, slots=True)
+class PreviewContext:
+    """What a step's preview sees: the resolved settings, the device and the
+    environment the plan was made in (``WORLD_SIZE``, ``LOCAL_WORLD_SIZE`` under
+    torchrun).  A preview must not import torch or a vendor package."""
+
+    step: str
+    device: DeviceRef
+    settings: Mapping[str, Setting]
+    environ: Mapping[str, str]
+
+    def setting(self, key: str) -> Any:
+        """A declared setting's value by dotted key (a preview may read any declared
+        setting: showing a device module's name is not reading it at run time)."""
+        try:
+            return self.settings[key].value
+        except KeyError:
+            raise ResolveError(f"step '{self.step}' reads setting '{key}', which no step "
+                               "or plugin declares",
+                               hint="declare it with setting(...) in @step(settings=...)"
+                               ) from None
+
+    def where(self, key: str) -> SourceLocation | None:
+        """Where a setting was last set (a profile line or the command line)."""
+        setting = self.settings.get(key)
+        return setting.location if setting is not None else None
+
+    def reject(self, message: str, *, setting: str | None = None,
+               hint: str | None = None) -> NoReturn:
+        """Refuse the plan: ``message`` is reported at ``setting``'s location."""
+        where = self.where(setting) if setting is not None else None
+        raise ResolveError(f"step '{self.step}': {message}", location=where, hint=hint)
+
+
+def preview_steps(steps: tuple[PlannedStep, ...], settings: Mapping[str, Setting],
+                  device: DeviceRef, environ: Mapping[str, str]) -> tuple[PlannedStep, ...]:
+    """``steps`` with each preview's notes attached; one :class:`ResolveError` listing
+    every refusal.  An exception other than an :class:`InitorchError` is a bug in
+    the step and propagates as it is."""
+    problems: list[Problem] = []
+    previewed: list[PlannedStep] = []
+    for planned in steps:
+        preview = planned.step.preview
+        if preview is None:
+            previewed.append(planned)
+            continue
+        context = PreviewContext(planned.name, device, settings, environ)
+        try:
+            notes = tuple(str(line) for line in preview(context))
+        except InitorchError as error:
+            problems.extend(error.problems)
+            continue
+        previewed.append(dataclasses.replace(planned, notes=notes))
+    if problems:
+        raise ResolveError(f"{len(problems)} problem(s) found by step previews",
+                           problems=problems)
+    return tuple(previewed)

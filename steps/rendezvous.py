@@ -1,0 +1,170 @@
+"""``rendezvous``: join the job's torch.distributed store, where the ranks agree on the plan.
+
+The store is torch.distributed's own, from its own rendezvous
+(``torch.distributed.rendezvous``, the handler ``init_process_group`` calls,
+``torch/distributed/rendezvous.py`` in torch 2.13): under torchrun a client of the
+agent's TCPStore (``TORCHELASTIC_USE_AGENT_STORE``); otherwise the TCPStore that
+rank 0 serves at the rendezvous address, for SLURM, plain processes and a world
+of one alike.  ``init_torch_distributed`` hands this same store to
+``init_process_group``, so the job meets exactly once, and never at a rendezvous
+of initorch's own.
+
+Where the ranks meet comes from the launcher (:class:`~initorch.RankInfo`'s
+``rendezvous``: ``--dist-init-addr``, ``MASTER_ADDR:MASTER_PORT``, SLURM's first
+node), else from ``distributed.master_addr``/``distributed.master_port``; a world
+of one without either gets a free loopback port.  The run (the core) then keeps
+a heartbeat there and agrees on the plan with every rank before any step that
+waits for peers (:mod:`initorch.execution.peers`).
+
+When the job spans hosts, gloo must be told which interface to use: left alone,
+``ProcessGroupGloo`` resolves the host name, and where that does not name a
+local address (containers, network namespaces, a bare ``/etc/hosts``) it falls
+back to loopback, advertises ``127.0.0.1`` to the other hosts and fails with
+``Gloo connectFullMesh failed ... Connection refused, remote=[127.0.0.1]``.  So
+unless ``GLOO_SOCKET_IFNAME`` is set, this step sets it to the interface that
+holds the address reaching the rendezvous (``HOST_IP`` wins), until teardown.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from initorch import JobStore, PeerBounds, StepContext, StepError, setting, step
+from initorch.addresses import host_port, split_host_port
+from initorch.model.step import MAX_TIMEOUT_S
+from initorch.steps.engine_hostname import local_host
+from initorch.steps.network import free_port, interface_with
+
+GLOO_INTERFACE = "GLOO_SOCKET_IFNAME"  # read by ProcessGroupGloo when a gloo group forms
+
+MASTER_ADDR = setting(
+    "distributed.master_addr", str, default="127.0.0.1", pattern=r"\S+",
+    description="rendezvous host when no launcher gives one (--dist-init-addr, torchrun, "
+                "SLURM)")
+MASTER_PORT = setting(
+    "distributed.master_port", int, default=0, minimum=0, maximum=65535,
+    description="rendezvous port when no launcher gives one; 0 picks a free one (a world "
+                "of one only)")
+# datetime.timedelta overflows long before 1e999 (which YAML reads as infinity).
+TIMEOUT_S = setting(
+    "distributed.timeout_s", float, default=120, exclusive_minimum=0, maximum=MAX_TIMEOUT_S,
+    description="process-group timeout in seconds (collectives, and how long a barrier "
+                "step waits for ranks that are alive but slow)")
+JOIN_TIMEOUT_S = setting(
+    "distributed.join_timeout_s", float, default=300, exclusive_minimum=0,
+    maximum=MAX_TIMEOUT_S,
+    description="how long the ranks wait for each other to join the job's store and "
+                "publish their plans")
+PEER_TIMEOUT_S = setting(
+    "distributed.peer_timeout_s", float, default=30, exclusive_minimum=0,
+    maximum=MAX_TIMEOUT_S,
+    description="a rank whose heartbeat has not moved for this long counts as lost: the "
+                "others stop, naming it, instead of waiting for the collective timeout")
+
+
+@dataclass(frozen=True, slots=True)
+class TorchJobStore:
+    """The job's store: ``store`` for ``init_process_group``, ``peers`` (a clone: its own
+    connection, keys under this job's name) for the run's agreement and heartbeat."""
+
+    store: Any
+    peers: Any
+    address: str
+    hosted_here: bool
+    bounds: PeerBounds
+    gloo_interface: str | None = None  # GLOO_SOCKET_IFNAME as this step set it
+
+
+def agent_store() -> bool:
+    """torchrun's agent serves the store; every worker is a client of it."""
+    return os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+
+
+def namespace() -> str:
+    """Keys of this job (and attempt: torchrun's store outlives a restart)."""
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID")
+    if run_id and agent_store():
+        return f"initorch/{run_id}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    return "initorch/job"
+
+
+def endpoint(ctx: StepContext) -> tuple[str, int]:
+    """Where the ranks meet: the launcher's rendezvous, else the settings."""
+    if ctx.rank.rendezvous is not None:
+        return split_host_port(ctx.rank.rendezvous)
+    host = str(ctx.setting("distributed.master_addr"))
+    port = int(ctx.setting("distributed.master_port"))
+    if port:
+        return host, port
+    if ctx.rank.world_size > 1:
+        raise StepError(
+            f"rank {ctx.rank.rank} of {ctx.rank.world_size}: no launcher says where the ranks "
+            "meet, and distributed.master_port is 0",
+            hint="pass --dist-init-addr HOST:PORT (Run(dist_init_addr=...)), start the ranks "
+                 "with torchrun or srun, or set distributed.master_addr and "
+                 "distributed.master_port")
+    return host, free_port(host)
+
+
+def gloo_interface(ctx: StepContext, rendezvous_host: str) -> str | None:
+    """The interface gloo should use, when the job spans hosts and nobody said."""
+    if not ctx.rank.spans_hosts or GLOO_INTERFACE in os.environ:
+        return None
+    address = local_host("auto", rendezvous_host)
+    name = interface_with(address)
+    if name is None:
+        ctx.log.warning("gloo_interface_unknown", address=address,
+                        why=f"no interface holds it; set {GLOO_INTERFACE} if gloo groups fail")
+    return name
+
+
+@step(
+    "rendezvous",
+    description="Join the job's torch.distributed store (torchrun's, or the TCPStore behind "
+                "the init method) and agree on the plan with every rank",
+    requires=["import_backend"],
+    job_store=True,
+    settings=(MASTER_ADDR, MASTER_PORT, TIMEOUT_S, JOIN_TIMEOUT_S, PEER_TIMEOUT_S),
+)
+def rendezvous(ctx: StepContext) -> JobStore:
+    from torch.distributed.distributed_c10d import PrefixStore
+    from torch.distributed.rendezvous import rendezvous as torch_rendezvous
+
+    host, port = endpoint(ctx)
+    address = host_port(host, port)
+    join = float(ctx.setting("distributed.join_timeout_s"))
+    hosted_here = ctx.rank.rank == 0 and not agent_store()
+    ctx.log.info("job_store_joining", address=address, serving=hosted_here,
+                 world_size=ctx.rank.world_size, launcher=ctx.rank.launcher)
+    url = f"tcp://{address}"
+    try:
+        store, _, _ = next(torch_rendezvous(url, rank=ctx.rank.rank,
+                                            world_size=ctx.rank.world_size,
+                                            timeout=datetime.timedelta(seconds=join)))
+    except (RuntimeError, ValueError) as exc:
+        doing = "serving" if hosted_here else "reaching"
+        raise StepError(f"rendezvous {url}: {doing} the job's store failed: {exc}",
+                        hint="check that every rank has the same rendezvous address and "
+                             "that rank 0 is running") from exc
+    store.set_timeout(datetime.timedelta(seconds=float(ctx.setting("distributed.timeout_s"))))
+    bounds = PeerBounds(join, float(ctx.setting("distributed.peer_timeout_s")),
+                        float(ctx.setting("distributed.timeout_s")))
+    interface = gloo_interface(ctx, host)
+    if interface is not None:
+        os.environ[GLOO_INTERFACE] = interface
+        ctx.log.info("gloo_interface_chosen", interface=interface, towards=host)
+    return TorchJobStore(store, PrefixStore(namespace(), store.clone()), address,
+                         hosted_here, bounds, interface)
+
+
+@rendezvous.teardown
+def leave_job_store(ctx: StepContext, job: TorchJobStore) -> None:
+    """The run has already said goodbye on the store; undo what this step set."""
+    if job.gloo_interface is not None and os.environ.get(GLOO_INTERFACE) == job.gloo_interface:
+        del os.environ[GLOO_INTERFACE]
+
+
+STEPS = (rendezvous,)

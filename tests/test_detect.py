@@ -1,0 +1,194 @@
+"""Hardware detection: ``initorch detect``, ``--profile auto`` and no ``--profile`` at all.
+
+On this machine the CPU is chosen and every other candidate is rejected with a reason;
+with the simulated Ascend stack (``tests/simulated/``) and a simulated host root that
+also has an NVIDIA driver, npu is chosen over cuda, because npu is probed first.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from initorch import (
+    Detection,
+    Machine,
+    Registry,
+    Verdict,
+    detect_device,
+)
+from initorch.loading.detection import ProbeBook, detect
+from initorch.steps.detect import BUILTIN_PROBES, HardwareProbe, find_library
+from tests.conftest import SIMULATED_SITE, initorch_command, run_python
+
+PRIORITY = ["npu", "musa", "rocm", "cuda", "xpu", "mps", "cpu"]
+REJECTIONS = ("package ", "runtime library ", "no device node ", "needs darwin",
+              "no device visible", "this torch is not that build")
+
+
+def simulated_host(root: Path, *devices: str) -> Path:
+    """A host root with the simulated device nodes and vendor libraries of ``devices``."""
+    sys.path.insert(0, str(SIMULATED_SITE))
+    try:
+        machine = importlib.import_module("initorch_simulation.machine")
+    finally:
+        sys.path.remove(str(SIMULATED_SITE))
+    return Path(machine.build_root(root, devices))
+
+
+def detect_json(*args: str, env: dict[str, str] | None = None, simulated: bool = False
+                ) -> dict:
+    result = initorch_command("detect", "--json", *args, env=env, simulated=simulated)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def by_device(data: dict) -> dict[str, dict]:
+    return {c["device"]: c for c in data["candidates"]}
+
+
+def test_the_documented_priority_order():
+    assert [probe.device for probe in sorted(BUILTIN_PROBES, key=lambda p: p.priority)] == \
+        PRIORITY
+
+
+def test_this_cpu_machine_chooses_cpu_and_says_why_each_other_is_rejected():
+    data = detect_json()
+    assert [c["device"] for c in data["candidates"]] == PRIORITY
+    assert (data["chosen"], data["deep"]) == ("cpu", False)
+    for candidate in data["candidates"][:-1]:
+        assert candidate["status"] == "rejected", candidate
+        assert candidate["reasons"] and all(
+            reason.startswith(REJECTIONS) for reason in candidate["reasons"]), candidate
+    candidates = by_device(data)
+    assert "package torch_npu missing" in candidates["npu"]["reasons"]
+    assert "runtime library libcuda.so.1 missing" in candidates["cuda"]["reasons"]
+    assert candidates["cpu"] == {"device": "cpu", "priority": 1000, "status": "chosen",
+                                 "reasons": ["the host CPU is always there"]}
+
+
+def test_the_table_names_every_candidate_and_the_choice():
+    result = initorch_command("detect")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["device", "result", "why"]
+    assert [line.split()[0] for line in lines[1:8]] == PRIORITY
+    assert lines[1].split()[1] == "rejected" and lines[7].split()[1] == "chosen"
+    assert lines[-1] == "chosen: cpu (static: nothing imported; --import also counts devices)"
+
+
+def test_npu_is_chosen_over_cuda_on_a_simulated_host_with_both(tmp_path):
+    root = simulated_host(tmp_path / "host", "npu", "cuda")
+    data = detect_json("--root", str(root), simulated=True)
+    candidates = by_device(data)
+    assert data["chosen"] == "npu"
+    assert candidates["npu"]["reasons"] == [
+        "package torch_npu installed",
+        "libascendcl.so at /usr/local/Ascend/ascend-toolkit/latest/lib64/libascendcl.so",
+        "device node /dev/davinci0, /dev/davinci1"]
+    assert candidates["cuda"]["status"] == "fits"
+    assert candidates["cuda"]["reasons"][-1] == "npu comes first"
+    assert candidates["cpu"]["status"] == "fits"
+
+
+def test_a_deep_probe_imports_the_simulated_torch_npu_and_counts_its_devices(tmp_path):
+    root = simulated_host(tmp_path / "host", "npu", "cuda")
+    data = detect_json("--root", str(root), "--import", simulated=True,
+                       env={"ASCEND_RT_VISIBLE_DEVICES": "4,5,6"})
+    npu = by_device(data)["npu"]
+    assert (data["chosen"], data["deep"], npu["status"]) == ("npu", True, "chosen")
+    assert npu["reasons"][-1] == "3 device(s) visible (torch.npu.device_count)"
+
+
+def test_hidden_devices_and_a_missing_cann_are_rejections_with_reasons(tmp_path):
+    root = simulated_host(tmp_path / "host", "npu", "cuda")
+    hidden = by_device(detect_json("--root", str(root), simulated=True,
+                                   env={"ASCEND_RT_VISIBLE_DEVICES": ""}))
+    assert hidden["npu"]["reasons"] == ["no device visible: ASCEND_RT_VISIBLE_DEVICES='' hides "
+                                        "them all"]
+    assert hidden["cuda"]["status"] == "chosen"  # statically, the NVIDIA host is there
+    deep = detect_json("--root", str(root), "--import", simulated=True,
+                       env={"INITORCH_SIM_CANN_MISSING": "1"})
+    candidates = by_device(deep)
+    assert candidates["npu"]["reasons"][0].startswith(
+        "package torch_npu fails to import: libhccl.so: cannot open shared object file")
+    # the CPU build of torch is no CUDA build, however the host looks
+    assert candidates["cuda"]["reasons"] == [
+        "this torch is not that build (torch.version.cuda is not set)"]
+    assert deep["chosen"] == "cpu"
+
+
+def test_the_static_probe_imports_no_torch_and_plan_auto_is_a_dry_run():
+    result = run_python("""
+        import sys
+        from initorch import detect_device, load_plan
+        detection = detect_device()
+        plan = load_plan(["auto"])
+        print(detection.chosen, plan.device.type,
+              sorted(m for m in ("torch", "torch_npu", "torch_musa", "mooncake")
+                     if m in sys.modules))
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["cpu", "cpu", "[]"]
+
+
+@pytest.mark.parametrize("args", [(), ("--profile", "auto")], ids=["no-profile", "auto"])
+def test_plan_without_a_profile_detects_the_machine(args):
+    result = initorch_command("plan", *args, env={"INITORCH_PROFILE": ""})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[:2] == ["profiles: base -> cpu", "device:   cpu"]
+    assert result.stderr == ("initorch: profile auto: this machine is cpu ('initorch detect' "
+                             "says why)\n")
+
+
+def test_initorch_profile_is_the_default_selection():
+    result = initorch_command("plan", "--json", env={"INITORCH_PROFILE": "npu,npu-hccl"})
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["profiles"] == ["base", "npu", "npu-hccl"]
+    assert result.stderr == ""
+
+
+class Exploding:
+    device, priority = "boom", 5
+
+    def probe(self, machine: Machine, deep: bool) -> Verdict:
+        raise SystemExit("a vendor library called exit()")
+
+
+def test_a_probe_that_raises_is_a_rejection_never_a_crash():
+    probes = ProbeBook()
+    probes.extend([Exploding(), *BUILTIN_PROBES])
+    detection = detect(probes, Machine())
+    boom = detection.candidates[0]
+    assert (boom.device, boom.status) == ("boom", "rejected")
+    assert boom.reasons == ("the probe failed: SystemExit: a vendor library called exit()",)
+    assert detection.chosen == "cpu"
+
+
+def test_a_plugin_probe_is_registered_like_the_built_ins():
+    registry = Registry.with_plugins()
+    registry.probes.add(HardwareProbe("tpu", 5, "test", always="a test device"))
+    detection = detect_device(registry)
+    assert isinstance(detection, Detection)
+    assert (detection.chosen, detection.candidates[0].device) == ("tpu", "tpu")
+    with pytest.raises(Exception, match="registered twice"):
+        registry.probes.add(HardwareProbe("tpu", 6, "test"))
+
+
+def test_libraries_are_found_on_the_loader_path_and_in_vendor_folders(tmp_path):
+    (tmp_path / "etc" / "ld.so.conf.d").mkdir(parents=True)
+    (tmp_path / "etc" / "ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
+    (tmp_path / "etc" / "ld.so.conf.d" / "vendor.conf").write_text("# x\n/opt/vendor/lib\n")
+    for folder, name in (("opt/vendor/lib", "libone.so.2"), ("custom", "libtwo.so"),
+                         ("toolkit/lib64", "libthree.so")):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / name).touch()
+    machine = Machine(tmp_path, {"LD_LIBRARY_PATH": "/custom:relative", "KIT": "/toolkit"})
+    assert find_library(machine, "libone.so") == "/opt/vendor/lib/libone.so.2"
+    assert find_library(machine, "libtwo.so") == "/custom/libtwo.so"
+    assert find_library(machine, "libthree.so", ("$KIT/lib64",)) == "/toolkit/lib64/libthree.so"
+    assert find_library(machine, "libthree.so", ("$UNSET/lib64",)) is None

@@ -1,0 +1,223 @@
+"""Several real ranks on loopback, started as plain processes or as SLURM tasks: they agree
+on the plan through torch.distributed's store, a rank with another ``--set`` is named on
+every rank, and a rank killed mid-start-up makes the others stop, naming it, long before
+any collective timeout."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import initorch_command
+from tests.helpers_ranks import clean_env, free_port, spawn, wait_all, wait_for_line
+
+pytestmark = pytest.mark.e2e
+
+NO_MOONCAKE = ("run", "--profile", "cpu", "--set", "mooncake.enabled=false",
+               "--log-format", "json")
+# Far beyond the test's own bound: a rank that waited for a collective would hang the test.
+NO_COLLECTIVE_TIMEOUT = ("--set", "distributed.timeout_s=3600",
+                         "--set", "distributed.join_timeout_s=3600")
+
+
+def plain_ranks(world: int, args_of_rank, env: dict[str, str] | None = None):
+    """``world`` processes started with --dist-init-addr/--nnodes/--node-rank, no launcher
+    variables in their environment."""
+    address = f"127.0.0.1:{free_port()}"
+    return [spawn([*args_of_rank(rank), "--dist-init-addr", address, "--nnodes", str(world),
+                   "--node-rank", str(rank)], env or clean_env())
+            for rank in range(world)]
+
+
+def test_dist_init_addr_alone_starts_two_ranks_with_the_store_path(tmp_path):
+    procs = plain_ranks(2, lambda rank: (
+        "run", "--profile", "cpu", "--set", "checks.verify_transfer=true",
+        "--set", "hicache.host_pool_mb=4", "--log-format", "json",
+        "--trace", str(tmp_path / "trace-{rank}.json"),
+        "--report", str(tmp_path / "run-{rank}.json")))
+    ended = wait_all(procs)
+    for rank, result in enumerate(ended):
+        assert result.returncode == 0, result.stderr[-4000:]
+        [started] = result.named("run_started")
+        assert (started["rank"], started["world_size"], started["launcher"]) == (rank, 2, "args")
+        [agreed] = result.named("plan_agreed")
+        assert agreed["world_size"] == 2
+        [verified] = result.named("transfer_verified")
+        assert verified["received_from"] == (rank - 1) % 2
+    assert ended[0].named("job_store_joining")[0]["serving"] is True
+    assert ended[1].named("job_store_joining")[0]["serving"] is False
+    assert len({e.named("plan_agreed")[0]["fingerprint"] for e in ended}) == 1
+    assert [json.loads((tmp_path / f"run-{rank}.json").read_text())["rank"]
+            for rank in (0, 1)] == [0, 1]
+    merged = initorch_command("trace", "merge", str(tmp_path / "trace-0.json"),
+                              str(tmp_path / "trace-1.json"), "-o", str(tmp_path / "all.json"))
+    assert merged.returncode == 0, merged.stderr
+    events = json.loads((tmp_path / "all.json").read_text())["traceEvents"]
+    steps = {(e["pid"], e["name"]) for e in events if e.get("cat") == "initorch.step"}
+    assert {(rank, "rendezvous") for rank in (0, 1)} <= steps
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert names == {0: "initorch rank 0 (base + cpu)", 1: "initorch rank 1 (base + cpu)"}
+
+
+def test_one_rank_with_another_setting_is_caught_on_every_rank():
+    procs = plain_ranks(3, lambda rank: (
+        *NO_MOONCAKE, *NO_COLLECTIVE_TIMEOUT,
+        *(("--set", "hicache.host_pool_mb=128") if rank == 1 else ())))
+    ended = wait_all(procs)
+    for rank, result in enumerate(ended):
+        assert result.returncode == 1, result.stderr[-4000:]
+        last = result.last
+        assert (last["event"], last["step"]) == ("run_failed", "rendezvous")
+        first, detail, *_ = last["text"].splitlines()
+        assert first.startswith(f"initorch: error: rank {rank}: the ranks' plans differ")
+        assert detail == "  hicache.host_pool_mb: 64 on ranks 0,2; 128 on rank 1"
+        assert result.named("plan_disagreement")[0]["differences"] == [detail.strip()]
+        skipped = {e["step"] for e in result.named("step_skipped")
+                   if e.get("root_cause") == "rendezvous"}
+        assert "init_torch_distributed" in skipped  # nothing waited for a peer
+
+
+def start_and_kill(killed: int) -> list:
+    """Three plain processes; rank ``killed`` lingers before the process group and is
+    killed there (SIGKILL) once the other two wait for it at that step's barrier."""
+    procs = plain_ranks(3, lambda rank: (
+        *NO_MOONCAKE, *NO_COLLECTIVE_TIMEOUT, "--plugin", "tests.job_plugin",
+        "--set", f"test.linger_rank={killed}", "--set", "test.linger_s=3600",
+        "--set", "distributed.peer_timeout_s=3"))
+    wait_for_line(procs[killed], '"event": "lingering"')
+    for rank in {0, 1, 2} - {killed}:
+        wait_for_line(procs[rank], '"step": "init_torch_distributed", "attempt"')
+    os.kill(procs[killed].pid, signal.SIGKILL)
+    ended = wait_all(procs)
+    assert ended[killed].returncode == -signal.SIGKILL
+    return ended
+
+
+def test_a_rank_killed_mid_start_up_makes_the_others_stop_naming_it():
+    ended = start_and_kill(1)
+    for rank in (0, 2):
+        result = ended[rank]
+        assert result.returncode == 1, result.stderr[-4000:]
+        assert result.last["step"] == "init_torch_distributed"
+        assert ("rank 1 stopped answering: its heartbeat has not moved for "
+                in result.last["text"])
+        assert "it was last seen in step linger (running)" in result.last["text"]
+        lost = result.named("peer_lost")
+        assert not lost or lost[0]["lost_rank"] == 1
+
+
+def test_the_rank_serving_the_store_killed_mid_start_up_is_named_by_the_others():
+    ended = start_and_kill(0)
+    for rank in (1, 2):
+        result = ended[rank]
+        assert result.returncode == 1, result.stderr[-4000:]
+        assert result.last["step"] == "init_torch_distributed"
+        first = result.last["text"].splitlines()[0]
+        assert first.startswith(f"initorch: error: rank {rank}: rank 0, which serves the "
+                                "job's store at 127.0.0.1:"), first
+        # where this rank last saw it: the store is gone, so nothing newer can be read
+        assert re.search(r", stopped answering: it has likely died; it was last seen (in step "
+                         rf"(rendezvous|linger) \(\w+\)|joining the job); rank {rank} stops "
+                         "too$", first), first
+
+
+def test_two_slurm_tasks_are_one_job_of_two():
+    port = free_port()
+    common = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2",
+              "SLURM_NODELIST": "localhost", "SLURM_TASKS_PER_NODE": "2", "SLURM_NODEID": "0",
+              "MASTER_PORT": str(port)}
+    procs = [spawn(NO_MOONCAKE, clean_env({**common, "SLURM_PROCID": str(task),
+                                            "SLURM_LOCALID": str(task)}))
+             for task in (0, 1)]
+    ended = wait_all(procs)
+    for task, result in enumerate(ended):
+        assert result.returncode == 0, result.stderr[-4000:]
+        [started] = result.named("run_started")
+        assert (started["rank"], started["world_size"], started["local_rank"],
+                started["launcher"]) == (task, 2, task, "slurm")
+        [joining] = result.named("job_store_joining")
+        assert joining["address"] == f"localhost:{port}"
+        assert result.named("plan_agreed")[0]["world_size"] == 2
+
+
+def test_a_batch_script_with_slurm_ntasks_is_refused_instead_of_running_alone():
+    env = clean_env({"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "2", "SLURM_PROCID": "0",
+                     "SLURM_NODELIST": "localhost"})
+    [result] = wait_all([spawn(NO_MOONCAKE, env)])
+    assert result.returncode == 2
+    assert result.last["event"] == "error"
+    assert "the world size is ambiguous: SLURM_NTASKS=2, but this process is not an srun " \
+           "task" in result.last["text"]
+    assert not result.named("run_started")
+
+
+IN_CODE = """
+import json, sys
+import torch, torch.distributed as dist
+from initorch import RankInfo, Run, load_plan, start
+
+how, rank, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+lean = {"mooncake.enabled": False, "hicache.enabled": False}
+
+def summed() -> int:
+    value = torch.tensor([rank + 1])
+    dist.all_reduce(value)
+    return int(value.item())
+
+if how == "rank-info":  # where to meet: the settings, since RankInfo names no rendezvous
+    plan = load_plan(["cpu"], settings={**lean, "distributed.master_port": port})
+    with Run(plan, rank=RankInfo(rank=rank, world_size=2), heartbeat=None):
+        result = summed()
+else:  # SGLang-style arguments
+    with start(profile="cpu", settings=lean, dist_init_addr=f"127.0.0.1:{port}", nnodes=2,
+               node_rank=rank):
+        result = summed()
+print(json.dumps({"sum": result, "group_after": dist.is_initialized()}))
+"""
+
+
+@pytest.mark.parametrize("how", ["rank-info", "dist-init-addr"])
+def test_in_code_ranks_need_no_launcher_variables(how):
+    """``Run(plan, rank=RankInfo(...))`` with the settings saying where to meet, and
+    ``start(dist_init_addr=..., nnodes=..., node_rank=...)``: a real gloo group of two with
+    no MASTER_ADDR, MASTER_PORT, RANK or WORLD_SIZE anywhere in the environment."""
+    port = free_port()
+    env = clean_env()
+    assert not {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"} & set(env)
+    procs = [subprocess.Popen([sys.executable, "-c", IN_CODE, how, str(rank), str(port)],
+                              env=env, text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+             for rank in (0, 1)]
+    for result in wait_all(procs):
+        assert result.returncode == 0, result.stderr[-4000:]
+        assert json.loads(result.stdout.splitlines()[-1]) == {"sum": 3, "group_after": False}
+
+
+def test_server_steps_take_the_local_ranks_from_the_arguments():
+    """Two plain processes on one node (``--nproc-per-node 2 --local-rank L``), no
+    ``LOCAL_WORLD_SIZE``: ``bind_cpu_threads`` splits the cores between the two local
+    ranks as the arguments describe them, and the model-parallel groups span both."""
+    address = f"127.0.0.1:{free_port()}"
+    procs = [spawn(["run", "--profile", "cpu", "--profile", "server",
+                    "--set", "mooncake.enabled=false", "--set", "hicache.enabled=false",
+                    "--set", "parallel.tp_size=2", "--log-format", "json",
+                    "--dist-init-addr", address, "--nnodes", "1", "--node-rank", "0",
+                    "--nproc-per-node", "2", "--local-rank", str(rank)], clean_env())
+             for rank in (0, 1)]
+    ended = wait_all(procs)
+    bound = []
+    for rank, result in enumerate(ended):
+        assert result.returncode == 0, result.stderr[-4000:]
+        [started] = result.named("run_started")
+        assert (started["rank"], started["local_rank"], started["world_size"]) == (rank, rank, 2)
+        [binding] = result.named("cpu_threads_bound")
+        assert binding["local_world_size"] == 2
+        bound.append(binding["cpus"])
+    if len(os.sched_getaffinity(0)) >= 2:  # a core each where there are two to share
+        assert bound[0] != bound[1], bound

@@ -1,0 +1,117 @@
+"""The tiny server, for real: started by initorch under torchrun on 2 CPU ranks,
+one request answered by both ranks in agreement (and equal to a single-process
+reference decode of the same weights), then a clean shutdown that leaves no
+process and no listening port behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLES = REPO / "examples"
+sys.path.insert(0, str(EXAMPLES))
+
+from tiny_server.client import get, leftovers, post, wait_ready  # noqa: E402
+from tiny_server.kv_cache import KVPool  # noqa: E402
+from tiny_server.model import TensorParallel, TinyDecoder, generate_weights  # noqa: E402
+
+START_TIMEOUT = 90.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def reference_tokens(weights: Path, prompt: str, count: int) -> list[int]:
+    """The same decode in this process, without tensor parallelism."""
+    model = TinyDecoder.load(weights, TensorParallel(0, 1, None))
+    config = model.config
+    pool = KVPool(config.num_layers, 256, model.local_heads, config.head_dim)
+    return model.generate(list(prompt.encode()), count, pool)
+
+
+def test_tiny_server_starts_answers_and_shuts_down_cleanly(tmp_path: Path) -> None:
+    weights = generate_weights(tmp_path / "model.safetensors")
+    ready = tmp_path / "ready.json"
+    command = [str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node=2",
+               f"--master-port={free_port()}", "-m", "tiny_server.launch",
+               "--set", f"model.path={weights}", "--ready-file", str(ready),
+               "--log-format", "json"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(EXAMPLES), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        info = wait_ready(proc, ready, START_TIMEOUT)
+        url = info["url"]
+        assert url.startswith("http://127.0.0.1:")
+
+        status, answer = post(f"{url}/generate", {"prompt": "hello", "max_new_tokens": 8})
+        assert status == 200, answer
+        assert answer["ranks"] == 2 and answer["ranks_agree"] is True
+        assert answer["tokens_by_rank"][0] == answer["tokens_by_rank"][1] == answer["tokens"]
+        assert answer["tokens"] == reference_tokens(weights, "hello", 8)
+
+        status, refused = post(f"{url}/generate", {"prompt": "", "max_new_tokens": 8})
+        assert status == 400 and "prompt" in refused["error"]
+
+        startup = get(f"{url}/startup")
+        chain = [link["step"] for link in startup["critical_chain"]]
+        assert chain[0] == "warmup"
+        assert {"memory_baseline", "load_model", "init_model_parallel"} <= set(chain)
+        assert "critical chain:" in startup["summary"]
+
+        status, stopping = post(f"{url}/shutdown", {})
+        assert status == 200 and stopping == {"stopping": True, "ranks": 2}
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-6000:]
+    events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    served = [e for e in events if e["event"] == "request_served"]
+    assert len(served) == 2 and all(e["ranks_agree"] for e in served)
+    torn_down = {(e["rank"], e["step"]) for e in events if e["event"] == "teardown_succeeded"}
+    for rank in (0, 1):
+        assert {(rank, "init_model_parallel"), (rank, "register_mem_pool_host"),
+                (rank, "init_mooncake_store"),
+                (rank, "init_shared_mooncake_transfer_engine")} <= torn_down
+    assert not [e for e in events if e["event"] == "teardown_failed"]
+    # The HiCache host pool went to the Mooncake Store, through one managed master.
+    assert {e["rank"] for e in events if e["event"] == "mooncake_store_ready"} == {0, 1}
+    assert {e["rank"] for e in events if e["event"] == "host_pool_registered"} == {0, 1}
+    assert len([e for e in events if e["event"] == "mooncake_master_stopped"]) == 1
+    assert sum(1 for rank in info["ranks"] if rank["master"]) == 1
+    kv = {e["rank"]: e["nbytes"] for e in events if e["event"] == "kv_pool_allocated"}
+    host = {e["rank"]: e["nbytes"] for e in events if e["event"] == "host_pool_allocated"}
+    assert host == {rank: 2 * nbytes for rank, nbytes in kv.items()}  # hicache.host_pool_ratio
+    assert leftovers(info) == []
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    (b"not json", "body is not JSON"),
+    (b"[1]", "body must be a JSON object"),
+    (b'{"prompt": 3}', "'prompt' must be a non-empty string"),
+    (b'{"prompt": "x", "max_new_tokens": 0}', "'max_new_tokens' must be a whole number in 1..64"),
+    (b'{"prompt": "x", "max_new_tokens": true}', "'max_new_tokens'"),
+    (b'{"prompt": "xxxxxxxx", "max_new_tokens": 64}', "need 72 KV slots; the pool has 70"),
+])
+def test_bad_requests_are_refused_before_any_rank_decodes(body: bytes, message: str) -> None:
+    from tiny_server.serve import BadRequest, parse_generate
+
+    with pytest.raises(BadRequest, match=message):
+        parse_generate(body, max_new_tokens=64, pool_tokens=70)

@@ -1,0 +1,499 @@
+"""Ranks in step through the job's store: plan agreement, progress, barriers, leaving.
+
+The store here is an in-memory one with torch's ``Store`` semantics, and each rank a
+thread; ``tests/test_e2e_ranks.py`` does the same with real processes and torch's
+TCPStore.  Waits are bounded by the peers' own bounds, never by asserting times.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from initorch import (
+    JobStore,
+    PeerBounds,
+    PeerError,
+    RankInfo,
+    Registry,
+    StepContext,
+    load_plan,
+)
+from initorch.execution.agreement import differences, manifest, rank_list
+from initorch.execution.peers import JobPeers, KeyValueStore
+from initorch.execution.run import Run
+from tests.conftest import FLAG, define, synthetic_plan
+from tests.helpers_run import WAIT, Recorder
+
+QUICK = PeerBounds(join_s=WAIT, peer_s=WAIT, barrier_s=WAIT)
+
+
+class MemoryStore:
+    """torch.distributed ``Store`` semantics in memory: ``add`` counts, ``check`` says
+    whether keys exist, values are bytes.  Thread-safe."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    def set(self, key: str, value: bytes) -> None:
+        with self._lock:
+            self.data[key] = bytes(value)
+
+    def get(self, key: str) -> bytes:
+        with self._lock:
+            return self.data[key]
+
+    def add(self, key: str, amount: int) -> int:
+        with self._lock:
+            value = int(self.data.get(key, b"0")) + amount
+            self.data[key] = str(value).encode()
+            return value
+
+    def check(self, keys: list[str]) -> bool:
+        with self._lock:
+            return all(key in self.data for key in keys)
+
+
+@dataclass
+class Job:
+    """A :class:`JobStore` over a :class:`MemoryStore` (rank 0 'serves' it)."""
+
+    peers: KeyValueStore
+    address: str = "memory:0"
+    hosted_here: bool = False
+    bounds: PeerBounds = QUICK
+
+
+@dataclass
+class Clock:
+    """A clock that moves only when the code under test sleeps; ``on_sleep`` runs at
+    each sleep (a peer's heartbeat thread, say, in lockstep with this clock)."""
+
+    now: float = 0.0
+    slept: list[float] = field(default_factory=list)
+    on_sleep: Callable[[], None] | None = None
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+        if self.on_sleep is not None:
+            self.on_sleep()
+
+
+def peers_of(store: MemoryStore, rank: int, world: int, *, bounds: PeerBounds = QUICK,
+             clock: Clock | None = None) -> JobPeers:
+    job = Job(store, hosted_here=rank == 0, bounds=bounds)
+    if clock is None:
+        return JobPeers(job, RankInfo(rank, 0, world), _Quiet())
+    return JobPeers(job, RankInfo(rank, 0, world), _Quiet(), clock=clock, sleep=clock.sleep)
+
+
+class _Quiet:
+    """A logger that keeps what it is told."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, dict[str, Any]]] = []
+
+    def _log(self, level: str) -> Callable[..., None]:
+        def log(event: str, **fields: Any) -> None:
+            self.events.append((level, event, fields))
+        return log
+
+    def __getattr__(self, level: str) -> Callable[..., None]:
+        return self._log(level)
+
+
+def in_threads(world: int, body: Callable[[int], Any]) -> dict[int, Any]:
+    """``body(rank)`` on one thread per rank; each result or raised error by rank."""
+    results: dict[int, Any] = {}
+
+    def run(rank: int) -> None:
+        try:
+            results[rank] = body(rank)
+        except Exception as exc:
+            results[rank] = exc
+
+    threads = [threading.Thread(target=run, args=(rank,)) for rank in range(world)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT * 2)
+    assert not any(thread.is_alive() for thread in threads), "a rank hung"
+    return results
+
+
+def agree_all(plans: list[Any]) -> dict[int, Any]:
+    store = MemoryStore()
+    world = len(plans)
+
+    def agree(rank: int) -> JobPeers:
+        peers = peers_of(store, rank, world)
+        peers.start()
+        try:
+            peers.agree(plans[rank])
+        finally:
+            peers.stop()
+        return peers
+
+    return in_threads(world, agree)
+
+
+# -- agreement ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_ranks_with_the_same_plan_agree(world):
+    plan = load_plan(["cpu"])
+    results = agree_all([plan] * world)
+    for peers in results.values():
+        assert isinstance(peers, JobPeers), peers
+        [agreed] = [e for e in peers.log.events if e[1] == "plan_agreed"]
+        assert agreed[2]["world_size"] == world and agreed[2]["fingerprint"] == plan.fingerprint
+
+
+def test_one_rank_with_a_different_setting_is_named_on_every_rank():
+    usual = load_plan(["cpu"])
+    other = load_plan(["cpu"], settings={"hicache.host_pool_mb": 128})
+    results = agree_all([usual, other, usual, usual])
+    for error in results.values():
+        assert isinstance(error, PeerError)
+        assert error.details == ("hicache.host_pool_mb: 64 on ranks 0,2,3; 128 on rank 1",)
+        assert error.ranks == (0, 1, 2, 3)
+        assert str(error).startswith(
+            f"the ranks' plans differ (fingerprints: {usual.fingerprint[:12]} on ranks 0,2,3; "
+            f"{other.fingerprint[:12]} on rank 1)")
+        assert "initorch run --plan" in (error.hint or "")
+
+
+def test_device_type_steps_and_env_differences_are_each_named():
+    cpu, mps = load_plan(["cpu"]), load_plan(["mps"])
+    [first, second] = agree_all([cpu, mps]).values()
+    assert first.details == second.details
+    lines = first.details
+    assert lines[0] == "device type: cpu on rank 0; mps on rank 1"
+    assert "profiles: base -> cpu on rank 0; base -> mps on rank 1" in lines
+    assert any(line.startswith("step mooncake_master: planned (declaration ") and
+               line.endswith("on rank 0; skipped on rank 1") for line in lines)
+    assert "env MC_FORCE_TCP: 1 on rank 0; (not set) on rank 1" in lines
+    assert "mooncake.enabled: true on rank 0; false on rank 1" in lines
+
+
+def test_a_different_device_index_is_the_same_job():
+    results = agree_all([load_plan(["cpu"], device="cpu:0"), load_plan(["cpu"], device="cpu:1")])
+    assert all(isinstance(peers, JobPeers) for peers in results.values()), results
+
+
+def test_a_different_world_size_stops_both_sides_without_waiting_for_the_missing_rank():
+    plan = load_plan(["cpu"])
+    store = MemoryStore()
+
+    def agree(rank: int) -> None:
+        peers = JobPeers(Job(store), RankInfo(rank, 0, 2 if rank == 0 else 3), _Quiet())
+        peers.agree(plan)
+
+    results = in_threads(2, agree)
+    for error in results.values():
+        assert isinstance(error, PeerError)
+        assert error.details[0] == "world size: 2 on rank 0; 3 on rank 1"
+
+
+def test_two_processes_claiming_one_rank_are_refused():
+    store = MemoryStore()
+    plan = load_plan(["cpu"])
+    store.add("claim/0", 1)  # an earlier process took rank 0
+    with pytest.raises(PeerError, match=r"^rank 0 is claimed by more than one process"):
+        peers_of(store, 0, 2).agree(plan)
+
+
+def test_a_rank_that_never_joins_is_named_after_the_join_bound():
+    clock = Clock()
+    bounds = PeerBounds(join_s=5, peer_s=60, barrier_s=60)
+    store = MemoryStore()
+    plan = load_plan(["cpu"])
+    joined = peers_of(store, 1, 3)
+    joined._publish()
+    store.set("plan/1", json.dumps(manifest(plan, RankInfo(1, 0, 3))).encode())
+    waiting = peers_of(store, 0, 3, bounds=bounds, clock=clock)  # rank 2 never starts
+    with pytest.raises(PeerError) as caught:
+        waiting.agree(plan)
+    error = caught.value
+    assert str(error) == "rank 2 did not publish its plan within 5s"
+    assert error.details == ("rank 2: never joined the job store at memory:0",)
+    assert error.ranks == (2,)
+    assert clock.now >= 5 and max(clock.slept) <= 0.5  # it kept polling, within its bound
+
+
+# -- progress, barriers and lost peers ------------------------------------------------------
+
+def test_a_barrier_releases_no_rank_before_every_rank_arrived():
+    store = MemoryStore()
+    arrived = Recorder()
+    gate = threading.Event()
+
+    everyone = [peers_of(store, rank, 3) for rank in range(3)]
+    for peers in everyone:
+        peers.start()  # all have joined, as after the agreement
+
+    def rank_body(rank: int) -> None:
+        peers = everyone[rank]
+        if rank == 2:
+            gate.wait(WAIT)  # the last rank arrives late
+        arrived.start(f"arrive-{rank}")
+        arrived.finish(f"arrive-{rank}")
+        if rank == 0:
+            gate.set()
+        peers.barrier("init_torch_distributed")
+        arrived.start(f"leave-{rank}")
+        arrived.finish(f"leave-{rank}")
+        peers.stop()
+
+    results = in_threads(3, rank_body)
+    assert all(result is None for result in results.values()), results
+    last_arrival = max(arrived.finishes[f"arrive-{rank}"][0] for rank in range(3))
+    assert all(arrived.starts[f"leave-{rank}"][0] > last_arrival for rank in range(3))
+
+
+def test_a_failed_peer_stops_a_barrier_at_once():
+    clock = Clock()
+    store = MemoryStore()
+    waiting = peers_of(store, 0, 2, clock=clock)
+    failing = peers_of(store, 1, 2)
+    waiting.start()
+    failing.start()
+    failing.step_started("init_shared_mooncake_transfer_engine")
+    failing.step_finished("init_shared_mooncake_transfer_engine", "failed")
+    with pytest.raises(PeerError) as caught:
+        waiting.barrier("init_torch_distributed")
+    assert str(caught.value) == ("rank 1 failed in step init_shared_mooncake_transfer_engine; "
+                                 "rank 0 stops too")
+    assert caught.value.ranks == (1,)
+    assert clock.now < QUICK.peer_s  # it did not wait for a heartbeat to go stale
+
+
+def test_a_peer_whose_heartbeat_stops_is_lost_after_the_peer_bound_with_its_last_step():
+    clock = Clock()
+    store = MemoryStore()
+    bounds = PeerBounds(join_s=60, peer_s=3, barrier_s=600)
+    waiting = peers_of(store, 0, 2, bounds=bounds, clock=clock)
+    dead = peers_of(store, 1, 2)
+    dead.start()
+    dead.stop()  # killed: its heartbeat never moves again
+    dead.step_started("load_weights")
+    with pytest.raises(PeerError) as caught:
+        waiting.barrier("init_torch_distributed")
+    message = str(caught.value)
+    assert message.startswith("rank 1 stopped answering: its heartbeat has not moved for ")
+    assert message.endswith("it was last seen in step load_weights (running); rank 0 stops too")
+    assert bounds.peer_s <= clock.now < bounds.barrier_s
+
+
+class DyingStore(MemoryStore):
+    """A store whose serving process dies: every call fails once ``dead`` is set, as
+    torch's TCPStore client fails when the rank that serves it is killed."""
+
+    dead = False
+
+    def check(self, keys: list[str]) -> bool:
+        if self.dead:
+            raise ConnectionResetError("Connection reset by peer")
+        return super().check(keys)
+
+
+def test_a_store_that_stops_answering_names_the_rank_serving_it_and_its_last_step():
+    store = DyingStore()
+    clock = Clock()
+    waiting = peers_of(store, 1, 2, clock=clock)
+    server = peers_of(store, 0, 2)  # hosted_here: it serves the store
+    server.start()
+    server.step_started("load_weights")
+
+    def die() -> None:
+        store.dead = True
+
+    waiting.states([0])  # what the heartbeat thread would have seen meanwhile
+    clock.on_sleep = die
+    with pytest.raises(PeerError) as caught:
+        waiting.barrier("init_torch_distributed")
+    assert str(caught.value) == (
+        "rank 0, which serves the job's store at memory:0, stopped answering: it has likely "
+        "died; it was last seen in step load_weights (running); rank 1 stops too")
+    assert caught.value.ranks == (0,)
+    assert caught.value.details == (
+        "the store client said: ConnectionResetError: Connection reset by peer",)
+    assert clock.now < QUICK.peer_s  # at once, not after a heartbeat went stale
+
+
+def test_a_store_lost_before_its_server_was_seen_says_so_without_naming_a_rank():
+    store = DyingStore()
+    store.dead = True
+    with pytest.raises(PeerError) as caught:
+        peers_of(store, 1, 2).agree(load_plan(["cpu"]))
+    assert str(caught.value) == (
+        "the job's store at memory:0 stopped answering: the process that serves it (rank 0, "
+        "or the launcher's agent) has likely exited; rank 1 stops too")
+    assert caught.value.ranks == ()
+
+
+def test_a_slow_but_alive_peer_is_waited_for_until_the_barrier_bound():
+    store = MemoryStore()
+    bounds = PeerBounds(join_s=60, peer_s=3, barrier_s=20)
+    slow = peers_of(store, 1, 2)
+    slow.step_started("load_weights")
+    clock = Clock(on_sleep=slow._publish)  # its heartbeat moves as our time passes
+    waiting = peers_of(store, 0, 2, bounds=bounds, clock=clock)
+    with pytest.raises(PeerError) as caught:
+        waiting.barrier("init_torch_distributed")
+    assert str(caught.value).startswith("rank 1 did not reach step init_torch_distributed "
+                                        "within 20s")
+    assert caught.value.details == ("rank 1: last seen in step load_weights (running)",)
+
+
+def test_the_rank_that_serves_the_store_leaves_last():
+    store = MemoryStore()
+    host, other = peers_of(store, 0, 2), peers_of(store, 1, 2)
+    host.start()
+    other.start()
+    left = Recorder()
+
+    def leave_host() -> None:
+        host.leave(failed_step=None)
+        left.start("host")
+        left.finish("host")
+
+    thread = threading.Thread(target=leave_host)
+    thread.start()
+    left.start("other")
+    left.finish("other")
+    other.leave(failed_step="rendezvous")
+    thread.join(WAIT)
+    assert left.starts["host"][0] > left.starts["other"][0]
+    assert b'"failed": "rendezvous"' in store.data["progress/1"]
+
+
+def test_peer_lost_is_logged_by_the_heartbeat_while_the_rank_is_busy():
+    store = MemoryStore()
+    bounds = PeerBounds(join_s=60, peer_s=0.2, barrier_s=60)
+    busy = peers_of(store, 0, 2, bounds=bounds)
+    dead = peers_of(store, 1, 2, bounds=bounds)
+    dead.step_started("linger")  # published once, never again
+    busy.start()
+    pause = threading.Event()
+    for _ in range(int(WAIT / 0.05)):
+        if any(e[1] == "peer_lost" for e in busy.log.events):
+            break
+        pause.wait(0.05)
+    busy.stop()
+    [lost] = [e for e in busy.log.events if e[1] == "peer_lost"]
+    assert lost[0] == "error" and lost[2]["lost_rank"] == 1
+    assert "last seen in step linger (running)" in lost[2]["problem"]
+
+
+# -- the run: job_store and barrier steps -----------------------------------------------------
+
+def job_step(store: MemoryStore) -> Any:
+    return define("join", lambda ctx: Job(store, hosted_here=ctx.rank.rank == 0),
+                  job_store=True)
+
+
+def test_runs_agree_then_hold_a_barrier_step_until_every_rank_finished_its_dependencies(
+        tmp_path):
+    store = MemoryStore()
+    recorder = Recorder()
+
+    def prepare(ctx: StepContext) -> None:
+        recorder.start(f"prepare-{ctx.rank.rank}")
+        recorder.finish(f"prepare-{ctx.rank.rank}")
+
+    def use(ctx: StepContext) -> None:
+        recorder.start(f"use-{ctx.rank.rank}")
+        recorder.finish(f"use-{ctx.rank.rank}")
+
+    plan = synthetic_plan([job_step(store), define("prepare", prepare, requires=["join"]),
+                           define("use", use, requires=["prepare"], barrier=True)], tmp_path)
+
+    def run_rank(rank: int) -> Run:
+        run = Run(plan, rank=RankInfo(rank, 0, 3), heartbeat=None)
+        run.start()
+        run.teardown()
+        return run
+
+    results = in_threads(3, run_rank)
+    assert all(run.report.ok for run in results.values()), results
+    prepared = max(recorder.finishes[f"prepare-{rank}"][0] for rank in range(3))
+    assert min(recorder.starts[f"use-{rank}"][0] for rank in range(3)) > prepared
+    assert all(b'"state": "exited"' in store.data[f"progress/{rank}"] for rank in range(3))
+
+
+def test_a_disagreement_fails_the_job_store_step_on_every_rank(tmp_path):
+    store = MemoryStore()
+    plans = [synthetic_plan([job_step(store), define("after", requires=["join"],
+                                                    settings=(FLAG,))], tmp_path,
+                            f"config:\n  flag: {str(rank == 1).lower()}\n")
+             for rank in range(2)]
+
+    def run_rank(rank: int) -> Run:
+        run = Run(plans[rank], rank=RankInfo(rank, 0, 2), heartbeat=None)
+        run.start()
+        return run
+
+    results = in_threads(2, run_rank)
+    for run in results.values():
+        [failed] = run.report.failed
+        assert failed.name == "join" and isinstance(failed.error, PeerError)
+        assert run.report.outcomes["after"].reason == "upstream failed: join"
+
+
+def test_a_job_store_step_must_return_a_job_store(tmp_path):
+    plan = synthetic_plan([define("join", lambda ctx: "no store", job_store=True)], tmp_path)
+    run = Run(plan, rank=RankInfo(0, 0, 1), heartbeat=None)
+    run.start()
+    [failed] = run.report.failed
+    assert isinstance(failed.error, TypeError) and "not a JobStore" in str(failed.error)
+
+
+def test_a_barrier_before_the_job_store_is_joined_is_a_clear_failure(tmp_path):
+    plan = synthetic_plan([define("early", barrier=True)], tmp_path)
+    run = Run(plan, rank=RankInfo(0, 0, 2), heartbeat=None)
+    run.start()
+    [failed] = run.report.failed
+    assert "has not joined the job's store yet" in str(failed.error)
+    alone = Run(plan, rank=RankInfo(0, 0, 1), heartbeat=None)
+    assert alone.start().ok  # a world of one has nobody to wait for
+
+
+def test_a_job_store_step_cannot_also_be_a_barrier():
+    from initorch import StepDefinitionError
+
+    with pytest.raises(StepDefinitionError, match="cannot be both job_store and barrier"):
+        Registry().steps.add(define("join", job_store=True, barrier=True))
+
+
+def test_job_store_is_a_protocol_the_memory_job_satisfies():
+    assert isinstance(Job(MemoryStore()), JobStore)
+
+
+# -- rendering ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("ranks", "text"), [
+    ([1], "rank 1"), ([0, 2, 3], "ranks 0,2,3"), ([0, 1, 2, 3, 4, 5, 7], "ranks 0-5,7"),
+    ([3, 1, 2], "ranks 1-3"), ([0, 1, 4, 5], "ranks 0,1,4,5")])
+def test_rank_lists(ranks, text):
+    assert rank_list(ranks) == text
+
+
+def test_many_differences_are_cut_short():
+    plan = load_plan(["cpu"])
+    base = manifest(plan, RankInfo(0, 0, 2))
+    other = {**base, "settings": {**base["settings"],
+                                  **{f"x.k{i:02}": i for i in range(30)}}}
+    lines = differences({0: base, 1: other})
+    assert len(lines) == 21 and lines[-1] == "... and 10 more"
+    assert lines[0] == "x.k00: (not set) on rank 0; 0 on rank 1"

@@ -1,0 +1,130 @@
+"""The tiny server example without starting it: its plan on every accelerator,
+its weights file and sharded loading, its KV pool."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from initorch import Registry, load_plan
+from tests.conftest import REPO
+
+sys.path.insert(0, str(REPO / "examples"))
+
+from tiny_server.kv_cache import KVPool, KVPoolExhausted
+from tiny_server.model import (
+    TensorParallel,
+    TinyConfig,
+    TinyDecoder,
+    generate_weights,
+    read_config,
+)
+
+# SGLang 0.5.23 order, then the launcher's own steps (model_runner.py).
+SERVER_ORDER = ("bind_cpu_threads", "set_device", "init_torch_distributed",
+                "init_model_parallel", "warmup_collectives", "memory_baseline", "load_model",
+                "alloc_kv_pool", "alloc_host_mem_pool", "register_mem_pool_host", "warmup")
+
+
+@pytest.fixture(scope="module")
+def registry() -> Registry:
+    return Registry.with_plugins(["tiny_server.steps"])
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda", "npu", "musa", "rocm", "xpu"])
+def test_the_same_server_plans_on_every_accelerator(registry: Registry, device: str) -> None:
+    plan = load_plan(["tiny-server"], device=device, registry=registry)
+    assert plan.profiles == ("base", device, "server", "tiny-server")
+    assert [s for s in plan.order if s in SERVER_ORDER] == list(SERVER_ORDER)
+    assert plan.order.index("set_device") < plan.order.index(
+        "init_shared_mooncake_transfer_engine") < plan.order.index("register_mem_pool_host")
+    assert "alloc_kv_pool" in plan.step("alloc_host_mem_pool").step.requires
+
+
+def test_the_npu_plan_binds_the_device_before_the_engine(registry: Registry) -> None:
+    plan = load_plan(["tiny-server"], device="npu", registry=registry)
+    chain = plan.explain("set_device", "init_shared_mooncake_transfer_engine")
+    assert chain[0].kind == "device"
+
+
+def test_weights_round_trip_and_shard_by_rows_and_columns(tmp_path: Path) -> None:
+    path = generate_weights(tmp_path / "w.safetensors", seed=3)
+    config = read_config(path)
+    assert config == TinyConfig()
+    full = TinyDecoder.load(path, TensorParallel(0, 1, None)).weights
+    halves = [TinyDecoder.load(path, TensorParallel(r, 2, None)).weights for r in (0, 1)]
+    q, o = "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.o_proj.weight"
+    assert torch.equal(torch.cat([h[q] for h in halves], dim=0), full[q])  # column-parallel
+    assert torch.equal(torch.cat([h[o] for h in halves], dim=1), full[o])  # row-parallel
+    embed = "model.embed_tokens.weight"
+    assert all(torch.equal(h[embed], full[embed]) for h in halves)  # replicated
+    again = generate_weights(tmp_path / "again.safetensors", seed=3)
+    assert TinyDecoder.load(again, TensorParallel(0, 1, None)).weights[q].equal(full[q])
+
+
+def test_heads_must_split_over_the_ranks(tmp_path: Path) -> None:
+    path = generate_weights(tmp_path / "w.safetensors")
+    with pytest.raises(ValueError, match="does not split over 3"):
+        TinyDecoder.load(path, TensorParallel(0, 3, None))
+
+
+def test_kv_pool_hands_out_and_takes_back_slots() -> None:
+    pool = KVPool(layers=2, tokens=8, heads=2, head_dim=4)
+    assert pool.device_pool_bytes == 8 * KVPool.bytes_per_token(2, 2, 4)
+    first = pool.allocate(5)
+    assert pool.free_slots == 3
+    with pytest.raises(KVPoolExhausted, match="6 KV slots needed, 3 free of 8"):
+        pool.allocate(6)
+    pool.free(first)
+    assert pool.free_slots == 8
+
+
+def test_decode_with_the_kv_pool_equals_recomputing_everything(tmp_path: Path) -> None:
+    model = TinyDecoder.load(generate_weights(tmp_path / "w.safetensors"),
+                             TensorParallel(0, 1, None))
+    pool = KVPool(model.config.num_layers, 64, model.local_heads, model.config.head_dim)
+    cached = model.generate(list(b"initorch"), 6, pool)
+    tokens = list(b"initorch")
+    for _ in range(6):
+        slots = pool.allocate(len(tokens))
+        logits = model.forward(torch.tensor(tokens), torch.arange(len(tokens)), slots, slots,
+                               pool)
+        pool.free(slots)
+        tokens.append(int(logits[-1].argmax()))
+    assert cached == tokens[len(b"initorch"):]
+    assert pool.free_slots == 64
+
+
+def test_the_launchers_dry_run_imports_no_torch() -> None:
+    from tests.conftest import run_python
+
+    result = run_python(f"""
+        import sys
+        sys.path.insert(0, {str(REPO / "examples")!r})
+        from tiny_server.launch import main
+        assert main(["--device", "musa", "--plan"]) == 0
+        print("TORCH", sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "mooncake")))
+        """, env={"LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2"})
+    assert result.returncode == 0, result.stderr
+    assert "profiles: base -> musa -> server -> tiny-server" in result.stdout
+    assert "local rank 1: cpus" in result.stdout
+    assert result.stdout.splitlines()[-1] == "TORCH []"
+
+
+@pytest.mark.parametrize("device", ["npu", "musa", "cuda"])
+def test_initorch_plans_the_server_with_its_plugin(device: str) -> None:
+    import json
+    import os
+
+    from tests.conftest import initorch_command
+
+    path = os.pathsep.join(filter(None, [str(REPO / "examples"), os.environ.get("PYTHONPATH")]))
+    result = initorch_command("--plugin", "tiny_server.steps", "plan", "-d", device,
+                              "-p", "tiny-server", "--json", env={"PYTHONPATH": path})
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["profiles"] == ["base", device, "server", "tiny-server"]
+    assert [s for s in plan["order"] if s in SERVER_ORDER] == list(SERVER_ORDER)
