@@ -274,20 +274,23 @@ def test_sigterm_during_the_real_import_backend_ends_the_run(tmp_path):
 
 @pytest.mark.e2e
 def test_sigterm_while_blocked_in_the_rendezvous_ends_the_run_with_teardown(tmp_path):
-    # Rank 0 of 2 waits in the store for a rank 1 that never comes (torchrun's
+    # Rank 0 of 2 waits in the job's store for a rank 1 that never comes (torchrun's
     # SIGTERM to the survivor of a dead peer); 120 s of timeout must not matter,
     # nor torchrun's 30 s before SIGKILL: the wait is bounded far below both.
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
     code, events = signal_at([str(SCRIPT), "run", "-p", "cpu", "--log-format", "json",
                               "--set", "mooncake.enabled=false"], tmp_path,
-                             '"event": "process_group_starting"', env=env)
+                             '"event": "job_store_joining"', env=env)
     assert code == 143, events
     completed = {e["step"] for e in events if e["event"] == "step_succeeded"}
     torn = {e["step"] for e in events if e["event"] == "teardown_succeeded"}
-    assert "init_torch_distributed" not in completed
-    assert torn and torn <= completed, (torn, completed)  # what completed is undone
+    assert not {"rendezvous", "init_torch_distributed"} & completed
+    assert torn <= completed, (torn, completed)  # what completed is undone
+    assert not any(e["event"] == "teardown_failed" for e in events)
     assert any(e["event"] == "signal_received" for e in events)
+    [interrupted] = [e for e in events if e["event"] == "run_interrupted"]
+    assert interrupted["exit_code"] == 143
 
 
 def _free_port() -> int:
