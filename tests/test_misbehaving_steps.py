@@ -378,17 +378,6 @@ def test_a_second_concurrent_run_is_refused_clearly():
     Run(plan_of([define("third")])).start()  # the first one torn down: free again
 
 
-def test_a_run_that_opts_out_of_exclusivity_may_run_beside_another():
-    # Ranks simulated as threads of one process (tests/test_peers.py) share nothing
-    # process-wide; they say so with exclusive=False.
-    first = Run(plan_of([define("only")]))
-    first.start()
-    try:
-        assert Run(plan_of([define("other")]), exclusive=False).start().ok
-    finally:
-        first.teardown()
-
-
 def test_dry_runs_may_run_beside_a_real_one():
     real = Run(plan_of([define("only")]))
     real.start()

@@ -420,7 +420,7 @@ def test_runs_agree_then_hold_a_barrier_step_until_every_rank_finished_its_depen
                            define("use", use, requires=["prepare"], barrier=True)], tmp_path)
 
     def run_rank(rank: int) -> Run:
-        run = Run(plan, rank=RankInfo(rank, 0, 3), heartbeat=None, exclusive=False)
+        run = Run(plan, rank=RankInfo(rank, 0, 3), heartbeat=None)
         run.start()
         run.teardown()
         return run
@@ -440,7 +440,7 @@ def test_a_disagreement_fails_the_job_store_step_on_every_rank(tmp_path):
              for rank in range(2)]
 
     def run_rank(rank: int) -> Run:
-        run = Run(plans[rank], rank=RankInfo(rank, 0, 2), heartbeat=None, exclusive=False)
+        run = Run(plans[rank], rank=RankInfo(rank, 0, 2), heartbeat=None)
         run.start()
         return run
 

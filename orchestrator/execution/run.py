@@ -94,11 +94,7 @@ class Run:
     ``node_rank`` (and ``nproc_per_node``, ``local_rank``) describe it, else
     torchrun's or SLURM's variables (:mod:`initorch.execution.launchers`).
     ``heartbeat`` is the interval in seconds at which a step that is still
-    running logs ``step_still_running`` (``None``: never).  A run holds its
-    process (``exclusive``): another one started while it is alive raises
-    :class:`ActiveRunError`, since runs share the process group, the environment
-    and fd 2.  ``exclusive=False`` opts out, for plans whose steps touch no
-    process-wide state (tests that simulate ranks as threads of one process).
+    running logs ``step_still_running`` (``None``: never).
     """
 
     def __init__(
@@ -115,7 +111,6 @@ class Run:
         nproc_per_node: int | None = None,
         local_rank: int | None = None,
         handle_signals: bool = False,
-        exclusive: bool = True,
         teardown_at_exit: bool = False,
         heartbeat: float | None = DEFAULT_INTERVAL_S,
         clock: Callable[[], float] = time.perf_counter,
@@ -136,7 +131,6 @@ class Run:
         self.log = get_logger(profile="+".join(plan.profiles), rank=self.state.rank.rank)
         self._peers: JobPeers | None = None
         self._handle_signals = handle_signals
-        self._exclusive = exclusive and not isinstance(self.executor, DryRunExecutor)
         self._teardown_at_exit = teardown_at_exit
         self._clock, self._sleep = clock, sleep
         self._t0 = 0.0
@@ -165,7 +159,7 @@ class Run:
         """Run every step; on failure tear down before returning the report."""
         if self._started or self._torn_down:
             raise RuntimeError("a Run is single-use; create a new one")
-        if self._exclusive:
+        if not isinstance(self.executor, DryRunExecutor):
             _ACTIVE.claim(self)
         self._started = True
         try:
