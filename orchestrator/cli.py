@@ -235,9 +235,9 @@ def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
 
 
 def per_rank_path(option: str, path: str | None, rank: RankInfo) -> str | None:
-    """``path`` with ``{rank}`` and ``{local_rank}`` filled in; refused when its folder
-    is missing, when it names another placeholder, or when several ranks of this job
-    would write the same file."""
+    """``path`` with ``{rank}`` and ``{local_rank}`` filled in; refused when it names
+    another placeholder, or when several ranks of this job would write the same file
+    (whether the file can be written is :func:`check_outputs`'s to say)."""
     if not path:
         return None
     placeholders = set(re.findall(r"{([^{}]*)}", path))
@@ -250,12 +250,7 @@ def per_rank_path(option: str, path: str | None, rank: RankInfo) -> str | None:
                             f"{rank.world_size} ranks would write this file",
                             hint="put {rank} in the name (run-{rank}.json), or {local_rank} "
                                  "on storage that is not shared between hosts")
-    filled = path.replace("{rank}", str(rank.rank)).replace("{local_rank}",
-                                                            str(rank.local_rank))
-    if not os.path.isdir(os.path.dirname(os.path.abspath(filled))):
-        raise InitorchError(f"{option} {display_path(filled)}: the folder does not exist",
-                            hint="create it first, or write the file elsewhere")
-    return filled
+    return path.replace("{rank}", str(rank.rank)).replace("{local_rank}", str(rank.local_rank))
 
 
 def _run(args: argparse.Namespace, registry: Registry, rank: RankInfo,
@@ -364,12 +359,9 @@ def cmd_detect(args: argparse.Namespace, registry: Registry) -> int:
 def cmd_trace_merge(args: argparse.Namespace, registry: Registry) -> int:
     from initorch.reporting.trace_merge import merge_traces
 
+    check_outputs([OutputFile("--out", args.out)], args.files)
     merged = merge_traces(args.files)
-    if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
-        raise InitorchError(f"--out {display_path(args.out)}: the folder does not exist",
-                            hint="create it first, or write the file elsewhere")
-    with open(args.out, "w", encoding="utf-8") as handle:
-        json.dump(merged, handle, indent=1)
+    write_atomically(args.out, json.dumps(merged, indent=1))
     ranks = merged["otherData"]["ranks"]
     sys.stderr.write(f"initorch: merged {len(ranks)} rank(s) into {display_path(args.out)}; "
                      "open it in Perfetto (ui.perfetto.dev)\n")
