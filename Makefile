@@ -40,11 +40,10 @@ unit: $(STAMP)
 
 test: system-deps $(STAMP) lint unit
 
+# One table of every performance figure against its goal (bench/table.py); the other
+# scripts in bench/ take one figure apart.
 bench: system-deps $(STAMP)
-	$(BIN)/python bench/dry_run.py
-	$(BIN)/python bench/executors.py
-	$(BIN)/python bench/logging_overhead.py
-	$(BIN)/python bench/saved_plan.py
+	$(BIN)/python bench/table.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -2,8 +2,8 @@
 
 The public face of the package; everything else is private to its module.
 Two groups of names are imported on first use: the resolver's (``load_plan``,
-``start``, ``resolve``, ``StepGraph``: networkx), so that running a saved plan
-never imports networkx, and the run-time ones (``Run``, ``RunReport``,
+``start``, ``resolve``, ``StepGraph``), so that running a saved plan never loads
+it, and the run-time ones (``Run``, ``RunReport``,
 ``StepOutcome``, ``RunInterrupted``, ``configure_logging``) and the renderers, so
 that a dry run never pays for the executors and structlog's stdlib integration.
 """

@@ -184,7 +184,7 @@ def start(
     steps: Sequence[str] = (),
     registry: Registry | None = None,
     executor: str = "sequential",
-    workers: int = 4,
+    workers: int | None = None,
     rank: RankInfo | None = None,
     dist_init_addr: str | None = None,
     nnodes: int | None = None,

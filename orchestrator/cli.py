@@ -59,6 +59,9 @@ INITORCH_PLUGINS_ALLOW=NAME,... limits the installed plugins besides builtin."""
 
 Command = Callable[[argparse.Namespace, Registry], int]
 
+# executors.DEFAULT_MAX_WORKERS, which a dry run does not import (a test keeps them equal).
+MAX_WORKERS_SHOWN = 256
+
 PLUGIN_HELP = ("load the plugin function MODULE:FUNCTION (default MODULE:register), or "
                "skip the installed plugin NAME with no:NAME; repeatable, after "
                "INITORCH_PLUGINS")
@@ -460,8 +463,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "(no profiles are read, nothing is resolved)")
     run.add_argument("--executor", choices=["sequential", "parallel", "dry-run"],
                      default="sequential", help="how steps are scheduled (default sequential)")
-    run.add_argument("--workers", type=_positive_int, default=4,
-                     help="parallel executor threads (default 4)")
+    run.add_argument("--workers", type=_positive_int, default=None,
+                     help="the most threads the parallel executor runs steps on (default: "
+                          f"one per ready step, up to {MAX_WORKERS_SHOWN})")
     run.add_argument("--report", metavar="FILE",
                      help="write the run report as JSON ({rank} and {local_rank} are "
                           "filled in)")

@@ -107,6 +107,22 @@ def test_a_dry_run_loads_neither_the_executors_nor_structlog():
     assert result.stderr.strip().splitlines()[-1] == "[]"
 
 
+def test_resolving_an_acyclic_plan_never_imports_networkx():
+    # networkx only enumerates cycles; a plan without one is ordered by plain dicts.
+    code = """
+        import sys
+        from initorch.cli import main
+        for argv in (["plan", "-p", "npu", "--json"], ["graph", "-p", "cpu"],
+                     ["explain", "-p", "npu", "set_device", "init_torch_distributed"],
+                     ["validate"]):
+            assert main(argv) == 0, argv
+        print(sorted(m for m in sys.modules if m.split(".")[0] == "networkx"), file=sys.stderr)
+        """
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "[]"
+
+
 def test_run_time_names_are_still_public():
     import initorch
     from initorch.execution.run import Run

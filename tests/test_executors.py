@@ -223,3 +223,49 @@ def test_run_accepts_an_executor_object():
     run = Run(plan, executor=ParallelExecutor(workers=1))
     assert run.start().executor == "parallel"
     assert recorder.order == ["only"]
+
+
+def test_parallel_default_runs_every_ready_waiting_step_at_once():
+    # 64 independent steps each wait at one barrier: only a thread per ready step
+    # lets them all arrive (with 4 workers the barrier would time out and break).
+    count = 64
+    barrier = threading.Barrier(count, timeout=WAIT)
+    plan = plan_of([define(f"wait{i:02d}", lambda ctx: barrier.wait()) for i in range(count)])
+    run = Run(plan, executor="parallel")
+    run.start()
+    assert run.report.ok, [o.error for o in run.report.failed]
+
+
+def test_parallel_runs_steps_that_hold_the_gil_one_at_a_time():
+    recorder = Recorder()
+    computing = [define(f"compute{i}", recorder.action(f"compute{i}"), holds_gil=True)
+                 for i in range(6)]
+    plan = plan_of(computing)
+    run = Run(plan, executor="parallel")
+    run.start()
+    assert run.report.ok, [o.error for o in run.report.failed]
+    assert recorder.max_active == 1
+    assert sorted(recorder.order) == [f"compute{i}" for i in range(6)]
+
+
+def test_the_cli_shows_the_parallel_executors_real_cap():
+    from initorch.cli import MAX_WORKERS_SHOWN
+    from initorch.execution.executors import DEFAULT_MAX_WORKERS
+
+    assert MAX_WORKERS_SHOWN == DEFAULT_MAX_WORKERS
+
+
+@pytest.mark.parametrize("executor", [*EXECUTORS, "dry-run"])
+def test_a_plan_whose_every_step_is_skipped_at_plan_time_finishes(executor):
+    recorder = Recorder()
+    plan = plan_of([define("gated", recorder.action("gated"), when="flags.enabled",
+                           settings=FLAGS_ENABLED)],
+                   extra_yaml="config:\n  flags:\n    enabled: false\n")
+    assert plan.order == ()
+    run = Run(plan, executor=executor)
+    runner = threading.Thread(target=run.start, daemon=True)
+    runner.start()
+    runner.join(WAIT)
+    assert not runner.is_alive(), "the run never finished"
+    assert recorder.order == []
+    assert run.report.outcomes["gated"].status == "skipped"

@@ -290,3 +290,22 @@ def test_records_point_at_the_code_that_logged(host_logging):
     [record] = host_logging.events("probe_event")
     assert record.pathname == __file__
     assert record.funcName == "test_records_point_at_the_code_that_logged"
+
+
+def test_exceptions_and_stacks_reach_the_record(host_logging):
+    logger = get_logger(profile="p")
+    try:
+        raise ValueError("probe failure")
+    except ValueError:
+        logger.exception("probe_exception")
+    logger.info("probe_stack", stack_info=True)
+    [failed] = host_logging.events("probe_exception")
+    [stacked] = host_logging.events("probe_stack")
+    assert failed.levelno == logging.ERROR
+    assert failed.exc_info is not None and failed.exc_info[0] is ValueError
+    assert "test_exceptions_and_stacks_reach_the_record" in (stacked.stack_info or "")
+
+
+def test_events_below_the_level_make_no_record(host_logging):
+    get_logger(profile="p").debug("probe_debug")  # the host logs at INFO
+    assert host_logging.events("probe_debug") == []

@@ -122,6 +122,7 @@ INVALID = [
     ({"name": "x", "device_bound": True, "binds_device": True},
      "cannot be both device_bound and binds_device"),
     ({"name": "x", "when": 5}, "when"),
+    ({"name": "x", "holds_gil": "yes"}, "holds_gil must be True or False, got 'yes'"),
 ]
 
 

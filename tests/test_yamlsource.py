@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from initorch.errors import ProfileError
-from initorch.loading.yamlsource import parse_yaml
+from initorch.loading.yamlsource import MAX_ALIAS_EXPANSION, alias_budget, parse_yaml
 from initorch.location import SourceLocation
 
 DOC = textwrap.dedent("""\
@@ -143,6 +143,40 @@ def test_recursive_alias_is_a_profile_error():
 def test_aliases_are_expanded():
     doc = parse_yaml("base: &b [1, 2]\ncopy: *b\n", "f.yaml")
     assert doc.data["copy"] == [1, 2]
+
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(8))
+
+
+def test_an_alias_bomb_is_refused_naming_aliases():
+    # "Billion laughs": 10**9 values from 9 lines.  The budget is the file's length in
+    # characters (at least MAX_ALIAS_EXPANSION), so it stops at once, with its position.
+    assert len(BOMB) < MAX_ALIAS_EXPANSION
+    error = parse_error(BOMB)
+    assert f"aliases expand to more than {MAX_ALIAS_EXPANSION} values" in error.args[0]
+    assert error.location is not None and error.location.path == "f.yaml"
+    assert "alias" in (error.problems[0].hint or "")
+
+
+def test_a_large_profile_without_aliases_loads():
+    # 30k steps with requires lists: about 150k values, far past the old cap of 20000
+    # values, and far below one value per character.
+    lines = ["steps:"] + [f"  s{i}: {{requires: [s{i - 1}, s{i - 2}]}}" for i in range(30_000)]
+    doc = parse_yaml("\n".join(lines) + "\n", "f.yaml")
+    assert len(doc.data["steps"]) == 30_000
+    assert doc.where("steps", "s29999", "requires", 1) == SourceLocation("f.yaml", 30001, 31)
+
+
+def test_aliases_may_repeat_what_they_name_within_a_budget_that_grows_with_the_file():
+    # Each step merges the same five defaults: 25k values built again through the
+    # alias, past a fixed 20000, within one per character of the file.
+    text = "defaults: &d {timeout: 5, retries: 1, a: 1, b: 2, c: 3}\nsteps:\n" + "".join(
+        f"  s{i}: {{<<: *d, when: flag}}\n" for i in range(5_000))
+    doc = parse_yaml(text, "f.yaml")
+    assert doc.data["steps"]["s4999"] == {"timeout": 5, "retries": 1, "a": 1, "b": 2, "c": 3,
+                                          "when": "flag"}
+    assert alias_budget(text) == len(text) > MAX_ALIAS_EXPANSION
 
 
 def test_merge_key_overrides_are_not_duplicates():

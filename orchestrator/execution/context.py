@@ -53,7 +53,7 @@ class RunState:
                 raise TypeError(f"step '{step}' binds the device but returned {value!r}, "
                                 "not a callable that binds it on the calling thread")
             self._binding = value
-        if self._join_job is not None and step in self.plan.order \
+        if self._join_job is not None and step in self.plan \
                 and self.plan.step(step).step.job_store:
             self._join_job(step, value)
         with self._lock:

@@ -6,18 +6,19 @@ Terraform's graph walker).  Three executors:
 
 ``sequential``  plan order on the calling thread: the default, and what a
                 server embeds.
-``parallel``    ready-set scheduling over the graph (``graphlib``'s
-                prepare/get_ready/done) on a bounded thread pool: independent
-                steps overlap, so wall time approaches the critical path.
+``parallel``    ready-set scheduling over the graph, a thread for every ready
+                step (up to a cap): independent steps overlap, so wall time
+                approaches the critical path.
 ``dry-run``     walks the plan exactly as ``sequential`` would and reports
                 what would run, without running anything.
 """
 
 from __future__ import annotations
 
-import graphlib
+import heapq
 import queue
 import threading
+from collections import deque
 from typing import Protocol
 
 from initorch.execution.signals import POLL_S
@@ -73,8 +74,24 @@ class DryRunExecutor:
             driver.would_run(planned)
 
 
+DEFAULT_MAX_WORKERS = 256
+"""The parallel executor's cap on threads when none is given.  Steps that wait (on
+I/O, a rendezvous, a native call that releases the GIL) cost a thread each and
+no CPU, so the executor starts a thread for every step that is ready, up to this
+many: 200 independent 0.2 s waits take about 0.2 s, not 200 / workers rounds.
+The cap only keeps a plan of thousands of independent steps from starting
+thousands of threads."""
+
+
 class ParallelExecutor:
-    """Each step as soon as everything ordered before it is done, on ``workers`` threads.
+    """Each step as soon as everything ordered before it is done, on as many threads
+    as steps are ready (at most ``workers``, default :data:`DEFAULT_MAX_WORKERS`).
+
+    Threads are started only when no idle one is left, and a thread that finishes
+    a step takes the next ready one itself: a chain of steps runs on one thread
+    with no hand-over between steps.  Steps that declare ``holds_gil`` (they compute
+    in Python rather than wait) run one at a time: two of them would only take
+    turns on the GIL and both finish late, holding back what depends on the first.
 
     The workers are daemon threads, not a ``ThreadPoolExecutor``: Python waits
     for a pool's threads at exit, so one hung step would keep an interrupted
@@ -83,74 +100,155 @@ class ParallelExecutor:
 
     name = "parallel"
 
-    def __init__(self, workers: int = 4) -> None:
-        if workers < 1:
+    def __init__(self, workers: int | None = None) -> None:
+        if workers is not None and workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.workers = workers
 
     def execute(self, driver: RunDriver) -> None:
+        _Walk(driver, self.workers or DEFAULT_MAX_WORKERS).run()
+
+
+class _Walk:
+    """One parallel walk of a plan: the ready set, the workers, and the first bug.
+
+    Whichever thread finishes a step updates the ready set (under ``_lock``),
+    keeps one ready step for itself and hands the others to idle workers or new
+    ones; the calling thread only waits for the end.
+    """
+
+    def __init__(self, driver: RunDriver, cap: int) -> None:
         plan = driver.plan
-        sorter: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter(
-            {name: plan.graph.predecessors(name) for name in plan.order})
-        sorter.prepare()
-        tasks: queue.SimpleQueue[PlannedStep | None] = queue.SimpleQueue()
-        finished: queue.SimpleQueue[tuple[str, BaseException | None]] = queue.SimpleQueue()
+        self._driver, self._plan, self._cap = driver, plan, cap
+        graph = plan.graph
+        self._waiting = {name: len(graph.predecessors(name)) for name in plan.order}
+        self._ready: list[str] = []  # a heap: ready steps start in name order
+        self._gil_ready: list[str] = []  # ready, but holding the GIL while another does
+        self._gil_busy = False
+        self._left = len(plan.order)
+        self._lock = threading.Lock()
+        self._idle: list[queue.SimpleQueue[PlannedStep | None]] = []
+        self._threads = 0
+        self._closed = False
+        self._bug: BaseException | None = None
+        self._over = threading.Event()
 
-        def work() -> None:
-            while (planned := tasks.get()) is not None:
-                try:
-                    driver.run_step(planned)
-                except BaseException as exc:  # run_step records failures; this is a bug
-                    finished.put((planned.name, exc))
-                else:
-                    finished.put((planned.name, None))
-
-        workers = [threading.Thread(target=work, name=f"initorch-worker-{i}", daemon=True)
-                   for i in range(min(self.workers, len(plan.steps)))]
-        for worker in workers:
-            worker.start()
-        running = 0
+    def run(self) -> None:
+        if not self._left:  # every step was skipped at plan time
+            return
         try:
-            while sorter.is_active():
-                for name in sorted(sorter.get_ready()):
-                    planned = plan.step(name)
-                    root = driver.blocked_by(planned)
-                    if root is None:
-                        tasks.put(planned)
-                        running += 1
-                    else:
-                        driver.skip(planned, root)
-                        sorter.done(name)
-                if not running:
-                    continue
-                name, error = _next_finished(finished)
-                running -= 1
-                if error is not None:
-                    raise error
-                sorter.done(name)
+            with self._lock:
+                self._release([name for name, count in self._waiting.items() if not count])
+                self._dispatch(keep=False)
+            # Waits in slices of POLL_S: a signal that lands just before a blocking wait
+            # starts does not wake it, and the run must still act on it (the handler
+            # runs between slices).
+            while not self._over.wait(POLL_S):
+                pass
+            if self._bug is not None:
+                raise self._bug
         finally:
             # Idle workers exit; busy ones finish their step (the run tears down what
-            # it produces) or, if hung, die with the interpreter.
-            for _ in workers:
-                tasks.put(None)
+            # it produces) and take nothing new, or, if hung, die with the interpreter.
+            with self._lock:
+                self._closed = True
+                idle, self._idle = self._idle, []
+            for inbox in idle:
+                inbox.put(None)
 
+    def _work(self, first: PlannedStep) -> None:
+        inbox: queue.SimpleQueue[PlannedStep | None] = queue.SimpleQueue()
+        task: PlannedStep | None = first
+        while task is not None:
+            try:
+                self._driver.run_step(task)
+            except BaseException as bug:  # run_step records failures; this is a bug
+                with self._lock:
+                    self._bug = self._bug or bug
+                    self._closed = True
+                self._over.set()
+                return
+            with self._lock:
+                task = self._finished(task)
+                if task is None:
+                    if self._closed:
+                        return
+                    self._idle.append(inbox)
+            if task is None:
+                task = inbox.get()
 
-def _next_finished(finished: queue.SimpleQueue[tuple[str, BaseException | None]]
-                   ) -> tuple[str, BaseException | None]:
-    """The next step a worker finished.  The main thread waits in slices of
-    ``POLL_S``: a signal that lands just before a blocking wait starts does not
-    wake it, and the run must still act on it (the handler runs between slices)."""
-    while True:
-        try:
-            return finished.get(timeout=POLL_S)
-        except queue.Empty:
-            continue
+    def _finished(self, planned: PlannedStep) -> PlannedStep | None:
+        """``planned`` is done: release what waited for it; the next step for this
+        thread, if any (under the lock)."""
+        if planned.step.holds_gil:
+            self._gil_busy = False
+            for name in self._gil_ready:
+                heapq.heappush(self._ready, name)
+            self._gil_ready.clear()
+        self._done(planned.name)
+        return self._dispatch(keep=not self._closed)
+
+    def _done(self, name: str) -> None:
+        self._left -= 1
+        if not self._left:
+            self._over.set()
+        self._release([successor for successor in self._plan.graph.successors(name)
+                       if self._count_down(successor)])
+
+    def _count_down(self, name: str) -> bool:
+        left = self._waiting[name] - 1
+        self._waiting[name] = left
+        return not left
+
+    def _release(self, names: list[str]) -> None:
+        """Steps whose predecessors are all done (in name order): ready, or skipped (and
+        so done) when one they hard-depend on failed; skips cascade, breadth first."""
+        pending = deque(names)
+        while pending:
+            name = pending.popleft()
+            planned = self._plan.step(name)
+            root = self._driver.blocked_by(planned)
+            if root is None:
+                heapq.heappush(self._ready, name)
+                continue
+            self._driver.skip(planned, root)
+            self._left -= 1
+            if not self._left:
+                self._over.set()
+            pending += [successor for successor in self._plan.graph.successors(name)
+                        if self._count_down(successor)]
+
+    def _dispatch(self, *, keep: bool) -> PlannedStep | None:
+        """Hand ready steps to idle workers or new ones (within the cap); with ``keep``,
+        the first one is returned for the calling worker instead."""
+        kept: PlannedStep | None = None
+        while self._ready and not self._closed:
+            planned = self._plan.step(heapq.heappop(self._ready))
+            if planned.step.holds_gil:
+                if self._gil_busy:
+                    heapq.heappush(self._gil_ready, planned.name)
+                    continue
+                self._gil_busy = True
+            if keep and kept is None:
+                kept = planned
+            elif self._idle:
+                self._idle.pop().put(planned)
+            elif self._threads < self._cap:
+                self._threads += 1
+                threading.Thread(target=self._work, args=(planned,), daemon=True,
+                                 name=f"initorch-worker-{self._threads}").start()
+            else:
+                heapq.heappush(self._ready, planned.name)
+                if planned.step.holds_gil:
+                    self._gil_busy = False
+                break
+        return kept
 
 
 EXECUTORS = ("sequential", "parallel", "dry-run")
 
 
-def make_executor(name: str, workers: int = 4) -> Executor:
+def make_executor(name: str, workers: int | None = None) -> Executor:
     """An executor by CLI name."""
     if name == "sequential":
         return SequentialExecutor()

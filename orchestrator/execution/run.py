@@ -102,7 +102,7 @@ class Run:
         plan: Plan,
         *,
         executor: str | Executor = "sequential",
-        workers: int = 4,
+        workers: int | None = None,
         diagnoses: DiagnosisBook | None = None,
         rank: RankInfo | None = None,
         dist_init_addr: str | None = None,
@@ -269,10 +269,7 @@ class Run:
     # -- the RunDriver interface used by executors -----------------------------------
 
     def blocked_by(self, planned: PlannedStep) -> str | None:
-        for name in self._plan.graph.predecessors(planned.name):
-            edges = self._plan.graph.edges_between(name, planned.name)
-            if not any(edge.kind in HARD_EDGE_KINDS for edge in edges):
-                continue
+        for name in self._plan.graph.predecessors(planned.name, HARD_EDGE_KINDS):
             outcome = self.report.outcomes[name]
             if outcome.status == "failed":
                 return name

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from initorch.collector import collector_paused
 from initorch.errors import ProfileError
 from initorch.location import SourceLocation
 
@@ -50,6 +51,11 @@ def _location(path: str, mark: Any) -> SourceLocation:
 
 def parse_yaml(text: str, path: str) -> YamlDocument:
     """Parse one YAML document safely; raise :class:`ProfileError` with a position."""
+    with collector_paused():  # the document and its positions form no cycle
+        return _parse(text, path)
+
+
+def _parse(text: str, path: str) -> YamlDocument:
     loader = _Loader(text)
     try:
         try:
@@ -71,15 +77,18 @@ def parse_yaml(text: str, path: str) -> YamlDocument:
                                location=SourceLocation(path), hint=DEPTH_HINT) from None
         document = YamlDocument(path, None)
         if root is not None:
-            object.__setattr__(document, "data", _Builder(loader, document).build(root, ()))
+            builder = _Builder(loader, document, alias_budget(text))
+            object.__setattr__(document, "data", builder.build(root, ()))
         return document
     finally:
         loader.dispose()
 
 
-# Aliases can make a tiny file expand enormously ("billion laughs"): past this many
-# values built again through an alias, the document is refused rather than built.
-# Values written out are bounded by the size limit on input files instead
+# Aliases can make a tiny file expand enormously ("billion laughs"): past one value
+# built again through an alias per character of the document (at least
+# MAX_ALIAS_EXPANSION), it is refused rather than built.  The bound grows with the
+# document, so a large profile may merge shared defaults into every step.  Values
+# written out are bounded by the size limit on input files instead
 # (initorch.files.MAX_INPUT_BYTES), so a 100,000-step profile loads.
 MAX_ALIAS_EXPANSION = 20_000
 # No profile nests this deep; refusing it keeps parsing off Python's recursion limit.
@@ -87,13 +96,19 @@ MAX_DEPTH = 64
 DEPTH_HINT = "a profile nests mappings and lists a few levels deep; flatten the value"
 
 
+def alias_budget(text: str) -> int:
+    """How many values aliases may build again in a document of ``text``."""
+    return max(MAX_ALIAS_EXPANSION, len(text))
+
+
 class _Builder:
     """Builds plain values from a node tree, recording positions and refusing
     unknown tags, recursive aliases and runaway alias expansion."""
 
-    def __init__(self, loader: Any, doc: YamlDocument) -> None:
+    def __init__(self, loader: Any, doc: YamlDocument, budget: int) -> None:
         self.loader = loader
         self.doc = doc
+        self.budget = budget
         self.expanded = 0
         self.built: set[int] = set()
         self.active: set[int] = set()
@@ -103,8 +118,8 @@ class _Builder:
         self.doc.value_marks[keys] = where
         if id(node) in self.built:
             self.expanded += 1
-            if self.expanded > MAX_ALIAS_EXPANSION:
-                raise ProfileError(f"aliases expand to more than {MAX_ALIAS_EXPANSION} values",
+            if self.expanded > self.budget:
+                raise ProfileError(f"aliases expand to more than {self.budget} values",
                                    location=where, hint="aliases nest too deeply; write it out")
         self.built.add(id(node))
         if len(keys) > MAX_DEPTH:

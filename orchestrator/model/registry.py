@@ -140,6 +140,9 @@ def _validate(step: Step) -> None:
         if not (isinstance(exc_type, type) and issubclass(exc_type, Exception)):
             _fail(step, f"retry_on entry {exc_type!r} is not an Exception subclass",
                   "list exception classes; KeyboardInterrupt and the like are never retried")
+    if not isinstance(step.holds_gil, bool):
+        _fail(step, f"holds_gil must be True or False, got {step.holds_gil!r}",
+              "pass holds_gil=True for a step that computes in Python, or leave it out")
     if step.device_bound and step.binds_device:
         _fail(step, "cannot be both device_bound and binds_device",
               "the step that binds the device runs before the device context exists")

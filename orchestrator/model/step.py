@@ -60,6 +60,10 @@ class Step:
     exception types the step itself considers transient: only those are retried.
     ``settings`` declares every setting the step reads (``ctx.setting`` refuses
     any other), including those its own ``when`` condition names.
+    ``holds_gil`` says that the step computes in Python for most of its time
+    instead of waiting (on I/O, other ranks, a native call that releases the GIL):
+    the parallel executor then runs it alone among such steps.  It only schedules;
+    it is not part of the plan's fingerprint.
     ``preview`` (optional) tells at plan time, without importing torch, what the
     step will do here (lines that ``initorch plan`` shows under the step), and may
     reject settings that cannot work (see :mod:`initorch.resolution.preview`).
@@ -84,6 +88,7 @@ class Step:
     when: str | None = None
     device_bound: bool = False
     binds_device: bool = False
+    holds_gil: bool = False
     job_store: bool = False
     barrier: bool = False
     timeout: float | None = None
@@ -147,6 +152,7 @@ def step(
     when: str | None = None,
     device_bound: bool = False,
     binds_device: bool = False,
+    holds_gil: bool = False,
     job_store: bool = False,
     barrier: bool = False,
     timeout: float | None = None,
@@ -176,6 +182,7 @@ def step(
                 "when": when,
                 "device_bound": device_bound,
                 "binds_device": binds_device,
+                "holds_gil": holds_gil,
                 "job_store": job_store,
                 "barrier": barrier,
                 "timeout": timeout,

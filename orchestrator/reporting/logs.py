@@ -23,7 +23,8 @@ import os
 import re
 import sys
 import time
-from collections.abc import Mapping, MutableMapping
+import traceback
+from collections.abc import Mapping
 from types import FrameType
 from typing import Any, Literal, TextIO
 
@@ -34,7 +35,6 @@ from initorch.printable import printable, printable_json
 LOGGER_NAME = "initorch"
 LogFormat = Literal["console", "json"]
 _HANDLER_MARK = "_initorch_cli_handler"
-_STDLIB_KWARGS = ("exc_info", "stack_info", "stacklevel")
 
 
 # Attributes every LogRecord has; an event field with one of these names would make
@@ -44,20 +44,40 @@ _RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None
 
 
 _BARE_WORD = re.compile(r"[^\s\"'=\\]+")
+# Texts repeat from event to event (profile, step names, events' own values): each is
+# checked once.  Bounded, so that unique texts (paths, messages) cannot grow it.
+_RENDERED: dict[str, str] = {}
+_RENDERED_MAX = 4096
+
+
+def _render_text(value: str) -> str:
+    if _BARE_WORD.fullmatch(value) and value.isprintable():
+        return value
+    return printable_json(json.dumps(value, ensure_ascii=False))
+
+
+def _text(value: str) -> str:
+    rendered = _RENDERED.get(value)
+    if rendered is None:
+        rendered = _render_text(value)
+        if len(_RENDERED) >= _RENDERED_MAX:
+            _RENDERED.clear()
+        _RENDERED[value] = rendered
+    return rendered
 
 
 def logfmt_value(value: object) -> str:
     """One value as ``key=value`` shows it: plain words bare, other text JSON-quoted
     (so that an event stays on one line), anything else as its ``repr``; control
     characters as escapes either way (a value cannot forge terminal output)."""
-    if isinstance(value, str):
-        return value if _BARE_WORD.fullmatch(value) and value.isprintable() \
-            else printable_json(json.dumps(value, ensure_ascii=False))
-    return printable(repr(value))
+    if type(value) is str:
+        return _text(value)
+    return _render_text(value) if isinstance(value, str) else printable(repr(value))
 
 
 def logfmt(fields: Mapping[str, Any]) -> str:
-    return " ".join(f"{key}={logfmt_value(value)}" for key, value in fields.items())
+    return " ".join([f"{key}={_text(value) if type(value) is str else logfmt_value(value)}"
+                     for key, value in fields.items()])
 
 
 class EventMessage:
@@ -83,41 +103,63 @@ class EventMessage:
         return f"EventMessage({self.event!r}, {dict(self.fields)!r})"
 
 
-def _protect_record_attributes(logger: Any, method: str, event: MutableMapping[str, Any]
-                               ) -> MutableMapping[str, Any]:
-    """Rename fields that collide with LogRecord attributes (``module`` -> ``module_``)."""
-    for key in [k for k in event if k in _RECORD_ATTRIBUTES and k != "event"]:
-        event[f"{key}_"] = event.pop(key)
-    return event
-
-
 _STRUCTLOG_DIR = os.path.dirname(structlog.__file__)
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+           "error": logging.ERROR, "exception": logging.ERROR, "critical": logging.CRITICAL}
 
 
-def _point_at_caller(logger: Any, method: str, event: MutableMapping[str, Any]
-                     ) -> MutableMapping[str, Any]:
-    """Make stdlib record the code that logged, not structlog's internals, as the
-    source (``%(filename)s:%(lineno)d`` in a host's format)."""
-    frame: FrameType | None = sys._getframe(1)
-    depth, proxy_depth = 0, -1
-    while frame is not None:
-        if proxy_depth < 0:
-            if frame.f_code.co_name == "_proxy_to_logger":
-                proxy_depth = depth  # this frame calls logging.Logger.<method>
-        elif not frame.f_code.co_filename.startswith(_STRUCTLOG_DIR):
-            event["stacklevel"] = depth - proxy_depth + 1
-            break
-        frame, depth = frame.f_back, depth + 1
-    return event
+class EventLogger(structlog.stdlib.BoundLogger):
+    """structlog's stdlib bound logger (``bind``, ``info``, ``exception``, the stdlib
+    pass-through attributes) that turns each event into one stdlib record itself.
+
+    An event below the stdlib logger's level costs one level check: nothing is
+    copied, no processor runs.  Otherwise the record is made through the logger's
+    ``makeRecord`` (so a host's record factory applies), with the code that logged
+    as its source (found once: the stdlib would walk the stack a second time), and
+    handed to the logger's filters and handlers (``Logger.handle``).  A run logs two
+    events per step, so this is most of what the CLI's console logging costs.
+    """
+
+    def _proxy_to_logger(self, method_name: str, event: str | None = None,
+                         *event_args: str, **event_kw: Any) -> None:
+        logger: logging.Logger = self._logger
+        level = _LEVELS.get(method_name, logging.INFO)
+        if not logger.isEnabledFor(level):
+            return
+        if event_args:
+            event_kw["positional_args"] = event_args
+        exc_info = event_kw.pop("exc_info", None)
+        stack_info = event_kw.pop("stack_info", False)
+        event_kw.pop("stacklevel", None)  # the source is always the code that logged
+        fields = {**self._context, **event_kw} if self._context else event_kw
+        clashing = [key for key in fields if key in _RECORD_ATTRIBUTES]
+        for key in clashing:  # stdlib refuses to overwrite them: module -> module_
+            fields[f"{key}_"] = fields.pop(key)
+        name = str(event)
+        frame = _caller()
+        stack = None
+        if stack_info:
+            stack = "Stack (most recent call last):\n" + "".join(
+                traceback.format_stack(frame)).rstrip("\n")
+        if exc_info:
+            if isinstance(exc_info, BaseException):
+                exc_info = (type(exc_info), exc_info, exc_info.__traceback__)
+            elif not isinstance(exc_info, tuple):
+                exc_info = sys.exc_info()
+        path, line, function = ((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+                                if frame is not None else ("(unknown file)", 0, "(unknown)"))
+        record = logger.makeRecord(logger.name, level, path, line, EventMessage(name, fields),
+                                   (), exc_info or None, function, {**fields, "event": name},
+                                   stack)
+        logger.handle(record)
 
 
-def _to_record(logger: Any, method: str, event: MutableMapping[str, Any]) -> dict[str, Any]:
-    """The arguments of ``logging.Logger.<method>``: an :class:`EventMessage` as the
-    message, the fields (and the bare event name) as record attributes."""
-    kwargs = {key: event.pop(key) for key in _STDLIB_KWARGS if key in event}
-    name = str(event.pop("event"))
-    fields = dict(event)
-    return {"msg": EventMessage(name, fields), "extra": {**fields, "event": name}, **kwargs}
+def _caller() -> FrameType | None:
+    """The frame of the code that logged: the first one past structlog's methods."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(_STRUCTLOG_DIR):
+        frame = frame.f_back
+    return frame
 
 
 def get_logger(**fields: Any) -> Any:
@@ -126,12 +168,8 @@ def get_logger(**fields: Any) -> Any:
     This wraps a stdlib logger per call instead of configuring structlog
     globally, so embedding initorch never changes the host's structlog setup.
     """
-    return structlog.wrap_logger(
-        logging.getLogger(LOGGER_NAME),
-        wrapper_class=structlog.stdlib.BoundLogger,
-        processors=[structlog.stdlib.filter_by_level, _protect_record_attributes,
-                    _point_at_caller, _to_record],
-    ).bind(**fields)
+    return EventLogger(logging.getLogger(LOGGER_NAME), processors=(), context={}
+                       ).bind(**fields)
 
 
 # -- the CLI's handler --------------------------------------------------------------------------

@@ -5,17 +5,16 @@ A :class:`Plan` is what ``initorch plan`` prints and what executors run; its
 fields and their declarations in code, the order and the settings) lets a
 launcher check that what runs is what was reviewed, like a saved Terraform
 plan (:meth:`Plan.save`).  File paths are left out of the fingerprint so that
-the same profiles give the same fingerprint on every machine.
+the same profiles give the same fingerprint on every machine (see
+:mod:`initorch.resolution.fingerprint`).
 
-A plan carries a :class:`~initorch.resolution.plangraph.PlanGraph`, not the
-resolver's networkx graph: running a plan never needs networkx.
+A plan carries a :class:`~initorch.resolution.plangraph.PlanGraph`: plain
+tuples and dicts, which running a plan needs nothing else to read.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -78,6 +77,10 @@ class Plan:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", {planned.name: planned for planned in self.steps})
+
+    def __contains__(self, name: object) -> bool:
+        """Whether a step called ``name`` is planned (one look-up, not a scan)."""
+        return name in self._by_name
 
     @property
     def order(self) -> tuple[str, ...]:
@@ -229,7 +232,8 @@ def step_fields(step: Step) -> dict[str, Any]:
     }
 
 
-def _qualified_name(value: object) -> str | None:
+def qualified_name(value: object) -> str | None:
+    """``module:qualname`` of a function or class (how a declaration names code)."""
     if value is None:
         return None
     module = getattr(value, "__module__", None) or type(value).__module__
@@ -243,44 +247,20 @@ def declaration(step: Step) -> dict[str, Any]:
     settings it reads in full (kind, default, choices, bounds)."""
     return {
         **step_fields(step),
-        "settings": [_spec_json(spec) for spec in step.settings],
+        "settings": [spec_json(spec) for spec in step.settings],
         "wanted_by": list(step.wanted_by),
-        "action": _qualified_name(step.action),
-        "teardown": _qualified_name(step.teardown),
-        "retry_on": [_qualified_name(error) for error in step.retry_on],
+        "action": qualified_name(step.action),
+        "teardown": qualified_name(step.teardown),
+        "retry_on": [qualified_name(error) for error in step.retry_on],
         "retry_backoff": step.retry_backoff,
     }
 
 
-def _spec_json(spec: SettingSpec) -> dict[str, Any]:
+def spec_json(spec: SettingSpec) -> dict[str, Any]:
+    """A setting's declaration as JSON (everything but where it was declared)."""
     return {name.name: _json_value(getattr(spec, name.name))
             for name in dataclasses.fields(spec) if name.name != "defined_at"}
 
 
 def _json_value(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
-
-
-def fingerprint(
-    profiles: tuple[str, ...],
-    device: DeviceRef,
-    settings: Mapping[str, Setting],
-    steps: tuple[PlannedStep, ...],
-    skipped: tuple[SkippedStep, ...],
-    env: Mapping[str, EnvEntry],
-) -> str:
-    """sha256 of everything that determines what runs, independent of file paths.
-
-    Edge reasons are left out: they explain the order, they do not change it.
-    """
-    canonical = {
-        "profiles": list(profiles),
-        "device": [device.type, device.index],
-        "settings": {key: s.value for key, s in sorted(settings.items())},
-        "env": dict(sorted(env_values(env).items())),
-        "steps": [{"name": p.name, "wave": p.wave, **step_fields(p.step),
-                   "declared": declaration(p.declared)} for p in steps],
-        "skipped": sorted(s.name for s in skipped),
-    }
-    blob = json.dumps(canonical, sort_keys=True, separators=(",", ":"), default=repr)
-    return hashlib.sha256(blob.encode()).hexdigest()

@@ -35,8 +35,9 @@ import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
+from initorch.collector import collector_paused
 from initorch.errors import (
     ConditionError,
     CycleError,
@@ -53,14 +54,14 @@ from initorch.model.conditions import Condition, parse_condition
 from initorch.model.devices import DeviceRef
 from initorch.model.registry import StepRegistry
 from initorch.model.step import EDGE_KINDS, EdgeKind, Step
+from initorch.resolution.fingerprint import fingerprint
 from initorch.resolution.graph import MAX_CYCLES_REPORTED, StepGraph
-from initorch.resolution.plan import Plan, PlannedStep, SkippedStep, fingerprint
-from initorch.resolution.plangraph import Edge, PlanGraph
+from initorch.resolution.plan import Plan, PlannedStep, SkippedStep
+from initorch.resolution.plangraph import EdgeRecord, IncomingEdges, in_declaration_order
 from initorch.resolution.preview import preview_steps
 
 
-@dataclass(frozen=True, slots=True)
-class _EdgeSource:
+class _EdgeSource(NamedTuple):
     """Who declared an edge, where, and (for profile edges) why."""
 
     location: SourceLocation
@@ -68,32 +69,42 @@ class _EdgeSource:
     reason: str | None = None
 
 
+# Why a step is in the plan: a whole sentence ("listed by profile base (...)"), or a
+# verb and the step that pulled it in (("required by ", "x")), merged per verb later.
+_Reason = str | tuple[str, str]
+
+
 @dataclass(slots=True)
 class _Candidate:
     """A selected step while it is being resolved."""
 
-    step: Step
-    # (why, by whom): ("listed by profile base (...)", None) or ("required by", "x")
-    reasons: list[tuple[str, str | None]] = field(default_factory=list)
-    edge_sources: dict[tuple[str, str], _EdgeSource] = field(default_factory=dict)
+    step: Step  # the effective declaration: as registered, with the profiles' overrides
+    declared: Step  # as registered
+    by: str  # "step <name>": who declared the step's own edges, at its definition
+    reasons: list[_Reason] = field(default_factory=list)
+    # Edges a profile added or restated, by (kind, target); every other edge is the
+    # step's own, declared in code.
+    edge_sources: dict[tuple[str, str], _EdgeSource] | None = None
     disabled: Setting | None = None
     disabled_reason: str = ""
     when_location: SourceLocation | None = None
     condition: Condition | None = None
     # The planned steps whose presence pulled this one in through its wanted_by.
-    wanted_by_pulls: list[str] = field(default_factory=list)
+    wanted_by_pulls: list[str] | None = None
+
+    def edge_source(self, kind: str, target: str) -> _EdgeSource:
+        """Who declared this step's ``kind`` edge to ``target``, where, and why."""
+        found = self.edge_sources.get((kind, target)) if self.edge_sources else None
+        return found or _EdgeSource(self.declared.defined_at, self.by)
 
     @property
     def only_wanted_by(self) -> bool:
         """True when nothing but its own ``wanted_by`` pulled this step in."""
-        return bool(self.wanted_by_pulls) and len(self.reasons) == len(self.wanted_by_pulls)
+        pulls = self.wanted_by_pulls
+        return pulls is not None and len(self.reasons) == len(pulls)
 
 
 REQUESTED = "requested by load_plan(steps=...)"
-
-# A queued pull-in: step name, (why, by whom), where it was declared, via wanted_by.
-_Pull = tuple[str, tuple[str, str | None], SourceLocation | None, bool]
-
 
 @dataclass(frozen=True, slots=True)
 class _Input:
@@ -115,6 +126,13 @@ def resolve(composed: ComposedProfile, steps: StepRegistry,
     ``requested`` names steps to plan as if a profile listed them (a launcher's
     own steps, without writing a profile).  Step previews see ``environ``
     (default: this process's environment)."""
+    with collector_paused():  # a plan is a large graph of objects and holds no cycle
+        return _resolve(composed, steps, device_index, requested,
+                        os.environ if environ is None else environ)
+
+
+def _resolve(composed: ComposedProfile, steps: StepRegistry, device_index: int | None,
+             requested: Sequence[str], environ: Mapping[str, str]) -> Plan:
     checked = _check_input(composed, steps, requested)
     problems = checked.problems
     device_type = composed.settings.get("device.type")
@@ -128,37 +146,39 @@ def resolve(composed: ComposedProfile, steps: StepRegistry,
     candidates, settled = checked.candidates, checked.settled
     skipped = _evaluate_conditions(candidates, settled, problems)
     _skip_unwanted(candidates, skipped)
-    active = {name: c for name, c in candidates.items() if name not in skipped}
+    active = {name: c for name, c in candidates.items() if name not in skipped} if skipped \
+        else candidates
     _check_requirements(active, skipped, problems)
     _check_required_settings(active, steps, settled, device_type, problems)
-    edges = _edges(active, steps) + _device_edges(candidates, skipped, problems)
+    binder = _device_binder(candidates, active, skipped, problems)
     _raise_if(problems, error)
-    graph = StepGraph(active, edges)
+    graph = StepGraph.from_records(active, _incoming_edges(active, binder))
     cycles = graph.cycles()
     if cycles:
         reported = [_cycle_problem(graph, c) for c in cycles]
         if len(cycles) >= MAX_CYCLES_REPORTED:
             reported.append(Problem(f"(only the first {MAX_CYCLES_REPORTED} cycles are shown)"))
         raise CycleError(tuple(cycles), reported)
-    waves = {name: index for index, wave in enumerate(graph.waves()) for name in wave}
-    order = graph.order()
-    planned = tuple(
-        PlannedStep(active[name].step, waves[name],
-                    _merge_reasons(active[name].reasons, skipped), steps.get(name))
-        for name in order
-    )
-    skipped_steps = tuple(SkippedStep(name, skipped[name]) for name in sorted(skipped))
+    del active
+    waves = graph.levels()
+    planned: list[PlannedStep] = []
+    for name in graph.order():
+        candidate = candidates.pop(name)  # each candidate goes as its planned step comes
+        planned.append(PlannedStep(candidate.step, waves[name],
+                                   _merge_reasons(candidate.reasons, skipped),
+                                   candidate.declared))
     device = DeviceRef(device_type.value, device_index)
-    planned = preview_steps(planned, settled.values, device,
-                            os.environ if environ is None else environ)
+    ordered = preview_steps(tuple(planned), settled.values, device, environ)
+    del planned
+    skipped_steps = tuple(SkippedStep(name, skipped[name]) for name in sorted(skipped))
     return Plan(
         profiles=composed.names,
         device=device,
         settings=dict(settled.values),
-        steps=planned,
+        steps=ordered,
         skipped=skipped_steps,
-        graph=PlanGraph(order, graph.edges()),
-        fingerprint=fingerprint(composed.names, device, settled.values, planned,
+        graph=graph.plan_graph(),
+        fingerprint=fingerprint(composed.names, device, settled.values, ordered,
                                 skipped_steps, composed.env),
         env=dict(composed.env),
     )
@@ -189,17 +209,24 @@ def _reading_order(problem: Problem) -> tuple[bool, str, int, int]:
     return (False, where.path, where.line, where.column)
 
 
-def _merge_reasons(reasons: list[tuple[str, str | None]],
-                   skipped: Mapping[str, str]) -> tuple[str, ...]:
+def _merge_reasons(reasons: list[_Reason], skipped: Mapping[str, str]) -> tuple[str, ...]:
     """``required by a``, ``required by b`` -> ``required by a, b`` (first-seen order);
     steps that are skipped pull nothing in, so they are left out."""
     merged: dict[str, list[str]] = {}
-    for why, who in reasons:
-        if who is None:
-            merged.setdefault(why, [])
-        elif who not in skipped:
-            merged.setdefault(f"{why} ", []).append(who)
-    return tuple(key + ", ".join(names) for key, names in merged.items())
+    for reason in reasons:
+        if isinstance(reason, str):
+            if reason not in merged:
+                merged[reason] = []
+            continue
+        verb, who = reason
+        if skipped and who in skipped:
+            continue
+        found = merged.get(verb)
+        if found is None:
+            merged[verb] = [who]
+        else:
+            found.append(who)
+    return tuple([key + ", ".join(names) if names else key for key, names in merged.items()])
 
 
 def _raise_if(problems: list[Problem], error: type[InitorchError] = ResolveError) -> None:
@@ -215,52 +242,80 @@ def _fail(problems: list[Problem], error: type[InitorchError]) -> NoReturn:
 def _select(composed: ComposedProfile, registry: StepRegistry, requested: Sequence[str],
             problems: list[Problem]) -> dict[str, _Candidate]:
     """Listed and requested steps with overrides applied, plus the closure of
-    requires/wants and of the steps ``wanted_by`` a selected one."""
+    requires/wants and of the steps ``wanted_by`` a selected one.
+
+    A step becomes a candidate when it is first pulled in, and is expanded (its own
+    pulls followed) in that order, breadth first; each pull adds a reason to its
+    target at once, so every step's reasons are in the order of the pulls."""
     wanted_by: dict[str, list[Step]] = {}
     for declared in registry:
         for target in declared.wanted_by:
             wanted_by.setdefault(target, []).append(declared)
     candidates: dict[str, _Candidate] = {}
-    queue: list[_Pull] = []
-    for name, entries in composed.step_entries.items():
-        first = entries[0]
-        queue.append((name, (f"listed by profile {first.source} ({first.location})", None),
-                      first.location, False))
-    queue += [(name, (REQUESTED, None), None, False) for name in requested]
-    while queue:
-        name, reason, location, via_wanted_by = queue.pop(0)
-        if name in candidates:
-            candidate = candidates[name]
-        else:
+    created: list[_Candidate] = []
+
+    def pull(name: str, reason: _Reason, location: SourceLocation | None) -> _Candidate | None:
+        candidate = candidates.get(name)
+        if candidate is None:
             try:
                 declared = registry.get(name, location)
             except InitorchError as exc:
                 problems.extend(exc.problems)
-                continue
+                return None
             candidate = candidates[name] = _apply_overrides(
-                declared, composed.step_entries.get(name, ()), problems)
-            pulls: tuple[tuple[EdgeKind, str], ...] = (("requires", "required"),
-                                                       ("wants", "wanted"))
-            for kind, verb in pulls:
-                for target in candidate.step.edges(kind):
-                    where = candidate.edge_sources[(kind, target)].location
-                    queue.append((target, (f"{verb} by", name), where, False))
-            queue += [(wanter.name, ("wanted by", name), wanter.defined_at, True)
-                      for wanter in wanted_by.get(name, ())]
+                declared, composed.step_entries.get(name), problems)
+            created.append(candidate)
         candidate.reasons.append(reason)
-        if via_wanted_by:
-            candidate.wanted_by_pulls.append(str(reason[1]))
+        return candidate
+
+    for name, entries in composed.step_entries.items():
+        first = entries[0]
+        pull(name, f"listed by profile {first.source} ({first.location})", first.location)
+    for name in requested:
+        pull(name, REQUESTED, None)
+    expanded = 0
+    while expanded < len(created):
+        candidate = created[expanded]
+        expanded += 1
+        step, name = candidate.step, candidate.step.name
+        for kind, verb in _PULLS:
+            targets = getattr(step, kind)
+            if not targets:
+                continue
+            pulled_by = (verb, name)
+            for target in targets:
+                found = candidates.get(target)
+                if found is not None:  # the usual case: one more reason
+                    found.reasons.append(pulled_by)
+                else:
+                    pull(target, pulled_by, candidate.edge_source(kind, target).location)
+        for wanter in wanted_by.get(name, ()):
+            found = pull(wanter.name, ("wanted by ", name), wanter.defined_at)
+            if found is not None:
+                if found.wanted_by_pulls is None:
+                    found.wanted_by_pulls = []
+                found.wanted_by_pulls.append(name)
     return candidates
 
 
-def _apply_overrides(step: Step, entries: tuple[StepEntry, ...],
+_PULLS: tuple[tuple[EdgeKind, str], ...] = (("requires", "required by "), ("wants", "wanted by "))
+"""The edges that pull a step in, and how its reason reads."""
+
+
+def _apply_overrides(step: Step, entries: tuple[StepEntry, ...] | None,
                      problems: list[Problem]) -> _Candidate:
-    """Fold every profile entry for ``step`` into one effective declaration."""
+    """Fold every profile entry for ``step`` into one effective declaration (the
+    registered step itself when no entry changes it)."""
+    candidate = _Candidate(step, step, f"step {step.name}")
+    entries = entries or ()
+    for entry in entries:
+        if entry.changes or entry.overrides:
+            break
+    else:
+        return candidate  # listed as it is, or not listed at all: the usual case
     edges: dict[str, list[str]] = {kind: list(step.edges(kind)) for kind in EDGE_KINDS}
-    sources = {(kind, t): _EdgeSource(step.defined_at, f"step {step.name}")
-               for kind in EDGE_KINDS for t in edges[kind]}
+    sources: dict[tuple[str, str], _EdgeSource] = {}
     fields: dict[str, object] = {}
-    candidate = _Candidate(step)
     for entry in entries:
         for change in entry.changes:
             targets = edges[change.kind]
@@ -293,35 +348,44 @@ def _apply_overrides(step: Step, entries: tuple[StepEntry, ...],
                         f"step '{step.name}' declares no transient errors, so it cannot be "
                         "retried", override.location,
                         "retries apply only to errors a step lists in retry_on"))
-    candidate.step = dataclasses.replace(
-        step, **{kind: tuple(edges[kind]) for kind in EDGE_KINDS}, **fields  # type: ignore[arg-type]
-    )
-    candidate.edge_sources = {key: sources[key] for key in sources
-                              if key[1] in edges[key[0]]}
+    changed = {kind: tuple(edges[kind]) for kind in EDGE_KINDS
+               if tuple(edges[kind]) != step.edges(kind)}
+    if changed or fields:
+        candidate.step = dataclasses.replace(step, **changed, **fields)  # type: ignore[arg-type]
+    candidate.edge_sources = {key: source for key, source in sources.items()
+                              if key[1] in edges[key[0]]} or None
     return candidate
 
 
 def _check_edge_targets(candidates: dict[str, _Candidate], registry: StepRegistry,
                         problems: list[Problem]) -> None:
-    """Every edge of a selected step names a registered step."""
+    """Every ordering edge of a selected step names a registered step (``requires`` and
+    ``wants`` targets were looked up when they were pulled in)."""
     for candidate in candidates.values():
-        for kind in EDGE_KINDS:
-            for target in candidate.step.edges(kind):
+        step = candidate.step
+        if not (step.after or step.before):
+            continue
+        for kind in ORDERING_KINDS:
+            for target in getattr(step, kind):
                 if target not in registry:
-                    where = candidate.edge_sources[(kind, target)].location
+                    where = candidate.edge_source(kind, target).location
                     try:
                         registry.get(target, where)
                     except InitorchError as exc:
                         problems.extend(exc.problems)
 
 
+ORDERING_KINDS: tuple[EdgeKind, ...] = ("after", "before")
+
+
 def _parse_conditions(candidates: dict[str, _Candidate], registry: StepRegistry,
                       problems: list[Problem]) -> None:
     """Parse each effective ``when``; it may only read declared settings."""
-    for _, candidate in sorted(candidates.items()):
+    conditional = sorted(name for name, c in candidates.items() if c.step.when is not None)
+    for name in conditional:
+        candidate = candidates[name]
         source = candidate.step.when
-        if source is None:
-            continue
+        assert source is not None
         try:
             condition = parse_condition(source, candidate.when_location
                                         or candidate.step.defined_at)
@@ -338,7 +402,9 @@ def _evaluate_conditions(candidates: dict[str, _Candidate], settled: SettledSett
     settings = settled.for_conditions()
     origins = {key: s.origin for key, s in settled.values.items()}
     skipped: dict[str, str] = {}
-    for name, candidate in sorted(candidates.items()):
+    for name in sorted(name for name, c in candidates.items()
+                       if c.disabled is not None or c.condition is not None):
+        candidate = candidates[name]
         if candidate.disabled is not None:
             why = f": {candidate.disabled_reason}" if candidate.disabled_reason else ""
             skipped[name] = (f"disabled by profile {candidate.disabled.source} "
@@ -359,14 +425,16 @@ def _evaluate_conditions(candidates: dict[str, _Candidate], settled: SettledSett
 def _skip_unwanted(candidates: dict[str, _Candidate], skipped: dict[str, str]) -> None:
     """Skip the steps that only skipped steps pulled in through ``wanted_by``, until none
     is left: a launcher's step for the Mooncake pool is skipped with the pool."""
+    only_wanted = sorted(name for name, c in candidates.items() if c.only_wanted_by)
     changed = True
     while changed:
         changed = False
-        for name, candidate in sorted(candidates.items()):
-            if name in skipped or not candidate.only_wanted_by:
+        for name in only_wanted:
+            pulls = candidates[name].wanted_by_pulls or []
+            if name in skipped:
                 continue
-            if all(puller in skipped for puller in candidate.wanted_by_pulls):
-                pullers = ", ".join(sorted(set(candidate.wanted_by_pulls)))
+            if all(puller in skipped for puller in pulls):
+                pullers = ", ".join(sorted(set(pulls)))
                 skipped[name] = f"wanted only by skipped steps ({pullers})"
                 changed = True
 
@@ -377,9 +445,11 @@ def _check_required_settings(active: dict[str, _Candidate], registry: StepRegist
     """A required setting must be given when a planned step reads it, or always
     when no step declares it (a plugin's free-standing setting).  Settings of
     skipped steps are not needed: ``mps`` has no Mooncake protocol to give."""
+    if not settled.missing:
+        return
     read_by: dict[str, list[str]] = {}
-    for name, candidate in sorted(active.items()):
-        for spec in candidate.step.settings:
+    for name in sorted(name for name, c in active.items() if c.step.settings):
+        for spec in active[name].step.settings:
             read_by.setdefault(spec.key, []).append(name)
     declared_by_steps = {spec.key for step in registry for spec in step.settings}
     for key, spec in settled.missing.items():
@@ -399,10 +469,14 @@ def _check_required_settings(active: dict[str, _Candidate], registry: StepRegist
 
 def _check_requirements(active: dict[str, _Candidate], skipped: dict[str, str],
                         problems: list[Problem]) -> None:
-    for name, candidate in sorted(active.items()):
+    if not skipped:
+        return
+    for name in sorted(name for name, c in active.items()
+                       if any(target in skipped for target in c.step.requires)):
+        candidate = active[name]
         for target in candidate.step.requires:
             if target in skipped:
-                source = candidate.edge_sources[("requires", target)]
+                source = candidate.edge_source("requires", target)
                 because = f" ({source.reason})" if source.reason else ""
                 problems.append(Problem(
                     f"step '{name}' requires '{target}'{because}, which is skipped: "
@@ -412,32 +486,54 @@ def _check_requirements(active: dict[str, _Candidate], skipped: dict[str, str],
                     + (f"; or drop {source.by}" if source.by.startswith("profile ") else "")))
 
 
-def _edges(active: dict[str, _Candidate], registry: StepRegistry) -> list[Edge]:
-    """Ordering edges among active steps (edge targets were checked in stage 1)."""
-    edges: list[Edge] = []
+def _incoming_edges(active: dict[str, _Candidate], binder: str | None) -> IncomingEdges:
+    """Ordering edges among active steps, as records grouped by target: the declared
+    ones (an unknown target is no candidate, and was reported in stage 1) and one
+    from ``binder`` to every device_bound step."""
+    grouped: dict[str, list[EdgeRecord]] = {}
     for name, candidate in active.items():
+        step, sources = candidate.step, candidate.edge_sources
+        own = (step.defined_at, candidate.by, None)
+        into: list[EdgeRecord] = []
         for kind in EDGE_KINDS:
-            for target in candidate.step.edges(kind):
-                if target not in registry or target not in active:
+            targets = getattr(step, kind)
+            if not targets:
+                continue
+            if sources is None and kind != "before":  # the usual case: the step's own edges
+                where, by, _ = own
+                into += [(target, kind, where, by, None) for target in targets
+                         if target in active]
+                continue
+            for target in targets:
+                if target not in active:
                     continue  # ordering-only edges bind only steps that are both planned
-                source = candidate.edge_sources[(kind, target)]
-                first, then = (name, target) if kind == "before" else (target, name)
-                edges.append(Edge(first, then, kind, source.location, source.by,
-                                  source.reason))
-    return edges
+                where, by, reason = own if sources is None else sources.get((kind, target), own)
+                if kind == "before":
+                    grouped.setdefault(target, []).append((name, kind, where, by, reason))
+                else:
+                    into.append((target, kind, where, by, reason))
+        if binder is not None and step.device_bound:
+            into.append((binder, "device", step.defined_at, candidate.by, None))
+        if into:
+            found = grouped.get(name)
+            if found is None:
+                grouped[name] = into
+            else:
+                found += into
+    return in_declaration_order(grouped)
 
 
-def _device_edges(candidates: dict[str, _Candidate], skipped: Mapping[str, str],
-                  problems: list[Problem]) -> list[Edge]:
-    """An edge from the one active binder to every active device_bound step."""
-    active = {name: c for name, c in candidates.items() if name not in skipped}
+def _device_binder(candidates: dict[str, _Candidate], active: dict[str, _Candidate],
+                   skipped: Mapping[str, str], problems: list[Problem]) -> str | None:
+    """The one active step that binds the device, which every active device_bound
+    step runs after; ``None`` (and a problem, when steps need one) otherwise."""
     bound = sorted(name for name, c in active.items() if c.step.device_bound)
     binders = sorted(name for name, c in active.items() if c.step.binds_device)
     if len(binders) > 1:
         problems.append(Problem(
             f"several steps bind the device: {', '.join(binders)}",
             active[binders[1]].step.defined_at, "exactly one step may declare binds_device"))
-        return []
+        return None
     if bound and not binders:
         idle = sorted(n for n, c in candidates.items() if c.step.binds_device and n in skipped)
         if idle:
@@ -453,11 +549,8 @@ def _device_edges(candidates: dict[str, _Candidate], skipped: Mapping[str, str],
                 f"steps {', '.join(bound)} are device_bound, but no planned step binds the "
                 "device", active[bound[0]].step.defined_at,
                 "include the step that sets the device (set_device)"))
-        return []
-    return [
-        Edge(binders[0], name, "device", active[name].step.defined_at, f"step {name}")
-        for name in bound
-    ]
+        return None
+    return binders[0] if binders else None
 
 
 def _cycle_problem(graph: StepGraph, cycle: tuple[str, ...]) -> Problem:

@@ -37,13 +37,13 @@ from initorch.loading.document import EnvEntry, Setting
 from initorch.location import SourceLocation, display_path
 from initorch.model.devices import DeviceRef
 from initorch.model.step import EDGE_KINDS
+from initorch.resolution.fingerprint import fingerprint
 from initorch.resolution.plan import (
     OVERRIDABLE_FIELDS,
     Plan,
     PlannedStep,
     SkippedStep,
     declaration,
-    fingerprint,
 )
 from initorch.resolution.plangraph import EDGE_KINDS_IN_GRAPH, Edge, PlanGraph
 

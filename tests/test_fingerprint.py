@@ -1,0 +1,130 @@
+"""initorch.resolution.fingerprint: the fast encoder writes exactly the canonical document,
+and the networkx-free resolver orders every built-in profile exactly as networkx did.
+
+The reference implementations below are the code the rewrite replaced (issue 11): the
+fingerprint as ``sha256(json.dumps({...dicts...}, sort_keys=True))``, and the order and
+waves as ``networkx.lexicographical_topological_sort`` and ``topological_generations``
+over the plan's edges.  Every built-in profile, alone and with each overlay, must give the
+same fingerprint, order and waves through both."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import networkx as nx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from initorch import Registry, load_plan, setting
+from initorch.location import SourceLocation
+from initorch.model.devices import DeviceRef
+from initorch.model.step import Step
+from initorch.resolution.fingerprint import fingerprint
+from initorch.resolution.plan import Plan, PlannedStep, declaration, env_values, step_fields
+from initorch.resolution.plangraph import PlanGraph
+from tests.conftest import noop
+from tests.helpers_foundation import DEVICE_PROFILES, MOONCAKE_PG_PROFILES
+
+SELECTIONS = [
+    *[[device] for device in DEVICE_PROFILES],
+    ["npu", "npu-hccl"],
+    *[[device, "mooncake-ep"] for device in MOONCAKE_PG_PROFILES],
+]
+
+
+def reference_fingerprint(plan: Plan) -> str:
+    """The fingerprint as initorch 0.1 computed it: one canonical JSON document."""
+    canonical = {
+        "profiles": list(plan.profiles),
+        "device": [plan.device.type, plan.device.index],
+        "settings": {key: s.value for key, s in sorted(plan.settings.items())},
+        "env": dict(sorted(env_values(plan.env).items())),
+        "steps": [{"name": p.name, "wave": p.wave, **step_fields(p.step),
+                   "declared": declaration(p.declared)} for p in plan.steps],
+        "skipped": sorted(s.name for s in plan.skipped),
+    }
+    blob = json.dumps(canonical, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def networkx_order(plan: Plan) -> tuple[list[str], list[list[str]]]:
+    graph: nx.DiGraph = nx.DiGraph()
+    graph.add_nodes_from(sorted(plan.order))
+    graph.add_edges_from(sorted((e.source, e.target) for e in plan.graph.edges()))
+    return (list(nx.lexicographical_topological_sort(graph)),
+            [sorted(wave) for wave in nx.topological_generations(graph)])
+
+
+def refingerprint(plan: Plan) -> str:
+    return fingerprint(plan.profiles, plan.device, plan.settings, plan.steps, plan.skipped,
+                       plan.env)
+
+
+@pytest.mark.parametrize("verify", [False, True])
+@pytest.mark.parametrize("selection", SELECTIONS, ids="+".join)
+def test_every_builtin_profile_keeps_its_fingerprint_order_and_waves(
+        builtin_registry: Registry, selection: list[str], verify: bool) -> None:
+    plan = load_plan(selection, settings={"checks.verify_transfer": verify},
+                     registry=builtin_registry)
+    assert plan.fingerprint == reference_fingerprint(plan)
+    order, waves = networkx_order(plan)
+    assert list(plan.order) == order
+    assert [list(wave) for wave in plan.waves] == waves
+
+
+# --- generated steps: every field the fingerprint covers, with unusual values -------------------
+
+SPEC = setting("gen.value", float, default=0.25, minimum=0.0, description="é, \"quoted\"")
+# Registered names are ASCII identifiers; the encoder must not depend on it.
+NAMES = st.sampled_from(["a", "b2", "c_d", "set_device", "z", "näme", 'q"uote', "_x", "9"])
+ODD = st.one_of(st.none(), st.booleans(), st.integers(-3, 10**20), st.floats(allow_nan=True),
+                st.text(max_size=8), st.lists(st.integers(), max_size=2))
+
+
+class Transient(Exception):
+    """A step's transient error."""
+
+
+def teardown(ctx: Any, output: Any) -> None:
+    """A teardown, named in the declaration."""
+
+
+@st.composite
+def steps(draw: st.DrawFn) -> Step:
+    names = st.lists(NAMES, max_size=3, unique=True).map(tuple)
+    return Step(
+        name=draw(NAMES), description="generated", action=noop,
+        requires=draw(names), wants=draw(names), after=draw(names), before=draw(names),
+        wanted_by=draw(names), when=draw(st.one_of(st.none(), st.text(max_size=12))),
+        device_bound=draw(st.one_of(st.booleans(), ODD)), binds_device=draw(st.booleans()),
+        timeout=draw(st.one_of(st.none(), st.integers(1, 9), st.floats(0.1, 1e6), ODD)),
+        retries=draw(st.one_of(st.integers(0, 100), ODD)),
+        retry_on=draw(st.sampled_from([(), (Transient,), (Transient, OSError)])),
+        retry_backoff=draw(st.one_of(st.just(0.5), st.floats(allow_nan=False), ODD)),
+        teardown=draw(st.sampled_from([None, teardown])),
+        settings=draw(st.sampled_from([(), (SPEC,)])),
+        defined_at=SourceLocation("gen.py", 1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(steps(), steps(), st.integers(0, 10**6)), min_size=1, max_size=4))
+def test_the_fast_encoder_writes_the_canonical_document(triples) -> None:
+    planned = tuple(PlannedStep(effective, wave, ("generated",), declared)
+                    for effective, declared, wave in triples)
+    plan = holding(planned)
+    assert refingerprint(plan) == reference_fingerprint(plan)
+
+
+def holding(planned: tuple[PlannedStep, ...]) -> Plan:
+    """A plan holding ``planned`` as they are (their names need not be unique here)."""
+    return Plan(profiles=("gen",), device=DeviceRef("cpu", None), settings={}, steps=planned,
+                skipped=(), graph=PlanGraph((), ()), fingerprint="")
+
+
+def test_the_same_effective_and_declared_step_share_their_encoding() -> None:
+    step = Step("s", "one", noop, requires=("a",), timeout=2, defined_at=SourceLocation("x"))
+    plan = holding((PlannedStep(step, 0, (), step),))
+    assert refingerprint(plan) == reference_fingerprint(plan)
