@@ -189,6 +189,8 @@ class PeerError(StepError):
         if self.hint:
             lines.append(f"  ({self.hint})")
         return "\n".join(lines)
+
+
 class ActiveRunError(InitorchError):
     """Another run is active in this process.  Runs share process-wide state (the
     default torch.distributed process group, the environment, fd 2, the device of

@@ -290,7 +290,10 @@ def test_sigterm_while_blocked_in_the_rendezvous_ends_the_run_with_teardown(tmp_
     assert {"rendezvous", "init_torch_distributed"}.isdisjoint(completed)
     assert "alloc_host_mem_pool" in torn
     assert torn and torn <= completed, (torn, completed)  # what completed is undone
+    assert not any(e["event"] == "teardown_failed" for e in events)
     assert any(e["event"] == "signal_received" for e in events)
+    [interrupted] = [e for e in events if e["event"] == "run_interrupted"]
+    assert interrupted["exit_code"] == 143
 
 
 def _free_port() -> int:
