@@ -26,25 +26,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from measure import interleaved, print_ratios
+from measure import Sink, interleaved, print_ratios
 
 from initorch import Registry, StepContext, compose, resolve, step
 from initorch.execution.run import Run
 from initorch.reporting.logs import configure_logging
 from initorch.resolution.plan import Plan
-
-
-class Sink:
-    """A text stream that drops what it is given (not a terminal: no colours)."""
-
-    def write(self, text: str) -> int:
-        return len(text)
-
-    def flush(self) -> None:
-        pass
-
-    def isatty(self) -> bool:
-        return False
 
 
 def noop(ctx: StepContext) -> None:

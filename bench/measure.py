@@ -30,3 +30,16 @@ def print_ratios(samples: Mapping[str, list[float]], baseline: str, unit: str,
         median = statistics.median(values)
         print(f"  {name:<{width}}  {median * scale:8.1f} {unit} "
               f"[{min(values) * scale:.1f}-{max(values) * scale:.1f}]  {median / base:5.2f}x")
+
+
+class Sink:
+    """A text stream that drops what it is given (not a terminal: no colours)."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False

@@ -33,6 +33,7 @@ from functools import partial
 from pathlib import Path
 
 from graphs import SHAPES, chain, profile_text, random_dag, setup
+from measure import Sink
 
 from initorch import Registry, StepContext, compose, resolve, step
 from initorch.execution.run import Run
@@ -189,19 +190,6 @@ def _noop(ctx: StepContext) -> None:
 
 def _sleep(ctx: StepContext) -> None:
     time.sleep(0.2)
-
-
-class Sink:
-    """A text stream that drops what it is given (not a terminal: no colours)."""
-
-    def write(self, text: str) -> int:
-        return len(text)
-
-    def flush(self) -> None:
-        pass
-
-    def isatty(self) -> bool:
-        return False
 
 
 @contextmanager
