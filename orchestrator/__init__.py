@@ -4,7 +4,7 @@ The public face of the package; everything else is private to its module.
 Two groups of names are imported on first use: the resolver's (``load_plan``,
 ``start``, ``resolve``, ``StepGraph``), so that running a saved plan never loads
 it, and the run-time ones (``Run``, ``RunReport``,
-``StepOutcome``, ``RunInterrupted``, ``configure_logging``) and the renderers, so
+``StepOutcome``, ``configure_logging``) and the renderers, so
 that a dry run never pays for the executors and structlog's stdlib integration.
 """
 
@@ -21,6 +21,7 @@ from initorch.errors import (
     PeerError,
     ProfileError,
     ResolveError,
+    RunInterrupted,
     SavedPlanError,
     StepDefinitionError,
     StepError,
@@ -47,7 +48,6 @@ from initorch.resolution.saved import load_saved_plan
 if TYPE_CHECKING:
     from initorch.api import detect_device, load_plan, start
     from initorch.execution.run import Run
-    from initorch.execution.signals import RunInterrupted
     from initorch.reporting.logs import configure_logging
     from initorch.reporting.render import (
         explain_text,
@@ -67,7 +67,6 @@ _ON_FIRST_USE = {
     "resolve": "initorch.resolution.resolve",
     "StepGraph": "initorch.resolution.graph",
     "Run": "initorch.execution.run",
-    "RunInterrupted": "initorch.execution.signals",
     "RunReport": "initorch.reporting.report",
     "StepOutcome": "initorch.reporting.report",
     "configure_logging": "initorch.reporting.logs",

@@ -18,6 +18,7 @@ import signal
 import sys
 import warnings
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from initorch._version import __version__
@@ -31,11 +32,13 @@ from initorch.errors import (
     EXIT_STEP_FAILED,
     InitorchError,
     PeerError,
+    RunInterrupted,
     UnplannedStepWarning,
     describe_exception,
     exception_message,
 )
 from initorch.execution.heartbeat import DEFAULT_INTERVAL_S
+from initorch.execution.signals import interrupt_on_signals
 from initorch.files import OutputFile, check_outputs, write_atomically
 from initorch.loading.catalog import AUTO_PROFILE
 from initorch.location import display_path
@@ -46,7 +49,6 @@ from initorch.resolution.plan import Plan
 if TYPE_CHECKING:
     from initorch.execution.launchers import RankInfo
     from initorch.execution.run import Run
-    from initorch.execution.signals import RunInterrupted
     from initorch.reporting.report import RunReport
     from initorch.reporting.stderr_events import StderrEvents
 
@@ -261,15 +263,17 @@ def _run(args: argparse.Namespace, registry: Registry, rank: RankInfo,
     """Run the plan once, tear it down, and conclude: the run table and the last line
     for people, or the ``run_summary`` (and ``run_failed``/``run_interrupted``) event."""
     from initorch.execution.run import Run
-    from initorch.execution.signals import RunInterrupted
 
-    plan = _run_plan(args, registry)
-    inputs = [*registry.profiles.read_files(), *([args.plan] if args.plan else [])]
-    check_outputs([OutputFile("--report", args.report), OutputFile("--trace", args.trace)],
-                  inputs)  # before anything runs: a bad path never costs a start-up
-    run = Run(plan, executor=args.executor, workers=args.workers, diagnoses=registry.diagnoses,
-              rank=rank, handle_signals=True, teardown_at_exit=True,
-              heartbeat=args.heartbeat or None)
+    try:
+        plan = _run_plan(args, registry)
+        inputs = [*registry.profiles.read_files(), *([args.plan] if args.plan else [])]
+        check_outputs([OutputFile("--report", args.report), OutputFile("--trace", args.trace)],
+                      inputs)  # before anything runs: a bad path never costs a start-up
+        run = Run(plan, executor=args.executor, workers=args.workers,
+                  diagnoses=registry.diagnoses, rank=rank, handle_signals=True,
+                  teardown_at_exit=True, heartbeat=args.heartbeat or None)
+    except RunInterrupted as interrupt:  # while planning: nothing ran, nothing to undo
+        return _conclude_before_the_run(interrupt, rank, in_json=capture is not None)
     if capture is not None:
         capture.log = run.log  # native output carries the run's profile and rank
     interrupted: RunInterrupted | None = None
@@ -283,6 +287,21 @@ def _run(args: argparse.Namespace, registry: Registry, rank: RankInfo,
     if capture is not None:
         return _conclude_in_json(run, interrupted)
     return _conclude_for_people(run.report, interrupted, debug=args.debug)
+
+
+def _conclude_before_the_run(interrupted: RunInterrupted, rank: RankInfo, *,
+                             in_json: bool) -> int:
+    """A signal while the plan was being made: the same line or ``run_interrupted``
+    event (with the rank) and exit code as during the run, without a run table."""
+    if in_json:
+        from initorch.reporting.logs import get_logger
+
+        get_logger(rank=rank.rank).warning(
+            "run_interrupted", signal=signal.Signals(interrupted.signum).name,
+            exit_code=interrupted.exit_code)
+    else:
+        sys.stderr.write(f"initorch: {interrupted}\n")
+    return interrupted.exit_code
 
 
 def _conclude_for_people(report: RunReport, interrupted: RunInterrupted | None, *,
@@ -539,12 +558,17 @@ def _report(error: InitorchError, prefix: str = "") -> None:
 
 def _report_json(message: str, exit_code: int, problems: list[str]) -> None:
     """An error of ``run --log-format json`` as one more JSON line on stderr."""
-    from initorch.reporting.logs import json_event
-
-    fields = {"text": message, "exit_code": exit_code}
+    fields: dict[str, Any] = {"text": message, "exit_code": exit_code}
     if len(problems) > 1:
         fields["problems"] = problems
-    sys.stderr.write(json_event(logging.ERROR, "error", fields) + "\n")
+    _write_json_event(logging.ERROR, "error", fields)
+
+
+def _write_json_event(level: int, event: str, fields: dict[str, Any]) -> None:
+    """One event on stderr without a configured logger (it may not be yet)."""
+    from initorch.reporting.logs import json_event
+
+    sys.stderr.write(json_event(level, event, fields) + "\n")
 
 
 def _registry(args: argparse.Namespace) -> Registry:
@@ -574,10 +598,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
     args = build_parser().parse_args(argv)
     in_json = getattr(args, "log_format", None) == "json"
+    # run: a signal while plugins load and the plan is made ends the command like one
+    # during the run (a launcher's SIGTERM can come that early); the run takes over.
+    guard: AbstractContextManager[None] = interrupt_on_signals() \
+        if args.handler is cmd_run else nullcontext()
     try:
-        registry = _registry(args)
-        code: int = args.handler(args, registry)
-        return code
+        with guard:
+            registry = _registry(args)
+            code: int = args.handler(args, registry)
+            return code
+    except RunInterrupted as interrupt:  # before the run knew its rank (plugins loading)
+        if args.debug:
+            raise
+        if in_json:
+            _write_json_event(logging.WARNING, "run_interrupted",
+                              {"signal": signal.Signals(interrupt.signum).name,
+                               "exit_code": interrupt.exit_code})
+        else:
+            sys.stderr.write(f"initorch: {interrupt}\n")
+        return interrupt.exit_code
     except InitorchError as error:
         if args.debug:
             raise
