@@ -18,7 +18,7 @@ import signal
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, nullcontext, suppress
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from initorch._version import __version__
@@ -214,13 +214,10 @@ def cmd_settings(args: argparse.Namespace, registry: Registry) -> int:
 
 
 def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
-    from initorch.execution.launchers import LaunchArguments, detect_rank
     from initorch.execution.watchdog import configure_watchdog
     from initorch.reporting.logs import configure_logging
 
-    rank = detect_rank(os.environ, LaunchArguments(args.dist_init_addr, args.nnodes,
-                                                   args.node_rank, args.nproc_per_node,
-                                                   args.local_rank))
+    rank = _rank(args)
     args.report, args.trace = (per_rank_path(option, path, rank) for option, path in
                                (("--report", args.report), ("--trace", args.trace)))
     level = logging.getLevelName(args.log_level.upper())
@@ -237,6 +234,15 @@ def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
                       level=level)
     configure_watchdog(None, "text")
     return _run(args, registry, rank, None)
+
+
+def _rank(args: argparse.Namespace) -> RankInfo:
+    """This process's place in the job, from ``run``'s options and the launcher's variables."""
+    from initorch.execution.launchers import LaunchArguments, detect_rank
+
+    return detect_rank(os.environ, LaunchArguments(args.dist_init_addr, args.nnodes,
+                                                   args.node_rank, args.nproc_per_node,
+                                                   args.local_rank))
 
 
 def per_rank_path(option: str, path: str | None, rank: RankInfo) -> str | None:
@@ -264,16 +270,13 @@ def _run(args: argparse.Namespace, registry: Registry, rank: RankInfo,
     for people, or the ``run_summary`` (and ``run_failed``/``run_interrupted``) event."""
     from initorch.execution.run import Run
 
-    try:
-        plan = _run_plan(args, registry)
-        inputs = [*registry.profiles.read_files(), *([args.plan] if args.plan else [])]
-        check_outputs([OutputFile("--report", args.report), OutputFile("--trace", args.trace)],
-                      inputs)  # before anything runs: a bad path never costs a start-up
-        run = Run(plan, executor=args.executor, workers=args.workers,
-                  diagnoses=registry.diagnoses, rank=rank, handle_signals=True,
-                  teardown_at_exit=True, heartbeat=args.heartbeat or None)
-    except RunInterrupted as interrupt:  # while planning: nothing ran, nothing to undo
-        return _conclude_before_the_run(interrupt, rank, in_json=capture is not None)
+    plan = _run_plan(args, registry)
+    inputs = [*registry.profiles.read_files(), *([args.plan] if args.plan else [])]
+    check_outputs([OutputFile("--report", args.report), OutputFile("--trace", args.trace)],
+                  inputs)  # before anything runs: a bad path never costs a start-up
+    run = Run(plan, executor=args.executor, workers=args.workers, diagnoses=registry.diagnoses,
+              rank=rank, handle_signals=True, teardown_at_exit=True,
+              heartbeat=args.heartbeat or None)
     if capture is not None:
         capture.log = run.log  # native output carries the run's profile and rank
     interrupted: RunInterrupted | None = None
@@ -287,21 +290,6 @@ def _run(args: argparse.Namespace, registry: Registry, rank: RankInfo,
     if capture is not None:
         return _conclude_in_json(run, interrupted)
     return _conclude_for_people(run.report, interrupted, debug=args.debug)
-
-
-def _conclude_before_the_run(interrupted: RunInterrupted, rank: RankInfo, *,
-                             in_json: bool) -> int:
-    """A signal while the plan was being made: the same line or ``run_interrupted``
-    event (with the rank) and exit code as during the run, without a run table."""
-    if in_json:
-        from initorch.reporting.logs import get_logger
-
-        get_logger(rank=rank.rank).warning(
-            "run_interrupted", signal=signal.Signals(interrupted.signum).name,
-            exit_code=interrupted.exit_code)
-    else:
-        sys.stderr.write(f"initorch: {interrupted}\n")
-    return interrupted.exit_code
 
 
 def _conclude_for_people(report: RunReport, interrupted: RunInterrupted | None, *,
@@ -564,6 +552,21 @@ def _report_json(message: str, exit_code: int, problems: list[str]) -> None:
     _write_json_event(logging.ERROR, "error", fields)
 
 
+def _report_interrupted(args: argparse.Namespace, interrupted: RunInterrupted,
+                        in_json: bool) -> None:
+    """A signal before the run started (plugins loading, the plan being made): the same
+    line, or ``run_interrupted`` event naming the rank, as during the run, without a
+    run table."""
+    if not in_json:
+        sys.stderr.write(f"initorch: {interrupted}\n")
+        return
+    fields: dict[str, Any] = {"signal": signal.Signals(interrupted.signum).name,
+                              "exit_code": interrupted.exit_code}
+    with suppress(InitorchError):  # ambiguous launcher variables: name no rank
+        fields["rank"] = _rank(args).rank
+    _write_json_event(logging.WARNING, "run_interrupted", fields)
+
+
 def _write_json_event(level: int, event: str, fields: dict[str, Any]) -> None:
     """One event on stderr without a configured logger (it may not be yet)."""
     from initorch.reporting.logs import json_event
@@ -607,15 +610,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             registry = _registry(args)
             code: int = args.handler(args, registry)
             return code
-    except RunInterrupted as interrupt:  # before the run knew its rank (plugins loading)
+    except RunInterrupted as interrupt:  # before the run started: nothing ran, nothing to undo
         if args.debug:
             raise
-        if in_json:
-            _write_json_event(logging.WARNING, "run_interrupted",
-                              {"signal": signal.Signals(interrupt.signum).name,
-                               "exit_code": interrupt.exit_code})
-        else:
-            sys.stderr.write(f"initorch: {interrupt}\n")
+        _report_interrupted(args, interrupt, in_json)
         return interrupt.exit_code
     except InitorchError as error:
         if args.debug:
