@@ -3,9 +3,10 @@
 The public face of the package; everything else is private to its module.
 Two groups of names are imported on first use: the resolver's (``load_plan``,
 ``start``, ``resolve``, ``StepGraph``), so that running a saved plan never loads
-it, and the run-time ones (``Run``, ``RunReport``,
-``StepOutcome``, ``configure_logging``) and the renderers, so
-that a dry run never pays for the executors and structlog's stdlib integration.
+it, and the run-time ones (``Run``, ``RunReport``, ``StepOutcome``,
+``configure_logging``, the peers' ``JobStore`` and ``PeerBounds``) and the
+renderers, so that a dry run never pays for the executors, the ranks' agreement
+and structlog's stdlib integration.
 """
 
 from importlib import import_module
@@ -31,7 +32,6 @@ from initorch.errors import (
 )
 from initorch.execution.context import DeviceBinding, RankInfo, StepContext
 from initorch.execution.launchers import LaunchError
-from initorch.execution.peers import JobStore, PeerBounds
 from initorch.loading.compose import ComposedProfile, compose
 from initorch.loading.detection import Detection, DeviceProbe, Machine, Verdict
 from initorch.model.devices import DeviceRef, parse_device
@@ -47,6 +47,7 @@ from initorch.resolution.saved import load_saved_plan
 
 if TYPE_CHECKING:
     from initorch.api import detect_device, load_plan, start
+    from initorch.execution.peers import JobStore, PeerBounds
     from initorch.execution.run import Run
     from initorch.reporting.logs import configure_logging
     from initorch.reporting.render import (
@@ -66,6 +67,8 @@ _ON_FIRST_USE = {
     "start": "initorch.api",
     "resolve": "initorch.resolution.resolve",
     "StepGraph": "initorch.resolution.graph",
+    "JobStore": "initorch.execution.peers",
+    "PeerBounds": "initorch.execution.peers",
     "Run": "initorch.execution.run",
     "RunReport": "initorch.reporting.report",
     "StepOutcome": "initorch.reporting.report",

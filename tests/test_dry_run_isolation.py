@@ -91,7 +91,8 @@ def test_loading_a_plan_imports_no_vendor_module():
 
 
 def test_a_dry_run_loads_neither_the_executors_nor_structlog():
-    # The run-time half of the package is imported on first use; a plan needs none of it.
+    # The run-time half of the package (the executors, the ranks' agreement, logging) is
+    # imported on first use; a plan needs none of it.
     code = """
         import sys
         from initorch.cli import main
@@ -99,6 +100,7 @@ def test_a_dry_run_loads_neither_the_executors_nor_structlog():
         loaded = sorted(m for m in sys.modules
                         if m.split(".")[0] == "structlog"
                         or m in ("initorch.execution.run", "initorch.execution.executors",
+                                 "initorch.execution.peers", "initorch.execution.agreement",
                                  "initorch.reporting.logs"))
         print(loaded, file=sys.stderr)
         """
