@@ -38,12 +38,10 @@ from initorch.errors import (
     exception_message,
 )
 from initorch.execution.heartbeat import DEFAULT_INTERVAL_S
-from initorch.execution.signals import interrupt_on_signals
 from initorch.files import OutputFile, check_outputs, write_atomically
 from initorch.loading.catalog import AUTO_PROFILE
 from initorch.location import display_path
 from initorch.plugins import PluginError, Registry
-from initorch.reporting.render import GRAPH_FORMATS, explain_text
 from initorch.resolution.plan import Plan
 
 if TYPE_CHECKING:
@@ -61,8 +59,10 @@ INITORCH_PLUGINS_ALLOW=NAME,... limits the installed plugins besides builtin."""
 
 Command = Callable[[argparse.Namespace, Registry], int]
 
-# executors.DEFAULT_MAX_WORKERS, which a dry run does not import (a test keeps them equal).
+# executors.DEFAULT_MAX_WORKERS and render.GRAPH_FORMATS, which a dry run does not import
+# (tests keep them equal).
 MAX_WORKERS_SHOWN = 256
+GRAPH_FORMAT_NAMES = ("dot", "json", "mermaid")
 
 PLUGIN_HELP = ("load the plugin function MODULE:FUNCTION (default MODULE:register), or "
                "skip the installed plugin NAME with no:NAME; repeatable, after "
@@ -133,12 +133,16 @@ def _run_plan(args: argparse.Namespace, registry: Registry) -> Plan:
 
 
 def cmd_graph(args: argparse.Namespace, registry: Registry) -> int:
+    from initorch.reporting.render import GRAPH_FORMATS
+
     _emit(GRAPH_FORMATS[args.format](_plan(args, registry)))
     return EXIT_OK
 
 
 def cmd_explain(args: argparse.Namespace, registry: Registry) -> int:
     plan = _plan(args, registry)
+    from initorch.reporting.render import explain_text
+
     _emit(explain_text(args.first, args.second, plan.explain(args.first, args.second)))
     return EXIT_OK
 
@@ -443,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("validate", cmd_validate,
         "lint profiles (all available ones when none is selected)", selection)
     graph = add("graph", cmd_graph, "print the step graph", selection)
-    graph.add_argument("--format", choices=sorted(GRAPH_FORMATS), default="dot")
+    graph.add_argument("--format", choices=GRAPH_FORMAT_NAMES, default="dot")
     explain = add("explain", cmd_explain, "explain why step FIRST runs before SECOND",
                   selection)
     explain.add_argument("first", metavar="FIRST")
@@ -603,8 +607,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     in_json = getattr(args, "log_format", None) == "json"
     # run: a signal while plugins load and the plan is made ends the command like one
     # during the run (a launcher's SIGTERM can come that early); the run takes over.
-    guard: AbstractContextManager[None] = interrupt_on_signals() \
-        if args.handler is cmd_run else nullcontext()
+    guard: AbstractContextManager[None] = nullcontext()
+    if args.handler is cmd_run:
+        from initorch.execution.signals import interrupt_on_signals
+
+        guard = interrupt_on_signals()
     try:
         with guard:
             registry = _registry(args)

@@ -101,12 +101,22 @@ def test_a_dry_run_loads_neither_the_executors_nor_structlog():
                         if m.split(".")[0] == "structlog"
                         or m in ("initorch.execution.run", "initorch.execution.executors",
                                  "initorch.execution.peers", "initorch.execution.agreement",
-                                 "initorch.reporting.logs"))
+                                 "initorch.execution.watchdog", "initorch.execution.signals",
+                                 "initorch.reporting.logs",
+                                 "initorch.reporting.render", "initorch.reporting.report",
+                                 "initorch.resolution.saved"))
         print(loaded, file=sys.stderr)
         """
     result = run_python(code)
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_the_cli_offers_every_graph_format():
+    from initorch.cli import GRAPH_FORMAT_NAMES
+    from initorch.reporting.render import GRAPH_FORMATS
+
+    assert tuple(sorted(GRAPH_FORMATS)) == GRAPH_FORMAT_NAMES
 
 
 def test_resolving_an_acyclic_plan_never_imports_networkx():
