@@ -153,7 +153,7 @@ def check_transport(ctx: StepContext, shared: SharedTransferEngine, native: Nati
 def init_shared_mooncake_transfer_engine(ctx: StepContext) -> SharedTransferEngine:
     engine_type = import_transfer_engine()
     protocol = str(ctx.setting("device.mooncake_protocol"))
-    hostname = engine_hostname(ctx, protocol, installed_build())
+    hostname = engine_hostname(ctx, protocol, installed_build)
     shared = SharedTransferEngine(engine_type(), hostname, protocol, device_name_for(ctx),
                                   str(ctx.setting("mooncake.metadata_server")))
     before = listeners()
