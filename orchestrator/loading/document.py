@@ -141,6 +141,8 @@ class _Collector:
     def __init__(self, doc: YamlDocument) -> None:
         self.doc = doc
         self.problems: list[Problem] = []
+        # Step names already found valid: a large profile names each step several times.
+        self.valid_step_names: set[str] = set()
 
     def add(self, message: str, location: SourceLocation, hint: str | None = None) -> None:
         self.problems.append(Problem(message, location, hint))
@@ -225,10 +227,14 @@ def _step_names(out: _Collector, value: Any, *path: str | int
 
 def _is_step_name(out: _Collector, target: str, at: SourceLocation) -> bool:
     """Whether ``target`` is a valid step name; reports the problem when it is not."""
+    if target in out.valid_step_names:
+        return True
     problem = name_problem(target, "step name", STEP_NAME)
     if problem is not None:
         out.add(problem, at, "use ASCII lower_snake_case")
-    return problem is None
+        return False
+    out.valid_step_names.add(target)
+    return True
 
 
 def _parse_extends(out: _Collector, value: Any) -> tuple[tuple[str, SourceLocation], ...]:
@@ -308,9 +314,7 @@ def _parse_steps(out: _Collector, value: Any, source: str) -> tuple[StepEntry, .
     entries = []
     for name, body in value.items():
         where = out.doc.key_where("steps", name)
-        problem = name_problem(name, "step name", STEP_NAME)
-        if problem is not None:
-            out.add(problem, where, "use ASCII lower_snake_case")
+        if not _is_step_name(out, name, where):
             continue
         if not isinstance(body, (dict, type(None))):
             out.add(f"overrides of step '{name}' must be a mapping", out.doc.where("steps", name),
