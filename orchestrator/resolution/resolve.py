@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple, NoReturn
 
 from initorch.collector import collector_paused
@@ -59,6 +59,7 @@ from initorch.resolution.graph import MAX_CYCLES_REPORTED, StepGraph
 from initorch.resolution.plan import Plan, PlannedStep, SkippedStep
 from initorch.resolution.plangraph import EdgeRecord, IncomingEdges, in_declaration_order
 from initorch.resolution.preview import preview_steps
+from initorch.resolution.reasons import Pull, Reasons
 
 
 class _EdgeSource(NamedTuple):
@@ -69,11 +70,6 @@ class _EdgeSource(NamedTuple):
     reason: str | None = None
 
 
-# Why a step is in the plan: a whole sentence ("listed by profile base (...)"), or a
-# verb and the step that pulled it in (("required by ", "x")), merged per verb later.
-_Reason = str | tuple[str, str]
-
-
 @dataclass(slots=True)
 class _Candidate:
     """A selected step while it is being resolved."""
@@ -81,7 +77,7 @@ class _Candidate:
     step: Step  # the effective declaration: as registered, with the profiles' overrides
     declared: Step  # as registered
     by: str  # "step <name>": who declared the step's own edges, at its definition
-    reasons: list[_Reason] = field(default_factory=list)
+    reasons: Reasons
     # Edges a profile added or restated, by (kind, target); every other edge is the
     # step's own, declared in code.
     edge_sources: dict[tuple[str, str], _EdgeSource] | None = None
@@ -101,7 +97,7 @@ class _Candidate:
     def only_wanted_by(self) -> bool:
         """True when nothing but its own ``wanted_by`` pulled this step in."""
         pulls = self.wanted_by_pulls
-        return pulls is not None and len(self.reasons) == len(pulls)
+        return pulls is not None and len(self.reasons.pulls) == len(pulls)
 
 
 REQUESTED = "requested by load_plan(steps=...)"
@@ -165,8 +161,7 @@ def _resolve(composed: ComposedProfile, steps: StepRegistry, device_index: int |
     for name in graph.order():
         candidate = candidates.pop(name)  # each candidate goes as its planned step comes
         planned.append(PlannedStep(candidate.step, waves[name],
-                                   _merge_reasons(candidate.reasons, skipped),
-                                   candidate.declared))
+                                   candidate.reasons.skipping(skipped), candidate.declared))
     device = DeviceRef(device_type.value, device_index)
     ordered = preview_steps(tuple(planned), settled.values, device, environ)
     del planned
@@ -209,26 +204,6 @@ def _reading_order(problem: Problem) -> tuple[bool, str, int, int]:
     return (False, where.path, where.line, where.column)
 
 
-def _merge_reasons(reasons: list[_Reason], skipped: Mapping[str, str]) -> tuple[str, ...]:
-    """``required by a``, ``required by b`` -> ``required by a, b`` (first-seen order);
-    steps that are skipped pull nothing in, so they are left out."""
-    merged: dict[str, list[str]] = {}
-    for reason in reasons:
-        if isinstance(reason, str):
-            if reason not in merged:
-                merged[reason] = []
-            continue
-        verb, who = reason
-        if skipped and who in skipped:
-            continue
-        found = merged.get(verb)
-        if found is None:
-            merged[verb] = [who]
-        else:
-            found.append(who)
-    return tuple([key + ", ".join(names) if names else key for key, names in merged.items()])
-
-
 def _raise_if(problems: list[Problem], error: type[InitorchError] = ResolveError) -> None:
     if problems:
         _fail(problems, error)
@@ -254,7 +229,7 @@ def _select(composed: ComposedProfile, registry: StepRegistry, requested: Sequen
     candidates: dict[str, _Candidate] = {}
     created: list[_Candidate] = []
 
-    def pull(name: str, reason: _Reason, location: SourceLocation | None) -> _Candidate | None:
+    def pull(name: str, reason: Pull, location: SourceLocation | None) -> _Candidate | None:
         candidate = candidates.get(name)
         if candidate is None:
             try:
@@ -265,12 +240,12 @@ def _select(composed: ComposedProfile, registry: StepRegistry, requested: Sequen
             candidate = candidates[name] = _apply_overrides(
                 declared, composed.step_entries.get(name), problems)
             created.append(candidate)
-        candidate.reasons.append(reason)
+        candidate.reasons.pulls.append(reason)
         return candidate
 
     for name, entries in composed.step_entries.items():
         first = entries[0]
-        pull(name, f"listed by profile {first.source} ({first.location})", first.location)
+        pull(name, first, first.location)
     for name in requested:
         pull(name, REQUESTED, None)
     expanded = 0
@@ -286,7 +261,7 @@ def _select(composed: ComposedProfile, registry: StepRegistry, requested: Sequen
             for target in targets:
                 found = candidates.get(target)
                 if found is not None:  # the usual case: one more reason
-                    found.reasons.append(pulled_by)
+                    found.reasons.pulls.append(pulled_by)
                 else:
                     pull(target, pulled_by, candidate.edge_source(kind, target).location)
         for wanter in wanted_by.get(name, ()):
@@ -306,7 +281,7 @@ def _apply_overrides(step: Step, entries: tuple[StepEntry, ...] | None,
                      problems: list[Problem]) -> _Candidate:
     """Fold every profile entry for ``step`` into one effective declaration (the
     registered step itself when no entry changes it)."""
-    candidate = _Candidate(step, step, f"step {step.name}")
+    candidate = _Candidate(step, step, f"step {step.name}", Reasons())
     entries = entries or ()
     for entry in entries:
         if entry.changes or entry.overrides:
