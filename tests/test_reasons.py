@@ -24,8 +24,8 @@ def test_pulls_read_as_sentences_with_verbs_merged_in_first_seen_order() -> None
 
 
 def test_skipped_steps_pull_nothing_in() -> None:
-    reasons = Reasons([("required by ", "a"), ("required by ", "gone"), ("wanted by ", "gone")])
-    assert reasons.skipping({"gone": "condition 'x' is false"}) == ("required by a",)
+    pulls = [("required by ", "a"), ("required by ", "gone"), ("wanted by ", "gone")]
+    assert Reasons(pulls, {"gone": "condition 'x' is false"}) == ("required by a",)
 
 
 def test_reasons_compare_and_hash_as_their_tuple() -> None:

@@ -30,27 +30,22 @@ class Reasons(Sequence[str]):
     the steps that are skipped (they pull nothing in).  It reads, compares and hashes
     as the tuple of those sentences.
 
-    The resolver appends to :attr:`pulls` while it selects, and hands the skipped
-    steps over with :meth:`skipping` before the plan is made; the sentences are
-    written on first read, when nothing changes them any more."""
+    The resolver hands over ``pulls`` and ``skipped`` once selection is done and
+    changes neither afterwards; the sentences are written on first read."""
 
-    __slots__ = ("_skipped", "_written", "pulls")
+    __slots__ = ("_pulls", "_skipped", "_written")
 
-    def __init__(self, pulls: list[Pull] | None = None) -> None:
-        self.pulls: list[Pull] = [] if pulls is None else pulls
-        self._skipped = _NOTHING_SKIPPED
-        self._written: tuple[str, ...] | None = None
-
-    def skipping(self, skipped: Mapping[str, str]) -> Reasons:
-        """These reasons, leaving out the pulls of ``skipped`` steps."""
+    def __init__(self, pulls: Sequence[Pull] = (),
+                 skipped: Mapping[str, str] = _NOTHING_SKIPPED) -> None:
+        self._pulls = pulls
         self._skipped = skipped
-        return self
+        self._written: tuple[str, ...] | None = None
 
     def sentences(self) -> tuple[str, ...]:
         """The reasons as the tuple of sentences, written once."""
         written = self._written
         if written is None:
-            written = self._written = _write(self.pulls, self._skipped)
+            written = self._written = _write(self._pulls, self._skipped)
         return written
 
     @overload
@@ -83,7 +78,7 @@ class Reasons(Sequence[str]):
         return repr(self.sentences())
 
 
-def _write(pulls: list[Pull], skipped: Mapping[str, str]) -> tuple[str, ...]:
+def _write(pulls: Sequence[Pull], skipped: Mapping[str, str]) -> tuple[str, ...]:
     merged: dict[str, list[str]] = {}
     for pull in pulls:
         if isinstance(pull, tuple):

@@ -57,7 +57,7 @@ from initorch.model.step import EDGE_KINDS, EdgeKind, Step
 from initorch.resolution.fingerprint import fingerprint
 from initorch.resolution.graph import MAX_CYCLES_REPORTED, StepGraph
 from initorch.resolution.plan import Plan, PlannedStep, SkippedStep
-from initorch.resolution.plangraph import EdgeRecord, IncomingEdges, in_declaration_order
+from initorch.resolution.plangraph import EdgeRecord, IncomingEdges, declarations_in_order
 from initorch.resolution.preview import preview_steps
 from initorch.resolution.reasons import Pull, Reasons
 
@@ -77,7 +77,7 @@ class _Candidate:
     step: Step  # the effective declaration: as registered, with the profiles' overrides
     declared: Step  # as registered
     by: str  # "step <name>": who declared the step's own edges, at its definition
-    reasons: Reasons
+    pulls: list[Pull]  # why it is in the plan, in the order of the pulls (see Reasons)
     # Edges a profile added or restated, by (kind, target); every other edge is the
     # step's own, declared in code.
     edge_sources: dict[tuple[str, str], _EdgeSource] | None = None
@@ -97,7 +97,7 @@ class _Candidate:
     def only_wanted_by(self) -> bool:
         """True when nothing but its own ``wanted_by`` pulled this step in."""
         pulls = self.wanted_by_pulls
-        return pulls is not None and len(self.reasons.pulls) == len(pulls)
+        return pulls is not None and len(self.pulls) == len(pulls)
 
 
 REQUESTED = "requested by load_plan(steps=...)"
@@ -161,7 +161,7 @@ def _resolve(composed: ComposedProfile, steps: StepRegistry, device_index: int |
     for name in graph.order():
         candidate = candidates.pop(name)  # each candidate goes as its planned step comes
         planned.append(PlannedStep(candidate.step, waves[name],
-                                   candidate.reasons.skipping(skipped), candidate.declared))
+                                   Reasons(candidate.pulls, skipped), candidate.declared))
     device = DeviceRef(device_type.value, device_index)
     ordered = preview_steps(tuple(planned), settled.values, device, environ)
     del planned
@@ -240,7 +240,7 @@ def _select(composed: ComposedProfile, registry: StepRegistry, requested: Sequen
             candidate = candidates[name] = _apply_overrides(
                 declared, composed.step_entries.get(name), problems)
             created.append(candidate)
-        candidate.reasons.pulls.append(reason)
+        candidate.pulls.append(reason)
         return candidate
 
     for name, entries in composed.step_entries.items():
@@ -261,7 +261,7 @@ def _select(composed: ComposedProfile, registry: StepRegistry, requested: Sequen
             for target in targets:
                 found = candidates.get(target)
                 if found is not None:  # the usual case: one more reason
-                    found.reasons.pulls.append(pulled_by)
+                    found.pulls.append(pulled_by)
                 else:
                     pull(target, pulled_by, candidate.edge_source(kind, target).location)
         for wanter in wanted_by.get(name, ()):
@@ -281,7 +281,7 @@ def _apply_overrides(step: Step, entries: tuple[StepEntry, ...] | None,
                      problems: list[Problem]) -> _Candidate:
     """Fold every profile entry for ``step`` into one effective declaration (the
     registered step itself when no entry changes it)."""
-    candidate = _Candidate(step, step, f"step {step.name}", Reasons())
+    candidate = _Candidate(step, step, f"step {step.name}", [])
     entries = entries or ()
     for entry in entries:
         if entry.changes or entry.overrides:
@@ -495,7 +495,7 @@ def _incoming_edges(active: dict[str, _Candidate], binder: str | None) -> Incomi
                 grouped[name] = into
             else:
                 found += into
-    return in_declaration_order(grouped)
+    return declarations_in_order(grouped)
 
 
 def _device_binder(candidates: dict[str, _Candidate], active: dict[str, _Candidate],
