@@ -227,25 +227,31 @@ def _select(composed: ComposedProfile, registry: StepRegistry, requested: Sequen
         for target in declared.wanted_by:
             wanted_by.setdefault(target, []).append(declared)
     candidates: dict[str, _Candidate] = {}
-    created: list[_Candidate] = []
+    created: list[_Candidate] = []  # in the order they were pulled in: the order of expansion
+    listed = composed.step_entries
+
+    def admit(name: str, reason: Pull, location: SourceLocation | None) -> _Candidate | None:
+        """A new candidate for registered step ``name``, pulled in by ``reason``."""
+        try:
+            declared = registry.get(name, location)
+        except InitorchError as exc:
+            problems.extend(exc.problems)
+            return None
+        candidate = candidates[name] = _apply_overrides(declared, listed.get(name), [reason],
+                                                        problems)
+        created.append(candidate)
+        return candidate
 
     def pull(name: str, reason: Pull, location: SourceLocation | None) -> _Candidate | None:
         candidate = candidates.get(name)
         if candidate is None:
-            try:
-                declared = registry.get(name, location)
-            except InitorchError as exc:
-                problems.extend(exc.problems)
-                return None
-            candidate = candidates[name] = _apply_overrides(
-                declared, composed.step_entries.get(name), problems)
-            created.append(candidate)
+            return admit(name, reason, location)
         candidate.pulls.append(reason)
         return candidate
 
-    for name, entries in composed.step_entries.items():
+    for entries in listed.values():  # each listed step is new, pulled in by its first entry
         first = entries[0]
-        pull(name, first, first.location)
+        admit(first.name, first, first.location)
     for name in requested:
         pull(name, REQUESTED, None)
     expanded = 0
@@ -277,11 +283,12 @@ _PULLS: tuple[tuple[EdgeKind, str], ...] = (("requires", "required by "), ("want
 """The edges that pull a step in, and how its reason reads."""
 
 
-def _apply_overrides(step: Step, entries: tuple[StepEntry, ...] | None,
+def _apply_overrides(step: Step, entries: tuple[StepEntry, ...] | None, pulls: list[Pull],
                      problems: list[Problem]) -> _Candidate:
-    """Fold every profile entry for ``step`` into one effective declaration (the
-    registered step itself when no entry changes it)."""
-    candidate = _Candidate(step, step, f"step {step.name}", [])
+    """The candidate for ``step``, pulled in by ``pulls``: every profile entry for
+    it folded into one effective declaration (the registered step itself when no
+    entry changes it)."""
+    candidate = _Candidate(step, step, f"step {step.name}", pulls)
     entries = entries or ()
     for entry in entries:
         if entry.changes or entry.overrides:
@@ -468,27 +475,28 @@ def _incoming_edges(active: dict[str, _Candidate], binder: str | None) -> Incomi
     grouped: dict[str, list[EdgeRecord]] = {}
     for name, candidate in active.items():
         step, sources = candidate.step, candidate.edge_sources
-        own = (step.defined_at, candidate.by, None)
+        where, by = step.defined_at, candidate.by
+        own = (where, by, None)
         into: list[EdgeRecord] = []
         for kind in EDGE_KINDS:
             targets = getattr(step, kind)
             if not targets:
                 continue
             if sources is None and kind != "before":  # the usual case: the step's own edges
-                where, by, _ = own
                 into += [(target, kind, where, by, None) for target in targets
                          if target in active]
                 continue
             for target in targets:
                 if target not in active:
                     continue  # ordering-only edges bind only steps that are both planned
-                where, by, reason = own if sources is None else sources.get((kind, target), own)
+                at, declarer, reason = own if sources is None \
+                    else sources.get((kind, target), own)
                 if kind == "before":
-                    grouped.setdefault(target, []).append((name, kind, where, by, reason))
+                    grouped.setdefault(target, []).append((name, kind, at, declarer, reason))
                 else:
-                    into.append((target, kind, where, by, reason))
+                    into.append((target, kind, at, declarer, reason))
         if binder is not None and step.device_bound:
-            into.append((binder, "device", step.defined_at, candidate.by, None))
+            into.append((binder, "device", where, by, None))
         if into:
             found = grouped.get(name)
             if found is None:
