@@ -103,8 +103,8 @@ class Step:
     # :mod:`initorch.resolution.fingerprint` (a frozen step's fields never change, so
     # neither does their encoding).  Not a field anyone sets: ``dataclasses.replace``
     # starts a changed step without it.
-    _canonical: tuple[str, str, str] | None = field(default=None, init=False, repr=False,
-                                                    compare=False)
+    _canonical: tuple[bytes, bytes, int, int] | None = field(
+        default=None, init=False, repr=False, compare=False)
 
     def edges(self, kind: EdgeKind) -> tuple[str, ...]:
         """The names this step lists under ``kind``."""

@@ -70,14 +70,14 @@ def fingerprint(
     for first in range(0, len(steps), _STEPS_PER_UPDATE):
         if first:
             digest.update(b",")
-        chunk = steps[first:first + _STEPS_PER_UPDATE]
-        digest.update(",".join(map(_planned, chunk)).encode())
+        digest.update(b",".join(map(_planned, steps[first:first + _STEPS_PER_UPDATE])))
     digest.update(b"]}")
     return digest.hexdigest()
 
 
-_STEPS_PER_UPDATE = 4096
-"""Steps encoded and hashed together: few calls, and a bounded document in memory."""
+_STEPS_PER_UPDATE = 256
+"""Steps encoded and hashed together: few calls, and a small part of the document in
+memory at a time."""
 
 
 def _value(value: Any) -> str:
@@ -110,30 +110,37 @@ def _names(names: tuple[str, ...]) -> str:
     return "[" + ",".join(map(encode_basestring_ascii, names)) + "]"
 
 
-def _planned(planned: PlannedStep) -> str:
-    """``{"wave", "name", step_fields(step)..., "declared": declaration(...)}``.
+def _planned(planned: PlannedStep) -> bytes:
+    """``{"wave", "name", step_fields(step)..., "declared": declaration(...)}``
+    (ASCII: every string is written with JSON's escapes, as ``json.dumps`` does).
 
     A step planned as it was declared (the usual case) is its declaration's
     cached encoding with the wave written in; a step that profiles changed writes
     its effective fields here, around its declaration's cached encoding."""
     declared = planned.declared
-    encoded = declared._canonical or _encode(declared)
+    head, tail, start, end = declared._canonical or _encode(declared)
     wave = planned.wave
-    wave_json = str(wave) if type(wave) is int else _value(wave)
+    wave_json = b"%d" % wave if type(wave) is int else _value(wave).encode()
     if planned.step is declared:
-        return encoded[1] + wave_json + encoded[2]
-    head, tail = _effective(planned.step, encoded[0])
-    return head + wave_json + tail
+        return head + wave_json + tail
+    before, after = _effective(planned.step, head[start:end].decode())
+    return before.encode() + wave_json + after.encode()
 
 
-def _encode(declared: Step) -> tuple[str, str, str]:
-    """Encode ``declared`` once, and keep it on the (frozen) step: its declaration,
-    and the planned step it makes unchanged, up to the wave and after it."""
+def _encode(declared: Step) -> tuple[bytes, bytes, int, int]:
+    """Encode ``declared`` once, and keep it on the (frozen) step: the planned step it
+    makes unchanged, up to the wave and after it, and where its declaration lies in
+    the first part (what a changed step writes too)."""
     shared = _shared(declared)
     declaration = _declaration(declared, shared)
-    encoded = (declaration, *_effective(declared, declaration, shared))
+    head, tail = _effective(declared, declaration, shared)
+    start = head.index(_DECLARED) + len(_DECLARED)
+    encoded = (head.encode(), tail.encode(), start, start + len(declaration))
     object.__setattr__(declared, "_canonical", encoded)
     return encoded
+
+
+_DECLARED = ',"declared":'
 
 
 def _effective(step: Step, declaration: str, shared: tuple[str, ...] | None = None
