@@ -126,8 +126,7 @@ class StepGraph:
             waiting[target] = count
         ready = [name for name in self._nodes if name not in waiting]
         heapify(ready)
-        levels = dict.fromkeys(ready, 0)
-        level_of = levels.get
+        levels = dict.fromkeys(self._nodes, 0)
         order: list[str] = []
         while ready:
             name = heappop(ready)
@@ -139,7 +138,7 @@ class StepGraph:
             for target in later:
                 left = waiting[target] - 1
                 waiting[target] = left
-                if level_of(target, 0) < level:
+                if levels[target] < level:  # noqa: PLR1730 (no call: this runs once per edge)
                     levels[target] = level
                 if not left:
                     heappush(ready, target)

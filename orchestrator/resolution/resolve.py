@@ -258,9 +258,10 @@ def _select(composed: ComposedProfile, registry: StepRegistry, requested: Sequen
     while expanded < len(created):
         candidate = created[expanded]
         expanded += 1
-        step, name = candidate.step, candidate.step.name
-        for kind, verb in _PULLS:
-            targets = getattr(step, kind)
+        step = candidate.step
+        name = step.name
+        for kind, verb, targets in (("requires", "required by ", step.requires),
+                                    ("wants", "wanted by ", step.wants)):
             if not targets:
                 continue
             pulled_by = (verb, name)
@@ -277,10 +278,6 @@ def _select(composed: ComposedProfile, registry: StepRegistry, requested: Sequen
                     found.wanted_by_pulls = []
                 found.wanted_by_pulls.append(name)
     return candidates
-
-
-_PULLS: tuple[tuple[EdgeKind, str], ...] = (("requires", "required by "), ("wants", "wanted by "))
-"""The edges that pull a step in, and how its reason reads."""
 
 
 def _apply_overrides(step: Step, entries: tuple[StepEntry, ...] | None, pulls: list[Pull],
@@ -478,8 +475,8 @@ def _incoming_edges(active: dict[str, _Candidate], binder: str | None) -> Incomi
         where, by = step.defined_at, candidate.by
         own = (where, by, None)
         into: list[EdgeRecord] = []
-        for kind in EDGE_KINDS:
-            targets = getattr(step, kind)
+        for kind, targets in (("requires", step.requires), ("wants", step.wants),
+                              ("after", step.after), ("before", step.before)):
             if not targets:
                 continue
             if sources is None and kind != "before":  # the usual case: the step's own edges
