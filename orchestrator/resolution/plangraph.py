@@ -78,15 +78,6 @@ def in_declaration_order(grouped: Mapping[str, list[EdgeRecord]]) -> IncomingEdg
             else (found[0],) for target, found in grouped.items()}
 
 
-def declarations_in_order(grouped: Mapping[str, list[EdgeRecord]]) -> IncomingEdges:
-    """:func:`in_declaration_order` for groups in which records that agree on source,
-    kind, place and declarer agree on their reason too (the resolver's: a place
-    declares an edge once, with one reason).  Such records sort as plain tuples,
-    the same way, without a key built for each."""
-    return {target: tuple(sorted(found)) if len(found) > 1 else (found[0],)
-            for target, found in grouped.items()}
-
-
 def group_edges(edges: Iterable[Edge]) -> IncomingEdges:
     """``edges`` as records grouped by target, in declaration order."""
     grouped: dict[str, list[EdgeRecord]] = {}

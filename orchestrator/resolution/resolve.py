@@ -35,6 +35,7 @@ import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import NamedTuple, NoReturn
 
 from initorch.collector import collector_paused
@@ -57,7 +58,7 @@ from initorch.model.step import EDGE_KINDS, EdgeKind, Step
 from initorch.resolution.fingerprint import fingerprint
 from initorch.resolution.graph import MAX_CYCLES_REPORTED, StepGraph
 from initorch.resolution.plan import Plan, PlannedStep, SkippedStep
-from initorch.resolution.plangraph import EdgeRecord, IncomingEdges, declarations_in_order
+from initorch.resolution.plangraph import EdgeRecord, IncomingEdges
 from initorch.resolution.preview import preview_steps
 from initorch.resolution.reasons import Pull, Reasons
 
@@ -466,22 +467,29 @@ def _check_requirements(active: dict[str, _Candidate], skipped: dict[str, str],
 
 
 def _incoming_edges(active: dict[str, _Candidate], binder: str | None) -> IncomingEdges:
-    """Ordering edges among active steps, as records grouped by target: the declared
-    ones (an unknown target is no candidate, and was reported in stage 1) and one
-    from ``binder`` to every device_bound step."""
-    grouped: dict[str, list[EdgeRecord]] = {}
+    """Ordering edges among active steps, as records grouped by target in declaration
+    order: the declared ones (an unknown target is no candidate, and was reported in
+    stage 1) and one from ``binder`` to every device_bound step.
+
+    A step's group is its own edges, plus the ``before`` edges of other steps (rare:
+    kept aside and merged at the end).  No two records of a group agree on source,
+    kind, place and declarer while differing in their reason (a place declares an
+    edge once, with one reason), so records sort as plain tuples, as
+    :func:`~initorch.resolution.plangraph.in_declaration_order` sorts them."""
+    incoming: IncomingEdges = {}
+    before: dict[str, list[EdgeRecord]] = {}
     for name, candidate in active.items():
         step, sources = candidate.step, candidate.edge_sources
         where, by = step.defined_at, candidate.by
         own = (where, by, None)
         into: list[EdgeRecord] = []
-        for kind, targets in (("requires", step.requires), ("wants", step.wants),
-                              ("after", step.after), ("before", step.before)):
+        for kind, targets in zip(EDGE_KINDS, _edge_lists(step), strict=True):
             if not targets:
                 continue
             if sources is None and kind != "before":  # the usual case: the step's own edges
-                into += [(target, kind, where, by, None) for target in targets
-                         if target in active]
+                for target in targets:
+                    if target in active:
+                        into.append((target, kind, where, by, None))
                 continue
             for target in targets:
                 if target not in active:
@@ -489,18 +497,20 @@ def _incoming_edges(active: dict[str, _Candidate], binder: str | None) -> Incomi
                 at, declarer, reason = own if sources is None \
                     else sources.get((kind, target), own)
                 if kind == "before":
-                    grouped.setdefault(target, []).append((name, kind, at, declarer, reason))
+                    before.setdefault(target, []).append((name, kind, at, declarer, reason))
                 else:
                     into.append((target, kind, at, declarer, reason))
         if binder is not None and step.device_bound:
             into.append((binder, "device", where, by, None))
         if into:
-            found = grouped.get(name)
-            if found is None:
-                grouped[name] = into
-            else:
-                found += into
-    return declarations_in_order(grouped)
+            incoming[name] = (into[0],) if len(into) == 1 else tuple(sorted(into))
+    for target, found in before.items():
+        incoming[target] = tuple(sorted([*incoming.get(target, ()), *found]))
+    return incoming
+
+
+_edge_lists = attrgetter(*EDGE_KINDS)
+"""A step's edge lists, in the order of ``EDGE_KINDS``."""
 
 
 def _device_binder(candidates: dict[str, _Candidate], active: dict[str, _Candidate],
