@@ -67,17 +67,28 @@ def fingerprint(
     # "steps" sorts after every other key: the head without its closing brace, then it.
     digest.update(head[:-1].encode())
     digest.update(b',"steps":[')
-    for first in range(0, len(steps), _STEPS_PER_UPDATE):
-        if first:
-            digest.update(b",")
-        digest.update(b",".join(map(_planned, steps[first:first + _STEPS_PER_UPDATE])))
+    # The parts of a few hundred steps are joined and hashed at once: few calls, one
+    # copy of each part, and a small part of the document in memory at a time.
+    parts: list[bytes] = []
+    separator = b""
+    for planned in steps:
+        declared = planned.declared
+        encoded = declared._canonical or _encode(declared)
+        wave = planned.wave
+        if planned.step is declared and type(wave) is int:  # the usual case
+            parts += (separator, encoded[0], b"%d" % wave, encoded[1])
+        else:
+            parts += (separator, _planned(planned, encoded))
+        separator = b","
+        if len(parts) >= _PARTS_PER_UPDATE:
+            digest.update(b"".join(parts))
+            parts.clear()
+    digest.update(b"".join(parts))
     digest.update(b"]}")
     return digest.hexdigest()
 
 
-_STEPS_PER_UPDATE = 256
-"""Steps encoded and hashed together: few calls, and a small part of the document in
-memory at a time."""
+_PARTS_PER_UPDATE = 1024
 
 
 def _value(value: Any) -> str:
@@ -110,18 +121,18 @@ def _names(names: tuple[str, ...]) -> str:
     return "[" + ",".join(map(encode_basestring_ascii, names)) + "]"
 
 
-def _planned(planned: PlannedStep) -> bytes:
+def _planned(planned: PlannedStep, encoded: tuple[bytes, bytes, int, int]) -> bytes:
     """``{"wave", "name", step_fields(step)..., "declared": declaration(...)}``
-    (ASCII: every string is written with JSON's escapes, as ``json.dumps`` does).
+    (ASCII: every string is written with JSON's escapes, as ``json.dumps`` does),
+    given its declaration's cached ``encoded``.
 
-    A step planned as it was declared (the usual case) is its declaration's
-    cached encoding with the wave written in; a step that profiles changed writes
-    its effective fields here, around its declaration's cached encoding."""
-    declared = planned.declared
-    head, tail, start, end = declared._canonical or _encode(declared)
+    A step planned as it was declared (the usual case) is the cached encoding with
+    the wave written in; a step that profiles changed writes its effective fields
+    here, around its declaration's cached encoding."""
+    head, tail, start, end = encoded
     wave = planned.wave
     wave_json = b"%d" % wave if type(wave) is int else _value(wave).encode()
-    if planned.step is declared:
+    if planned.step is planned.declared:
         return head + wave_json + tail
     before, after = _effective(planned.step, head[start:end].decode())
     return before.encode() + wave_json + after.encode()
