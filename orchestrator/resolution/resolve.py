@@ -481,7 +481,6 @@ def _incoming_edges(active: dict[str, _Candidate], binder: str | None) -> Incomi
     for name, candidate in active.items():
         step, sources = candidate.step, candidate.edge_sources
         where, by = step.defined_at, candidate.by
-        own = (where, by, None)
         into: list[EdgeRecord] = []
         for kind, targets in zip(EDGE_KINDS, _edge_lists(step), strict=True):
             if not targets:
@@ -494,8 +493,8 @@ def _incoming_edges(active: dict[str, _Candidate], binder: str | None) -> Incomi
             for target in targets:
                 if target not in active:
                     continue  # ordering-only edges bind only steps that are both planned
-                at, declarer, reason = own if sources is None \
-                    else sources.get((kind, target), own)
+                declared = sources.get((kind, target)) if sources is not None else None
+                at, declarer, reason = declared or (where, by, None)
                 if kind == "before":
                     before.setdefault(target, []).append((name, kind, at, declarer, reason))
                 else:
