@@ -76,6 +76,17 @@ def test_every_builtin_profile_keeps_its_fingerprint_order_and_waves(
     assert [list(wave) for wave in plan.waves] == waves
 
 
+def test_planning_the_same_steps_again_keeps_fingerprint_and_reasons() -> None:
+    # The second plan reuses each step's text kept from the first (a fresh registry:
+    # the first plan here is the one that encodes).
+    registry = Registry.with_plugins()
+    first = load_plan(["npu", "npu-hccl"], registry=registry)
+    again = load_plan(["npu", "npu-hccl"], registry=registry)
+    assert again.fingerprint == first.fingerprint == reference_fingerprint(again)
+    assert [p.reasons for p in again.steps] == [p.reasons for p in first.steps]
+    assert str(again) == str(first)
+
+
 # --- generated steps: every field the fingerprint covers, with unusual values -------------------
 
 SPEC = setting("gen.value", float, default=0.25, minimum=0.0, description="é, \"quoted\"")
