@@ -3,9 +3,10 @@
 The public face of the package; everything else is private to its module.
 Two groups of names are imported on first use: the resolver's (``load_plan``,
 ``start``, ``resolve``, ``StepGraph``), so that running a saved plan never loads
-it, and the run-time ones (``Run``, ``RunReport``,
-``StepOutcome``, ``RunInterrupted``, ``configure_logging``) and the renderers, so
-that a dry run never pays for the executors and structlog's stdlib integration.
+it (and ``load_saved_plan``, which a dry run does not need), and the run-time ones
+(``Run``, ``RunReport``, ``StepOutcome``, ``configure_logging``, the peers'
+``JobStore`` and ``PeerBounds``) and the renderers, so that a dry run never pays
+for the executors, the ranks' agreement and structlog's stdlib integration.
 """
 
 from importlib import import_module
@@ -21,6 +22,7 @@ from initorch.errors import (
     PeerError,
     ProfileError,
     ResolveError,
+    RunInterrupted,
     SavedPlanError,
     StepDefinitionError,
     StepError,
@@ -30,7 +32,6 @@ from initorch.errors import (
 )
 from initorch.execution.context import DeviceBinding, RankInfo, StepContext
 from initorch.execution.launchers import LaunchError
-from initorch.execution.peers import JobStore, PeerBounds
 from initorch.loading.compose import ComposedProfile, compose
 from initorch.loading.detection import Detection, DeviceProbe, Machine, Verdict
 from initorch.model.devices import DeviceRef, parse_device
@@ -42,12 +43,11 @@ from initorch.reporting.diagnosis import Diagnosis, DiagnosisBook, Finding
 from initorch.resolution.plan import Plan, PlannedStep, SkippedStep
 from initorch.resolution.plangraph import Edge, PlanGraph
 from initorch.resolution.preview import PreviewContext
-from initorch.resolution.saved import load_saved_plan
 
 if TYPE_CHECKING:
     from initorch.api import detect_device, load_plan, start
+    from initorch.execution.peers import JobStore, PeerBounds
     from initorch.execution.run import Run
-    from initorch.execution.signals import RunInterrupted
     from initorch.reporting.logs import configure_logging
     from initorch.reporting.render import (
         explain_text,
@@ -59,15 +59,18 @@ if TYPE_CHECKING:
     from initorch.reporting.report import RunReport, StepOutcome
     from initorch.resolution.graph import StepGraph
     from initorch.resolution.resolve import resolve
+    from initorch.resolution.saved import load_saved_plan
 
 _ON_FIRST_USE = {
     "detect_device": "initorch.api",
     "load_plan": "initorch.api",
     "start": "initorch.api",
     "resolve": "initorch.resolution.resolve",
+    "load_saved_plan": "initorch.resolution.saved",
     "StepGraph": "initorch.resolution.graph",
+    "JobStore": "initorch.execution.peers",
+    "PeerBounds": "initorch.execution.peers",
     "Run": "initorch.execution.run",
-    "RunInterrupted": "initorch.execution.signals",
     "RunReport": "initorch.reporting.report",
     "StepOutcome": "initorch.reporting.report",
     "configure_logging": "initorch.reporting.logs",

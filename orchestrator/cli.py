@@ -18,6 +18,7 @@ import signal
 import sys
 import warnings
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext, suppress
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from initorch._version import __version__
@@ -31,6 +32,7 @@ from initorch.errors import (
     EXIT_STEP_FAILED,
     InitorchError,
     PeerError,
+    RunInterrupted,
     UnplannedStepWarning,
     describe_exception,
     exception_message,
@@ -40,13 +42,11 @@ from initorch.files import OutputFile, check_outputs, write_atomically
 from initorch.loading.catalog import AUTO_PROFILE
 from initorch.location import display_path
 from initorch.plugins import PluginError, Registry
-from initorch.reporting.render import GRAPH_FORMATS, explain_text
 from initorch.resolution.plan import Plan
 
 if TYPE_CHECKING:
     from initorch.execution.launchers import RankInfo
     from initorch.execution.run import Run
-    from initorch.execution.signals import RunInterrupted
     from initorch.reporting.report import RunReport
     from initorch.reporting.stderr_events import StderrEvents
 
@@ -59,8 +59,10 @@ INITORCH_PLUGINS_ALLOW=NAME,... limits the installed plugins besides builtin."""
 
 Command = Callable[[argparse.Namespace, Registry], int]
 
-# executors.DEFAULT_MAX_WORKERS, which a dry run does not import (a test keeps them equal).
+# executors.DEFAULT_MAX_WORKERS and render.GRAPH_FORMATS, which a dry run does not import
+# (tests keep them equal).
 MAX_WORKERS_SHOWN = 256
+GRAPH_FORMAT_NAMES = ("dot", "json", "mermaid")
 
 PLUGIN_HELP = ("load the plugin function MODULE:FUNCTION (default MODULE:register), or "
                "skip the installed plugin NAME with no:NAME; repeatable, after "
@@ -131,12 +133,16 @@ def _run_plan(args: argparse.Namespace, registry: Registry) -> Plan:
 
 
 def cmd_graph(args: argparse.Namespace, registry: Registry) -> int:
+    from initorch.reporting.render import GRAPH_FORMATS
+
     _emit(GRAPH_FORMATS[args.format](_plan(args, registry)))
     return EXIT_OK
 
 
 def cmd_explain(args: argparse.Namespace, registry: Registry) -> int:
     plan = _plan(args, registry)
+    from initorch.reporting.render import explain_text
+
     _emit(explain_text(args.first, args.second, plan.explain(args.first, args.second)))
     return EXIT_OK
 
@@ -212,13 +218,10 @@ def cmd_settings(args: argparse.Namespace, registry: Registry) -> int:
 
 
 def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
-    from initorch.execution.launchers import LaunchArguments, detect_rank
     from initorch.execution.watchdog import configure_watchdog
     from initorch.reporting.logs import configure_logging
 
-    rank = detect_rank(os.environ, LaunchArguments(args.dist_init_addr, args.nnodes,
-                                                   args.node_rank, args.nproc_per_node,
-                                                   args.local_rank))
+    rank = _rank(args)
     args.report, args.trace = (per_rank_path(option, path, rank) for option, path in
                                (("--report", args.report), ("--trace", args.trace)))
     level = logging.getLevelName(args.log_level.upper())
@@ -235,6 +238,15 @@ def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
                       level=level)
     configure_watchdog(None, "text")
     return _run(args, registry, rank, None)
+
+
+def _rank(args: argparse.Namespace) -> RankInfo:
+    """This process's place in the job, from ``run``'s options and the launcher's variables."""
+    from initorch.execution.launchers import LaunchArguments, detect_rank
+
+    return detect_rank(os.environ, LaunchArguments(args.dist_init_addr, args.nnodes,
+                                                   args.node_rank, args.nproc_per_node,
+                                                   args.local_rank))
 
 
 def per_rank_path(option: str, path: str | None, rank: RankInfo) -> str | None:
@@ -261,7 +273,6 @@ def _run(args: argparse.Namespace, registry: Registry, rank: RankInfo,
     """Run the plan once, tear it down, and conclude: the run table and the last line
     for people, or the ``run_summary`` (and ``run_failed``/``run_interrupted``) event."""
     from initorch.execution.run import Run
-    from initorch.execution.signals import RunInterrupted
 
     plan = _run_plan(args, registry)
     inputs = [*registry.profiles.read_files(), *([args.plan] if args.plan else [])]
@@ -436,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("validate", cmd_validate,
         "lint profiles (all available ones when none is selected)", selection)
     graph = add("graph", cmd_graph, "print the step graph", selection)
-    graph.add_argument("--format", choices=sorted(GRAPH_FORMATS), default="dot")
+    graph.add_argument("--format", choices=GRAPH_FORMAT_NAMES, default="dot")
     explain = add("explain", cmd_explain, "explain why step FIRST runs before SECOND",
                   selection)
     explain.add_argument("first", metavar="FIRST")
@@ -539,12 +550,32 @@ def _report(error: InitorchError, prefix: str = "") -> None:
 
 def _report_json(message: str, exit_code: int, problems: list[str]) -> None:
     """An error of ``run --log-format json`` as one more JSON line on stderr."""
-    from initorch.reporting.logs import json_event
-
-    fields = {"text": message, "exit_code": exit_code}
+    fields: dict[str, Any] = {"text": message, "exit_code": exit_code}
     if len(problems) > 1:
         fields["problems"] = problems
-    sys.stderr.write(json_event(logging.ERROR, "error", fields) + "\n")
+    _write_json_event(logging.ERROR, "error", fields)
+
+
+def _report_interrupted(args: argparse.Namespace, interrupted: RunInterrupted,
+                        in_json: bool) -> None:
+    """A signal before the run started (plugins loading, the plan being made): the same
+    line, or ``run_interrupted`` event naming the rank, as during the run, without a
+    run table."""
+    if not in_json:
+        sys.stderr.write(f"initorch: {interrupted}\n")
+        return
+    fields: dict[str, Any] = {"signal": signal.Signals(interrupted.signum).name,
+                              "exit_code": interrupted.exit_code}
+    with suppress(InitorchError):  # ambiguous launcher variables: name no rank
+        fields["rank"] = _rank(args).rank
+    _write_json_event(logging.WARNING, "run_interrupted", fields)
+
+
+def _write_json_event(level: int, event: str, fields: dict[str, Any]) -> None:
+    """One event on stderr without a configured logger (it may not be yet)."""
+    from initorch.reporting.logs import json_event
+
+    sys.stderr.write(json_event(level, event, fields) + "\n")
 
 
 def _registry(args: argparse.Namespace) -> Registry:
@@ -574,10 +605,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
     args = build_parser().parse_args(argv)
     in_json = getattr(args, "log_format", None) == "json"
+    # run: a signal while plugins load and the plan is made ends the command like one
+    # during the run (a launcher's SIGTERM can come that early); the run takes over.
+    guard: AbstractContextManager[None] = nullcontext()
+    if args.handler is cmd_run:
+        from initorch.execution.signals import interrupt_on_signals
+
+        guard = interrupt_on_signals()
     try:
-        registry = _registry(args)
-        code: int = args.handler(args, registry)
-        return code
+        with guard:
+            registry = _registry(args)
+            code: int = args.handler(args, registry)
+            return code
+    except RunInterrupted as interrupt:  # before the run started: nothing ran, nothing to undo
+        if args.debug:
+            raise
+        _report_interrupted(args, interrupt, in_json)
+        return interrupt.exit_code
     except InitorchError as error:
         if args.debug:
             raise

@@ -8,6 +8,7 @@ attributes instead of parsing messages.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar
@@ -203,6 +204,21 @@ class ActiveRunError(InitorchError):
                          "process group, the environment and the device context",
                          hint="tear the first run down (run.teardown(), or leave its 'with' "
                               "block) before starting another, or start it in another process")
+
+
+class RunInterrupted(BaseException):
+    """SIGINT or SIGTERM arrived while a run was alive or being planned (a
+    BaseException, like KeyboardInterrupt, so that step code catching ``Exception``
+    cannot swallow it; code that turns whatever a plugin raises into its failure
+    lets it pass)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
 
 
 def exception_message(exc: BaseException) -> str:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from importlib import import_module
 from importlib.metadata import EntryPoint, entry_points
 
-from initorch.errors import InitorchError, describe_exception
+from initorch.errors import InitorchError, RunInterrupted, describe_exception
 from initorch.loading.catalog import ProfileCatalog
 from initorch.loading.detection import ProbeBook
 from initorch.model.registry import StepRegistry
@@ -160,7 +160,8 @@ class Registry:
         Whatever the plugin registered before it failed is undone.  An
         :class:`InitorchError` it raises (a duplicate step, say) passes through
         unchanged; anything else, ``SystemExit`` and ``KeyboardInterrupt``
-        included, becomes a :class:`PluginError`.
+        included, becomes a :class:`PluginError`; :class:`RunInterrupted` (a signal
+        the CLI turned into one) passes through.
         """
         self._load(name, lambda: register)
 
@@ -181,7 +182,7 @@ class Registry:
         try:
             try:
                 register = find()
-            except PluginError:
+            except (PluginError, RunInterrupted):  # a signal is not the plugin's failure
                 raise
             except BaseException as exc:  # an import may do anything, sys.exit included
                 raise PluginError(name, f"plugin '{name}' failed to load: "
@@ -189,7 +190,7 @@ class Registry:
             self.steps.provider = self.profiles.provider = self.settings.provider = name
             try:
                 register(self)
-            except InitorchError:
+            except (InitorchError, RunInterrupted):
                 raise
             except BaseException as exc:
                 raise PluginError(name, f"plugin '{name}' failed to register: "

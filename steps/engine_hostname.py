@@ -15,6 +15,7 @@ the build from the engine binary (:mod:`initorch.steps.mooncake_build`).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from initorch import StepContext, StepError
@@ -101,12 +102,14 @@ def physical_device_id(ctx: StepContext) -> int:
     return int(visible[index])
 
 
-def engine_hostname(ctx: StepContext, protocol: str, build: MooncakeBuild) -> EngineHostname:
-    """The hostname for ``TransferEngine.initialize`` on this rank."""
+def engine_hostname(ctx: StepContext, protocol: str,
+                    build: Callable[[], MooncakeBuild]) -> EngineHostname:
+    """The hostname for ``TransferEngine.initialize`` on this rank; ``build`` reads the
+    installed build (a scan of a binary of several MB), only the ascend protocol asks."""
     host = local_host(str(ctx.setting("mooncake.hostname")), rendezvous_host(ctx))
     if protocol != "ascend":
         return EngineHostname(host, host)
-    flavour = choose_ascend_build(str(ctx.setting("mooncake.ascend_build")), build)
+    flavour = choose_ascend_build(str(ctx.setting("mooncake.ascend_build")), build())
     if flavour == "ascend_direct":
         return EngineHostname(host, host, flavour)
     # The legacy build cannot parse IPv6 (transfer_engine_impl.cpp: "does not support IPv6").

@@ -35,13 +35,16 @@ from __future__ import annotations
 import datetime
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from initorch import JobStore, PeerBounds, StepContext, StepError, setting, step
+from initorch import StepContext, StepError, setting, step
 from initorch.addresses import host_port, split_host_port
 from initorch.model.step import MAX_TIMEOUT_S
 from initorch.steps.engine_hostname import local_host
 from initorch.steps.network import free_port, interface_with
+
+if TYPE_CHECKING:
+    from initorch import JobStore, PeerBounds
 
 GLOO_INTERFACE = "GLOO_SOCKET_IFNAME"  # read by ProcessGroupGloo when a gloo group forms
 
@@ -137,6 +140,8 @@ def gloo_interface(ctx: StepContext, rendezvous_host: str) -> str | None:
 def rendezvous(ctx: StepContext) -> JobStore:
     from torch._C._distributed_c10d import TCPStore  # torch.distributed.TCPStore
     from torch.distributed.distributed_c10d import PrefixStore
+
+    from initorch import PeerBounds  # the run's side of the job: not needed to plan
 
     host, port = endpoint(ctx)
     address = host_port(host, port)

@@ -256,7 +256,7 @@ sys.path.insert(0, {str(REPO)!r})
 from tests.conftest import define, synthetic_plan
 from tests.helpers_run import plan_of
 from initorch.execution.run import Run
-from initorch.execution.signals import RunInterrupted
+from initorch.errors import RunInterrupted
 """
 
 

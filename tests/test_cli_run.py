@@ -262,3 +262,67 @@ def test_an_interrupted_run_still_prints_its_table(tmp_path: Path, log_format: s
             "first": "succeeded", "hang": "interrupted"}
         assert (last["event"], last["signal"], last["exit_code"]) == (
             "run_interrupted", "SIGINT", 130)
+
+
+# A plugin that stops the CLI where it is told to and says so on stdout: while its
+# plugins load (register), or while the plan is made (a device probe of --profile auto).
+STALLING_PLUGIN = """
+import time
+
+class Stalling:
+    device, priority = "stalling", -1000  # probed first
+
+    def probe(self, machine, deep):
+        stall("PLANNING")
+
+def stall(where):
+    print(where, flush=True)
+    while True:
+        time.sleep(1)
+
+def register(registry):
+    if {while_loading!r}:
+        stall("LOADING")
+    registry.probes.add(Stalling())
+"""
+
+
+@pytest.mark.parametrize(("stage", "log_format", "signum"), [
+    ("LOADING", "json", signal.SIGTERM),
+    ("PLANNING", "json", signal.SIGTERM),
+    ("LOADING", "console", signal.SIGINT),
+    ("PLANNING", "console", signal.SIGTERM),
+])
+def test_a_signal_while_planning_ends_run_like_one_during_the_run(
+        tmp_path: Path, stage: str, log_format: str, signum: int):
+    # Issue 11: torchrun's SIGTERM can reach a rank before its run exists (a peer failed
+    # at plan time). Sent once the CLI says it is there, never by timing luck.
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers_run import finish
+
+    (tmp_path / "stalling_plugin.py").write_text(
+        STALLING_PLUGIN.format(while_loading=stage == "LOADING"), encoding="utf-8")
+    report = tmp_path / "run.json"
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "initorch"), "run", "--plugin", "stalling_plugin",
+         "--profile", "auto", "--log-format", log_format, "--report", str(report)],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)}, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == f"{stage}\n"
+    proc.send_signal(signum)
+    done = finish(proc)
+    name = signal.Signals(signum).name
+    assert done.returncode == 128 + signum, done.stderr
+    assert done.stdout == ""
+    if log_format == "console":
+        assert done.stderr == f"initorch: interrupted by {name}\n"
+    else:
+        [event] = json_lines(done.stderr)
+        assert (event["event"], event["signal"], event["exit_code"]) == (
+            "run_interrupted", name, 128 + signum)
+        assert event["rank"] == 0  # as the run's own event does (torchrun's ranks)
+    assert not report.exists()  # nothing ran, nothing is left behind

@@ -91,7 +91,8 @@ def test_loading_a_plan_imports_no_vendor_module():
 
 
 def test_a_dry_run_loads_neither_the_executors_nor_structlog():
-    # The run-time half of the package is imported on first use; a plan needs none of it.
+    # The run-time half of the package (the executors, the ranks' agreement, logging) is
+    # imported on first use; a plan needs none of it.
     code = """
         import sys
         from initorch.cli import main
@@ -99,12 +100,23 @@ def test_a_dry_run_loads_neither_the_executors_nor_structlog():
         loaded = sorted(m for m in sys.modules
                         if m.split(".")[0] == "structlog"
                         or m in ("initorch.execution.run", "initorch.execution.executors",
-                                 "initorch.reporting.logs"))
+                                 "initorch.execution.peers", "initorch.execution.agreement",
+                                 "initorch.execution.watchdog", "initorch.execution.signals",
+                                 "initorch.reporting.logs",
+                                 "initorch.reporting.render", "initorch.reporting.report",
+                                 "initorch.resolution.saved"))
         print(loaded, file=sys.stderr)
         """
     result = run_python(code)
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_the_cli_offers_every_graph_format():
+    from initorch.cli import GRAPH_FORMAT_NAMES
+    from initorch.reporting.render import GRAPH_FORMATS
+
+    assert tuple(sorted(GRAPH_FORMATS)) == GRAPH_FORMAT_NAMES
 
 
 def test_resolving_an_acyclic_plan_never_imports_networkx():

@@ -249,3 +249,32 @@ def test_the_xpu_allocator_refuses_a_null_pinned_buffer(monkeypatch: pytest.Monk
     with pytest.raises(StepError, match=r"Pinned host memory allocation of 1\.0 GiB "
                                         r"\(1073741824 bytes\) returned a null pointer"):
         host_pool.ALLOCATORS["pin_memory_xpu"](1 << 30)
+
+
+# -- releasing the engine ------------------------------------------------------------------
+
+@pytest.mark.parametrize("in_a_cycle", [False, True])
+def test_closing_releases_the_real_engine_at_once(in_a_cycle: bool) -> None:
+    # The destructor closes Mooncake's sockets, so it must run at teardown, not at exit;
+    # a full collection (about 0.2 s once torch is loaded) only when a cycle holds it.
+    import weakref
+
+    pytest.importorskip("mooncake.engine")
+    from mooncake.engine import TransferEngine
+
+    from initorch.steps.engine_hostname import EngineHostname
+    from initorch.steps.transfer_engine import SharedTransferEngine
+
+    engine = TransferEngine()
+    alive = weakref.ref(engine)
+    if in_a_cycle:
+        holder: list[object] = [engine]
+        holder.append(holder)  # unreachable once dropped, freed only by the collector
+        del holder
+    shared = SharedTransferEngine(engine, EngineHostname("127.0.0.1", "127.0.0.1"),
+                                  "tcp", "", "P2PHANDSHAKE")
+    del engine
+    shared.close()
+    assert alive() is None
+    assert shared.engine is None
+    shared.close()  # twice is harmless

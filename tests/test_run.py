@@ -11,9 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from initorch import RankInfo, StepFailedError
-from initorch.errors import EXIT_STEP_FAILED, StepError
+from initorch.errors import EXIT_STEP_FAILED, RunInterrupted, StepError
 from initorch.execution.run import Run
-from initorch.execution.signals import RunInterrupted
 from tests.conftest import define
 from tests.helpers_run import (
     EXECUTORS,

@@ -4,6 +4,7 @@ and ``{rank}``/``{local_rank}`` in ``--report``/``--trace`` paths."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -73,6 +74,18 @@ def test_files_that_are_no_rank_trace_are_named(tmp_path, contents, fragment):
     with pytest.raises(InitorchError, match=re.escape(fragment)) as caught:
         merge_traces([str(path)])
     assert "bad.json" in str(caught.value) and caught.value.exit_code == 2
+
+
+def test_what_is_no_regular_file_is_refused_at_once_like_every_input(tmp_path):
+    fifo = tmp_path / "trace.fifo"
+    os.mkfifo(fifo)  # reading it would block until a writer came
+    for path, fragment in ((str(fifo), "not a regular file (a FIFO)"),
+                           ("/dev/zero", "not a regular file"),
+                           (str(tmp_path), "not a regular file"),
+                           (str(tmp_path / "missing.json"), "No such file or directory")):
+        with pytest.raises(InitorchError, match=re.escape(fragment)) as caught:
+            merge_traces([path])
+        assert "cannot read it" in str(caught.value) and caught.value.exit_code == 2
 
 
 def test_two_files_of_one_rank_are_refused(tmp_path):

@@ -16,11 +16,11 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from initorch.errors import describe_exception, exception_message
+from initorch.errors import RunInterrupted, describe_exception, exception_message
 from initorch.execution.context import RunState, StepContext
 from initorch.execution.heartbeat import Heartbeat
 from initorch.execution.native_output import release_captures
-from initorch.execution.signals import POLL_S, RunInterrupted
+from initorch.execution.signals import POLL_S
 from initorch.execution.watchdog import Watchdog
 from initorch.reporting.diagnosis import DiagnosisBook, failure_text
 from initorch.reporting.report import StepOutcome

@@ -28,8 +28,10 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from initorch.execution.watchdog import current as current_watchdog
+if TYPE_CHECKING:
+    from initorch.execution.watchdog import Watchdog
 
 
 @dataclass(slots=True)
@@ -75,6 +77,14 @@ class _Slot:
 
 
 _SLOT = _Slot()
+
+
+def current_watchdog() -> Watchdog | None:
+    """The watchdog of the active run, if any.  Imported on first capture: steps import
+    this module to define themselves, and a dry run needs no watchdog (nor subprocess)."""
+    from initorch.execution.watchdog import current
+
+    return current()
 
 
 @contextmanager

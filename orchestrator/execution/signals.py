@@ -1,5 +1,12 @@
 """SIGINT/SIGTERM while a run is alive: interrupt it, then let teardown finish.
 
+Before a run exists (``initorch run`` loading plugins, profiles and resolving the
+plan) :func:`interrupt_on_signals` turns both signals into the same
+:class:`RunInterrupted`, so that a launcher's SIGTERM that arrives while a rank is
+still planning ends it as cleanly as one during the run: one line or
+``run_interrupted`` event, exit ``128+N``.  The run's own guard takes the signals
+over when it starts and hands them back when its teardown ends.
+
 Signal handlers can only be installed from the main thread, and Python runs
 them there.  While a run is alive a signal raises :class:`RunInterrupted` in
 the main thread, which unwinds into the run's teardown.  During teardown a
@@ -20,8 +27,12 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal
+
+from initorch.errors import RunInterrupted
 
 if TYPE_CHECKING:
     from initorch.execution.watchdog import Watchdog
@@ -33,21 +44,28 @@ POLL_S = 0.1
 signal that lands just before a blocking wait starts does not wake it."""
 
 
-class RunInterrupted(BaseException):
-    """SIGINT or SIGTERM arrived while a run was alive (a BaseException, like
-    KeyboardInterrupt, so that step code catching ``Exception`` cannot swallow it)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
-        self.signum = signum
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum
-
-
 def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
+
+
+@contextmanager
+def interrupt_on_signals() -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM raise :class:`RunInterrupted` in the main
+    thread (elsewhere the block changes nothing); the previous handlers come back
+    when it ends."""
+    if not _in_main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise RunInterrupted(signum)
+
+    saved = {signum: signal.signal(signum, interrupt) for signum in HANDLED_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
 
 
 class SignalGuard:

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
+from initorch.errors import RunInterrupted
+
 Status = Literal["chosen", "rejected", "fits", "not probed"]
 
 
@@ -164,7 +166,7 @@ def _ask(probe: DeviceProbe, machine: Machine, *, deep: bool) -> Verdict:
     """The probe's verdict; whatever it raises is a rejection that says so."""
     try:
         verdict = probe.probe(machine, deep)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, RunInterrupted):  # Ctrl-C, or the CLI's SIGTERM: not the probe's
         raise
     except BaseException as exc:  # an import may do anything, sys.exit included
         first = str(exc).strip().splitlines()

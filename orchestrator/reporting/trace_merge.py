@@ -13,22 +13,26 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from initorch.errors import InitorchError
+from initorch.files import describe_os_error, read_input
 from initorch.location import display_path
 
 
 def read_trace(path: str) -> dict[str, Any]:
-    """One rank's trace file; :class:`InitorchError` (exit 2) naming it when it is not one."""
+    """One rank's trace file; :class:`InitorchError` (exit 2) naming it when it is not one.
+
+    It is read like every input (:func:`~initorch.files.read_input`): only a regular
+    file, at most 16 MiB, so a FIFO or ``/dev/zero`` passed by mistake is refused at
+    once instead of read for ever."""
     shown = display_path(path)
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(read_input(path).decode("utf-8"))
     except OSError as exc:
-        raise InitorchError(f"{shown}: cannot read it: {exc.strerror}",
+        raise InitorchError(f"{shown}: cannot read it: {describe_os_error(exc)}",
                             hint="check the path") from None
-    except ValueError as exc:
+    except ValueError as exc:  # not UTF-8 (UnicodeDecodeError) or not JSON
         raise InitorchError(f"{shown}: not JSON ({exc})",
                             hint="pass the files 'initorch run --trace' wrote") from None
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
