@@ -114,7 +114,8 @@ def resolver_rows(runs: int, sizes: tuple[int, int, int], folder: Path) -> list[
         rows.append(Row(f"resolve / graphlib, {shape} DAG, {size:,} steps", "<= 3x",
                         ratios(ours, theirs), 3.0))
         if shape == "random" and size == sizes[1]:
-            rows.append(memory_row(composed, steps, size))
+            rows += memory_rows(dependencies, folder, composed, steps)
+    rows += first_resolve_rows(runs, sizes[:2], folder)
     pair = (sizes[1], sizes[2])
     theirs_grow = exponents(statistics.median(graphlib_times[sizes[1]]),
                             graphlib_times[sizes[2]], pair)
@@ -125,16 +126,46 @@ def resolver_rows(runs: int, sizes: tuple[int, int, int], folder: Path) -> list[
     return rows
 
 
-def memory_row(composed: object, steps: object, size: int) -> Row:
-    """Peak memory allocated while resolving (the plan it returns included), per step."""
+def first_resolve(dependencies: dict[str, tuple[str, ...]], folder: Path) -> float:
+    """One resolve of steps registered just before, untimed: what a CLI run pays once,
+    with no step's fingerprint text kept from an earlier plan."""
+    composed, steps = setup(dependencies, folder)
+    return timed(lambda: resolve(composed, steps))
+
+
+def first_resolve_rows(runs: int, sizes: tuple[int, int], folder: Path) -> list[Row]:
+    """The rows above resolve the same registered steps again (each keeps its
+    fingerprint text once planned); these show a first resolve against graphlib."""
+    rows = []
+    for size in sizes:
+        dependencies = random_dag(size)
+        ours, theirs = rounds(runs, partial(first_resolve, dependencies, folder),
+                              sampler(graphlib_order, dependencies))
+        rows.append(Row(f"first resolve of newly registered steps / graphlib, random DAG, "
+                        f"{size:,} steps", "<= 3x", ratios(ours, theirs), 3.0))
+    return rows
+
+
+def memory_rows(dependencies: dict[str, tuple[str, ...]], folder: Path,
+                composed: object, steps: object) -> list[Row]:
+    """Peak memory allocated while resolving (the plan it returns included), per step:
+    the steps above once more, and newly registered ones (whose fingerprint text the
+    first plan writes and each step then keeps)."""
+    fresh = setup(dependencies, folder)
+    size = len(dependencies)
+    return [Row(f"peak memory of resolve, random DAG, {size:,} steps, {which}",
+                "<= 1 KB/step", [peak_per_step(*args, size)], 1024, " B/step")
+            for which, args in (("again", (composed, steps)), ("first", fresh))]
+
+
+def peak_per_step(composed: object, steps: object, size: int) -> float:
     gc.collect()
     tracemalloc.start()
     plan = resolve(composed, steps)  # type: ignore[arg-type]
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     del plan
-    return Row(f"peak memory of resolve, random DAG, {size:,} steps", "<= 1 KB/step",
-               [peak / size], 1024, " B/step")
+    return peak / size
 
 
 def loading_rows(runs: int, sizes: tuple[int, int], folder: Path) -> list[Row]:

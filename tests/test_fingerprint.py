@@ -9,6 +9,7 @@ same fingerprint, order and waves through both."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from typing import Any
@@ -75,6 +76,17 @@ def test_every_builtin_profile_keeps_its_fingerprint_order_and_waves(
     assert [list(wave) for wave in plan.waves] == waves
 
 
+def test_planning_the_same_steps_again_keeps_fingerprint_and_reasons() -> None:
+    # The second plan reuses each step's text kept from the first (a fresh registry:
+    # the first plan here is the one that encodes).
+    registry = Registry.with_plugins()
+    first = load_plan(["npu", "npu-hccl"], registry=registry)
+    again = load_plan(["npu", "npu-hccl"], registry=registry)
+    assert again.fingerprint == first.fingerprint == reference_fingerprint(again)
+    assert [p.reasons for p in again.steps] == [p.reasons for p in first.steps]
+    assert str(again) == str(first)
+
+
 # --- generated steps: every field the fingerprint covers, with unusual values -------------------
 
 SPEC = setting("gen.value", float, default=0.25, minimum=0.0, description="é, \"quoted\"")
@@ -128,3 +140,19 @@ def test_the_same_effective_and_declared_step_share_their_encoding() -> None:
     step = Step("s", "one", noop, requires=("a",), timeout=2, defined_at=SourceLocation("x"))
     plan = holding((PlannedStep(step, 0, (), step),))
     assert refingerprint(plan) == reference_fingerprint(plan)
+
+
+def test_a_cached_declaration_encodes_as_it_did_on_its_first_plan() -> None:
+    # A registered step's encoding is kept on it after its first plan: planned again
+    # as declared, and planned changed by a profile, it still writes the canonical document.
+    step = Step("s", "one", noop, requires=("a",), timeout=2, settings=(SPEC,),
+                retry_on=(Transient,), teardown=teardown, defined_at=SourceLocation("x"))
+    first = holding((PlannedStep(step, 0, (), step),))
+    assert refingerprint(first) == reference_fingerprint(first)
+    assert step._canonical is not None
+    changed = dataclasses.replace(step, timeout=5, after=("b",))
+    assert changed._canonical is None  # a changed step does not inherit the declaration's text
+    for planned in [(PlannedStep(step, 3, (), step),), (PlannedStep(changed, 1, (), step),),
+                    (PlannedStep(step, 2, (), step), PlannedStep(changed, 2, (), step))]:
+        plan = holding(planned)
+        assert refingerprint(plan) == reference_fingerprint(plan)

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from initorch.collector import collector_paused
 from initorch.errors import ConditionError, Problem, ProfileError
 from initorch.loading.yamlsource import YamlDocument, parse_yaml
 from initorch.location import SourceLocation
@@ -140,6 +141,8 @@ class _Collector:
     def __init__(self, doc: YamlDocument) -> None:
         self.doc = doc
         self.problems: list[Problem] = []
+        # Step names already found valid: a large profile names each step several times.
+        self.valid_step_names: set[str] = set()
 
     def add(self, message: str, location: SourceLocation, hint: str | None = None) -> None:
         self.problems.append(Problem(message, location, hint))
@@ -169,6 +172,11 @@ def read_profile(text: str, path: str, name: str) -> ProfileDocument:
     Raises :class:`ProfileError` only when nothing can be read: invalid YAML, an
     empty file, or a top level that is not a mapping.
     """
+    with collector_paused():  # the records of a large profile form no cycle either
+        return _read_profile(text, path, name)
+
+
+def _read_profile(text: str, path: str, name: str) -> ProfileDocument:
     doc = parse_yaml(text, path)
     out = _Collector(doc)
     data = doc.data
@@ -213,14 +221,20 @@ def _string_list(out: _Collector, value: Any, *path: str | int) -> list[tuple[st
 def _step_names(out: _Collector, value: Any, *path: str | int
                 ) -> list[tuple[str, SourceLocation]]:
     """Edge targets: step names, each checked (a look-alike character is named)."""
-    names = []
-    for target, at in _string_list(out, value, *path):
-        problem = name_problem(target, "step name", STEP_NAME)
-        if problem is None:
-            names.append((target, at))
-        else:
-            out.add(problem, at, "use ASCII lower_snake_case")
-    return names
+    return [(target, at) for target, at in _string_list(out, value, *path)
+            if _is_step_name(out, target, at)]
+
+
+def _is_step_name(out: _Collector, target: str, at: SourceLocation) -> bool:
+    """Whether ``target`` is a valid step name; reports the problem when it is not."""
+    if target in out.valid_step_names:
+        return True
+    problem = name_problem(target, "step name", STEP_NAME)
+    if problem is not None:
+        out.add(problem, at, "use ASCII lower_snake_case")
+        return False
+    out.valid_step_names.add(target)
+    return True
 
 
 def _parse_extends(out: _Collector, value: Any) -> tuple[tuple[str, SourceLocation], ...]:
@@ -300,9 +314,7 @@ def _parse_steps(out: _Collector, value: Any, source: str) -> tuple[StepEntry, .
     entries = []
     for name, body in value.items():
         where = out.doc.key_where("steps", name)
-        problem = name_problem(name, "step name", STEP_NAME)
-        if problem is not None:
-            out.add(problem, where, "use ASCII lower_snake_case")
+        if not _is_step_name(out, name, where):
             continue
         if not isinstance(body, (dict, type(None))):
             out.add(f"overrides of step '{name}' must be a mapping", out.doc.where("steps", name),
@@ -317,16 +329,16 @@ def _parse_step_entry(out: _Collector, name: str, body: dict[str, Any],
     overrides: list[Setting] = []
     changes: list[EdgeChange] = []
     for key, item in body.items():
-        item_where = out.doc.where("steps", name, key)
         if key not in STEP_FIELDS:
             out.unknown_key(key, STEP_FIELDS, "steps", name)
         elif key == "remove":
             changes.extend(_parse_removals(out, name, item, source))
         elif key in EDGE_KINDS:
+            kind = _edge_kind(key)
             for target, at, reason in _edge_targets(out, item, "steps", name, key):
-                changes.append(EdgeChange(name, _edge_kind(key), target, True, at, source,
-                                          reason))
+                changes.append(EdgeChange(name, kind, target, True, at, source, reason))
         else:
+            item_where = out.doc.where("steps", name, key)
             problem = _override_problem(name, key, item, item_where)
             if problem is None:
                 value = int(item) if key == "retries" else item  # JSON's 1.0 is 1
@@ -401,7 +413,9 @@ def _edge_targets(out: _Collector, value: Any, *path: str | int
     for index, item in enumerate(items):
         at = (*path, index) if isinstance(value, list) else path
         if isinstance(item, str):
-            targets += [(name, where, None) for name, where in _step_names(out, item, *at)]
+            where = out.doc.where(*at)
+            if _is_step_name(out, item, where):
+                targets.append((item, where, None))
             continue
         for key in item:
             if key not in EDGE_ITEM_FIELDS:

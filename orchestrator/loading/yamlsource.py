@@ -1,10 +1,21 @@
 """Safe YAML parsing that remembers where every key and value came from.
 
 PyYAML's safe loader builds plain Python values and throws away the positions;
-profile errors must point at ``file:line:column``, so this module composes the
-node tree with the safe loader and keeps a map from each key path to its
+profile errors must point at ``file:line:column``, so this module reads the
+document with the safe loader's parser and keeps a map from each key path to its
 position.  Duplicate keys (which PyYAML silently accepts, keeping the last) are
 rejected, since a profile that says a thing twice is almost always a mistake.
+
+Two readers share that contract.  Most profiles are plain: no anchors, aliases,
+explicit tags or merge keys, and nothing wrong.  :func:`_read_plain` builds those
+straight from the parser's events, resolving each distinct plain scalar once,
+without a node tree (the node tree and PyYAML's constructor were most of the time
+of reading a large profile).  Anything else -- an anchor, an alias, a tag, a merge
+key, a second document, a duplicate or non-string key, a value nested too deeply,
+a scalar the constructor refuses -- sends the whole document to :class:`_Builder`,
+which composes the node tree and owns every refusal and its message.  So a
+problem is always reported by the same code, with the same position, and the
+alias bounds hold: aliases never reach the plain reader.
 """
 
 from __future__ import annotations
@@ -13,12 +24,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from yaml.events import (
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+    StreamEndEvent,
+)
 
 from initorch.collector import collector_paused
 from initorch.errors import ProfileError
 from initorch.location import SourceLocation
 
 KeyPath = tuple[str | int, ...]
+# A 0-based (line, column), as the parser's marks give it; a SourceLocation (1-based,
+# with the path) is made only for the positions somebody asks for.
+Position = tuple[int, int]
 
 _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -29,43 +51,47 @@ class YamlDocument:
 
     path: str
     data: Any
-    value_marks: dict[KeyPath, SourceLocation] = field(default_factory=dict)
-    key_marks: dict[KeyPath, SourceLocation] = field(default_factory=dict)
+    value_marks: dict[KeyPath, Position] = field(default_factory=dict)
+    key_marks: dict[KeyPath, Position] = field(default_factory=dict)
 
     def where(self, *keys: str | int) -> SourceLocation:
         """Location of the value at ``keys``; falls back to the nearest enclosing one."""
-        for end in range(len(keys), -1, -1):
+        found = self.value_marks.get(keys)
+        if found is not None:  # nearly always: asked about a value that was written
+            return SourceLocation(self.path, found[0] + 1, found[1] + 1)
+        end = len(keys)
+        while found is None and end:
+            end -= 1
             found = self.value_marks.get(keys[:end])
-            if found is not None:
-                return found
-        return SourceLocation(self.path)
+        return self.location(found)
 
     def key_where(self, *keys: str | int) -> SourceLocation:
         """Location of the mapping key at ``keys`` (where a misspelt key should be reported)."""
-        return self.key_marks.get(keys) or self.where(*keys)
+        found = self.key_marks.get(keys)
+        return self.where(*keys) if found is None else self.location(found)
+
+    def location(self, position: Position | None) -> SourceLocation:
+        """``position`` in this document as a 1-based location (the file alone for None)."""
+        if position is None:
+            return SourceLocation(self.path)
+        return SourceLocation(self.path, position[0] + 1, position[1] + 1)
 
 
-def _location(path: str, mark: Any) -> SourceLocation:
-    return SourceLocation(path, mark.line + 1, mark.column + 1)
+def _position(mark: Any) -> Position:
+    return (mark.line, mark.column)
 
 
 def parse_yaml(text: str, path: str) -> YamlDocument:
     """Parse one YAML document safely; raise :class:`ProfileError` with a position."""
     with collector_paused():  # the document and its positions form no cycle
-        return _parse(text, path)
-
-
-def _parse(text: str, path: str) -> YamlDocument:
-    loader = _Loader(text)
-    try:
         try:
-            root = loader.get_single_node()
+            return _parse(text, path)
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
-            where = _location(path, mark) if mark else SourceLocation(path)
             raise ProfileError(
                 f"invalid YAML: {exc.problem or exc.context}",
-                location=where,
+                location=SourceLocation(path, mark.line + 1, mark.column + 1) if mark
+                else SourceLocation(path),
                 hint="check indentation and quoting around this position",
             ) from None
         except yaml.YAMLError as exc:
@@ -75,7 +101,22 @@ def _parse(text: str, path: str) -> YamlDocument:
         except RecursionError:
             raise ProfileError(f"invalid YAML: values nest more than {MAX_DEPTH} levels deep",
                                location=SourceLocation(path), hint=DEPTH_HINT) from None
-        document = YamlDocument(path, None)
+
+
+def _parse(text: str, path: str) -> YamlDocument:
+    document = YamlDocument(path, None)
+    loader = _Loader(text)
+    try:
+        object.__setattr__(document, "data", _read_plain(loader, document))
+        return document
+    except _Irregular:
+        document.value_marks.clear()
+        document.key_marks.clear()
+    finally:
+        loader.dispose()
+    loader = _Loader(text)
+    try:
+        root = loader.get_single_node()
         if root is not None:
             builder = _Builder(loader, document, alias_budget(text))
             object.__setattr__(document, "data", builder.build(root, ()))
@@ -101,6 +142,94 @@ def alias_budget(text: str) -> int:
     return max(MAX_ALIAS_EXPANSION, len(text))
 
 
+class _Irregular(Exception):
+    """The document needs the node builder (see the module's docstring)."""
+
+
+_STR_TAG = "tag:yaml.org,2002:str"
+# Plain scalars the safe constructor turns into immutable values, so that one built
+# value can stand for every occurrence of the same text.  Any other tag a plain
+# scalar resolves to ('<<' merge, '=' value) is left to the node builder.
+_PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{kind}"
+                        for kind in ("null", "bool", "int", "float", "timestamp"))
+_MISSING = object()
+
+
+def _read_plain(loader: Any, document: YamlDocument) -> Any:
+    """The data of a plain document, straight from the parser's events, recording
+    positions in ``document``; raises :class:`_Irregular` at anything else.
+
+    Each distinct plain scalar is resolved (the safe loader's own implicit
+    resolver) and constructed once per document; the results are immutable, so
+    one value serves every occurrence.
+    """
+    get_event = loader.get_event
+    values, keys_at = document.value_marks, document.key_marks
+    plain: dict[str, Any] = {}
+
+    def scalar(event: Any) -> Any:
+        text = event.value
+        if event.tag is not None or event.anchor is not None:
+            raise _Irregular
+        if not event.implicit[0]:  # quoted
+            if loader.resolve(yaml.ScalarNode, text, event.implicit) != _STR_TAG:
+                raise _Irregular
+            return text
+        value = plain.get(text, _MISSING)
+        if value is _MISSING:
+            value = plain[text] = _construct_plain(loader, text, event)
+        return value
+
+    def build(event: Any, path: KeyPath) -> Any:
+        mark = event.start_mark
+        values[path] = (mark.line, mark.column)
+        kind = event.__class__
+        if kind is ScalarEvent:
+            return scalar(event)
+        # An alias has an anchor; a collection this deep may hold a value too deep.
+        if event.anchor is not None or len(path) >= MAX_DEPTH:
+            raise _Irregular
+        if kind is MappingStartEvent and event.tag is None:
+            mapping: dict[str, Any] = {}
+            while (event := get_event()).__class__ is not MappingEndEvent:
+                key = scalar(event) if event.__class__ is ScalarEvent else None
+                if key.__class__ is not str or key in mapping:
+                    raise _Irregular
+                child = (*path, key)
+                mark = event.start_mark
+                keys_at[child] = (mark.line, mark.column)
+                mapping[key] = build(get_event(), child)
+            return mapping
+        if kind is SequenceStartEvent and event.tag is None:
+            sequence: list[Any] = []
+            while (event := get_event()).__class__ is not SequenceEndEvent:
+                sequence.append(build(event, (*path, len(sequence))))
+            return sequence
+        raise _Irregular
+
+    get_event()  # the stream's start
+    if get_event().__class__ is StreamEndEvent:
+        return None  # no document
+    data = build(get_event(), ())
+    get_event()  # the document's end
+    if get_event().__class__ is not StreamEndEvent:
+        raise _Irregular  # a second document: the node builder reports it
+    return data
+
+
+def _construct_plain(loader: Any, text: str, event: Any) -> Any:
+    tag = loader.resolve(yaml.ScalarNode, text, event.implicit)
+    if tag == _STR_TAG:
+        return text
+    if tag not in _PLAIN_TAGS:
+        raise _Irregular
+    try:
+        return loader.construct_object(
+            yaml.ScalarNode(tag, text, event.start_mark, event.end_mark))
+    except (yaml.YAMLError, ValueError):  # reported by the node builder
+        raise _Irregular from None
+
+
 class _Builder:
     """Builds plain values from a node tree, recording positions and refusing
     unknown tags, recursive aliases and runaway alias expansion."""
@@ -114,19 +243,20 @@ class _Builder:
         self.active: set[int] = set()
 
     def build(self, node: yaml.Node, keys: KeyPath) -> Any:
-        where = _location(self.doc.path, node.start_mark)
-        self.doc.value_marks[keys] = where
+        self.doc.value_marks[keys] = position = _position(node.start_mark)
         if id(node) in self.built:
             self.expanded += 1
             if self.expanded > self.budget:
                 raise ProfileError(f"aliases expand to more than {self.budget} values",
-                                   location=where, hint="aliases nest too deeply; write it out")
+                                   location=self.doc.location(position),
+                                   hint="aliases nest too deeply; write it out")
         self.built.add(id(node))
         if len(keys) > MAX_DEPTH:
             raise ProfileError(f"values nest more than {MAX_DEPTH} levels deep",
-                               location=where, hint=DEPTH_HINT)
+                               location=self.doc.location(position), hint=DEPTH_HINT)
         if id(node) in self.active:
-            raise ProfileError("recursive alias: a value contains itself", location=where,
+            raise ProfileError("recursive alias: a value contains itself",
+                               location=self.doc.location(position),
                                hint="remove the alias that refers to its own anchor")
         self.active.add(id(node))
         try:
@@ -134,20 +264,21 @@ class _Builder:
                 return self._mapping(node, keys)
             if isinstance(node, yaml.SequenceNode):
                 return [self.build(item, (*keys, i)) for i, item in enumerate(node.value)]
-            return self._scalar(node, where)
+            return self._scalar(node, position)
         finally:
             self.active.discard(id(node))
 
-    def _scalar(self, node: yaml.Node, where: SourceLocation) -> Any:
+    def _scalar(self, node: yaml.Node, position: Position) -> Any:
         try:
             return self.loader.construct_object(node, deep=True)
         except yaml.MarkedYAMLError as exc:
-            raise ProfileError(f"unsupported YAML value: {exc.problem}", location=where,
+            raise ProfileError(f"unsupported YAML value: {exc.problem}",
+                               location=self.doc.location(position),
                                hint="profiles hold plain strings, numbers, booleans, lists "
                                     "and mappings; quote the value") from None
         except ValueError:  # an integer past Python's 4,300-digit conversion limit
             raise ProfileError(f"unsupported YAML value: a number of {len(node.value)} "
-                               "characters", location=where,
+                               "characters", location=self.doc.location(position),
                                hint="quote it to pass it as text") from None
 
     def _mapping(self, node: yaml.MappingNode, keys: KeyPath) -> dict[str, Any]:
@@ -156,31 +287,31 @@ class _Builder:
             self.loader.flatten_mapping(node)
         except yaml.MarkedYAMLError as exc:
             raise ProfileError(f"invalid merge key: {exc.problem}",
-                               location=_location(self.doc.path, node.start_mark)) from None
+                               location=self.doc.location(_position(node.start_mark))) from None
         result: dict[str, Any] = {}
         merged_keys: set[str] = set()
         for pair in node.value:
             key_node, value_node = pair
-            key_mark = _location(self.doc.path, key_node.start_mark)
-            key = self._scalar(key_node, key_mark)
+            key_position = _position(key_node.start_mark)
+            key = self._scalar(key_node, key_position)
             if not isinstance(key, str):
                 raise ProfileError(
                     f"mapping keys must be strings, not {type(key).__name__} {key!r}",
-                    location=key_mark,
+                    location=self.doc.location(key_position),
                     hint="quote the key",
                 )
             path = (*keys, key)
             # Keys merged in with '<<' may be overridden by the mapping's own keys.
             if key in result and key not in merged_keys:
-                first = self.doc.key_marks[path]
+                first = self.doc.key_marks[path][0] + 1
                 raise ProfileError(
-                    f"duplicate key '{key}' (first given at line {first.line})",
-                    location=key_mark,
+                    f"duplicate key '{key}' (first given at line {first})",
+                    location=self.doc.location(key_position),
                     hint="remove one of them",
                 )
             merged_keys.discard(key)
             if id(pair) not in explicit:
                 merged_keys.add(key)
-            self.doc.key_marks[path] = key_mark
+            self.doc.key_marks[path] = key_position
             result[key] = self.build(value_node, path)
         return result

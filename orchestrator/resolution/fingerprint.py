@@ -8,11 +8,15 @@ the environment, every planned step (its wave, its effective fields from
 
 Building those dicts and encoding them cost more than ordering the whole graph,
 so the steps' part is written here directly, field by field in sorted key order,
-and fed to the hash step by step (a plan of 100k steps never holds its whole
-document).  Every value that is not a plain string, whole number, finite float,
-boolean or ``None`` goes through ``json.dumps`` itself, so the bytes are the
-canonical document's; ``tests/test_fingerprint.py`` checks that against the
-dicts for every built-in profile and for generated steps.
+and fed to the hash a few thousand steps at a time (a plan of 100k steps never
+holds its whole document).  A registered step's part is written once, on its
+first plan, and kept on the frozen :class:`~initorch.model.step.Step`: a step
+planned as declared is then its cached text with the wave written in, and a step
+that profiles changed reuses the text of its declaration.  Every value that is
+not a plain string, whole number, finite float, boolean or ``None`` goes through
+``json.dumps`` itself, so the bytes are the canonical document's;
+``tests/test_fingerprint.py`` checks that against the dicts for every built-in
+profile and for generated steps, planned once and again.
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ from typing import Any
 
 from initorch.loading.document import EnvEntry, Setting
 from initorch.model.devices import DeviceRef
-from initorch.model.settings import SettingSpec
 from initorch.model.step import Step
 from initorch.resolution.plan import (
     PlannedStep,
@@ -64,14 +67,28 @@ def fingerprint(
     # "steps" sorts after every other key: the head without its closing brace, then it.
     digest.update(head[:-1].encode())
     digest.update(b',"steps":[')
-    encoder = _StepEncoder()
+    # The parts of a few hundred steps are joined and hashed at once: few calls, one
+    # copy of each part, and a small part of the document in memory at a time.
+    parts: list[bytes] = []
     separator = b""
     for planned in steps:
-        digest.update(separator)
-        digest.update(encoder.planned(planned).encode())
+        declared = planned.declared
+        encoded = declared._canonical or _encode(declared)
+        wave = planned.wave
+        if planned.step is declared and type(wave) is int:  # the usual case
+            parts += (separator, encoded[0], b"%d" % wave, encoded[1])
+        else:
+            parts += (separator, _planned(planned, encoded))
         separator = b","
+        if len(parts) >= _PARTS_PER_UPDATE:
+            digest.update(b"".join(parts))
+            parts.clear()
+    digest.update(b"".join(parts))
     digest.update(b"]}")
     return digest.hexdigest()
+
+
+_PARTS_PER_UPDATE = 1024
 
 
 def _value(value: Any) -> str:
@@ -104,61 +121,78 @@ def _names(names: tuple[str, ...]) -> str:
     return "[" + ",".join(map(encode_basestring_ascii, names)) + "]"
 
 
-class _StepEncoder:
-    """Writes one planned step as the canonical JSON does.  This runs once per
-    planned step, so the usual values (empty lists, ``false``, ``null``, ``0``)
-    are written without a call, and a setting's declaration is encoded once."""
+def _planned(planned: PlannedStep, encoded: tuple[bytes, bytes, int, int]) -> bytes:
+    """``{"wave", "name", step_fields(step)..., "declared": declaration(...)}``
+    (ASCII: every string is written with JSON's escapes, as ``json.dumps`` does),
+    given its declaration's cached ``encoded``.
 
-    def __init__(self) -> None:
-        self._specs: dict[int, tuple[SettingSpec, str]] = {}
+    A step planned as it was declared (the usual case) is the cached encoding with
+    the wave written in; a step that profiles changed writes its effective fields
+    here, around its declaration's cached encoding."""
+    head, tail, start, end = encoded
+    wave = planned.wave
+    wave_json = b"%d" % wave if type(wave) is int else _value(wave).encode()
+    if planned.step is planned.declared:
+        return head + wave_json + tail
+    before, after = _effective(planned.step, head[start:end].decode())
+    return before.encode() + wave_json + after.encode()
 
-    def planned(self, planned: PlannedStep) -> str:
-        """``{"wave", "name", step_fields(step)..., "declared": declaration(...)}``."""
-        declared = planned.declared
-        step = planned.step
-        shared = _shared(step)
-        after, before, barrier, binds, bound, job_store, requires, retries, timeout, wants, \
-            when = shared
-        keys = (",".join(encode_basestring_ascii(s.key) for s in step.settings)
-                if step.settings else "")
-        name, wave = planned.name, planned.wave
-        return (
-            f'{{"after":{after},"barrier":{barrier},"before":{before},"binds_device":{binds},'
-            f'"declared":{self._declared(declared, shared if step is declared else None)},'
-            f'"device_bound":{bound},"job_store":{job_store},"name":{_names((name,))[1:-1]},'
-            f'"requires":{requires},"retries":{retries},"settings":[{keys}],'
-            f'"teardown":{"false" if step.teardown is None else "true"},"timeout":{timeout},'
-            f'"wants":{wants},"wave":{wave if type(wave) is int else _value(wave)},'
-            f'"when":{when}}}'
-        )
 
-    def _declared(self, step: Step, shared: tuple[str, ...] | None) -> str:
-        """:func:`~initorch.resolution.plan.declaration` of ``step``."""
-        after, before, barrier, binds, bound, job_store, requires, retries, timeout, wants, \
-            when = shared or _shared(step)
-        retry_on = (",".join(_value(qualified_name(error)) for error in step.retry_on)
-                    if step.retry_on else "")
-        settings = ",".join(map(self._spec, step.settings)) if step.settings else ""
-        teardown = "null" if step.teardown is None else _value(qualified_name(step.teardown))
-        backoff = step.retry_backoff
-        backoff_json = "0.5" if backoff == 0.5 and type(backoff) is float else _value(backoff)
-        return (
-            f'{{"action":{_value(qualified_name(step.action))},'
-            f'"after":{after},"barrier":{barrier},"before":{before},"binds_device":{binds},'
-            f'"device_bound":{bound},"job_store":{job_store},"requires":{requires},'
-            f'"retries":{retries},'
-            f'"retry_backoff":{backoff_json},'
-            f'"retry_on":[{retry_on}],"settings":[{settings}],"teardown":{teardown},'
-            f'"timeout":{timeout},'
-            f'"wanted_by":{_names(step.wanted_by) if step.wanted_by else "[]"},'
-            f'"wants":{wants},"when":{when}}}'
-        )
+def _encode(declared: Step) -> tuple[bytes, bytes, int, int]:
+    """Encode ``declared`` once, and keep it on the (frozen) step: the planned step it
+    makes unchanged, up to the wave and after it, and where its declaration lies in
+    the first part (what a changed step writes too)."""
+    shared = _shared(declared)
+    declaration = _declaration(declared, shared)
+    head, tail = _effective(declared, declaration, shared)
+    start = head.index(_DECLARED) + len(_DECLARED)
+    encoded = (head.encode(), tail.encode(), start, start + len(declaration))
+    object.__setattr__(declared, "_canonical", encoded)
+    return encoded
 
-    def _spec(self, spec: SettingSpec) -> str:
-        cached = self._specs.get(id(spec))  # the spec is kept: its id stays its own
-        if cached is None:
-            cached = self._specs[id(spec)] = (spec, canonical_json(spec_json(spec)))
-        return cached[1]
+
+_DECLARED = ',"declared":'
+
+
+def _effective(step: Step, declaration: str, shared: tuple[str, ...] | None = None
+               ) -> tuple[str, str]:
+    """A planned step's encoding (effective fields and ``declaration``), cut at its wave."""
+    after, before, barrier, binds, bound, job_store, requires, retries, timeout, wants, \
+        when = shared or _shared(step)
+    keys = (",".join(encode_basestring_ascii(s.key) for s in step.settings)
+            if step.settings else "")
+    return (
+        f'{{"after":{after},"barrier":{barrier},"before":{before},"binds_device":{binds},'
+        f'"declared":{declaration},'
+        f'"device_bound":{bound},"job_store":{job_store},"name":{_names((step.name,))[1:-1]},'
+        f'"requires":{requires},"retries":{retries},"settings":[{keys}],'
+        f'"teardown":{"false" if step.teardown is None else "true"},"timeout":{timeout},'
+        f'"wants":{wants},"wave":',
+        f',"when":{when}}}',
+    )
+
+
+def _declaration(step: Step, shared: tuple[str, ...]) -> str:
+    """:func:`~initorch.resolution.plan.declaration` of ``step``."""
+    after, before, barrier, binds, bound, job_store, requires, retries, timeout, wants, \
+        when = shared
+    retry_on = (",".join(_value(qualified_name(error)) for error in step.retry_on)
+                if step.retry_on else "")
+    settings = ",".join(canonical_json(spec_json(spec)) for spec in step.settings)
+    teardown = "null" if step.teardown is None else _value(qualified_name(step.teardown))
+    backoff = step.retry_backoff
+    backoff_json = "0.5" if backoff == 0.5 and type(backoff) is float else _value(backoff)
+    return (
+        f'{{"action":{_value(qualified_name(step.action))},'
+        f'"after":{after},"barrier":{barrier},"before":{before},"binds_device":{binds},'
+        f'"device_bound":{bound},"job_store":{job_store},"requires":{requires},'
+        f'"retries":{retries},'
+        f'"retry_backoff":{backoff_json},'
+        f'"retry_on":[{retry_on}],"settings":[{settings}],"teardown":{teardown},'
+        f'"timeout":{timeout},'
+        f'"wanted_by":{_names(step.wanted_by) if step.wanted_by else "[]"},'
+        f'"wants":{wants},"when":{when}}}'
+    )
 
 
 def _shared(step: Step) -> tuple[str, ...]:

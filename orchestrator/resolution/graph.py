@@ -110,6 +110,7 @@ class StepGraph:
             return self._order
         waiting: dict[str, int] = {}  # steps with predecessors: how many are not placed
         following: dict[str, list[str]] = {}
+        follower = following.get
         for target, found in self._incoming.items():
             count, previous = 0, None
             for record in found:  # grouped by source: a repeated source is adjacent
@@ -117,7 +118,7 @@ class StepGraph:
                 if source == previous:
                     continue
                 count, previous = count + 1, source
-                later = following.get(source)
+                later = follower(source)
                 if later is None:
                     following[source] = [target]
                 else:
@@ -125,16 +126,19 @@ class StepGraph:
             waiting[target] = count
         ready = [name for name in self._nodes if name not in waiting]
         heapify(ready)
-        levels = dict.fromkeys(ready, 0)
+        levels = dict.fromkeys(self._nodes, 0)
         order: list[str] = []
         while ready:
             name = heappop(ready)
             order.append(name)
+            later = follower(name)
+            if later is None:
+                continue
             level = levels[name] + 1
-            for target in following.get(name, ()):
+            for target in later:
                 left = waiting[target] - 1
                 waiting[target] = left
-                if levels.get(target, 0) < level:
+                if levels[target] < level:  # noqa: PLR1730 (no call: this runs once per edge)
                     levels[target] = level
                 if not left:
                     heappush(ready, target)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,15 +32,17 @@ from initorch.suggest import closest
 @dataclass(frozen=True, slots=True)
 class PlannedStep:
     """A step that will run: its effective declaration (``step``: the registered
-    step with the profiles' overrides applied), its wave, why it is in the plan,
-    and the step as registered in code (``declared``), which the fingerprint
-    covers so that a saved plan notices when the code changed under it.
+    step with the profiles' overrides applied), its wave, why it is in the plan
+    (sentences; a resolved plan writes them when they are first read, see
+    :mod:`initorch.resolution.reasons`), and the step as registered in code
+    (``declared``), which the fingerprint covers so that a saved plan notices when
+    the code changed under it.
     ``notes`` are what the step's preview said it will do on the machine the plan
     was made on (not part of the fingerprint)."""
 
     step: Step
     wave: int
-    reasons: tuple[str, ...]
+    reasons: Sequence[str]
     declared: Step
     notes: tuple[str, ...] = ()
 

@@ -34,7 +34,8 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from operator import attrgetter
 from typing import NamedTuple, NoReturn
 
 from initorch.collector import collector_paused
@@ -57,8 +58,9 @@ from initorch.model.step import EDGE_KINDS, EdgeKind, Step
 from initorch.resolution.fingerprint import fingerprint
 from initorch.resolution.graph import MAX_CYCLES_REPORTED, StepGraph
 from initorch.resolution.plan import Plan, PlannedStep, SkippedStep
-from initorch.resolution.plangraph import EdgeRecord, IncomingEdges, in_declaration_order
+from initorch.resolution.plangraph import EdgeRecord, IncomingEdges
 from initorch.resolution.preview import preview_steps
+from initorch.resolution.reasons import Pull, Reasons
 
 
 class _EdgeSource(NamedTuple):
@@ -69,11 +71,6 @@ class _EdgeSource(NamedTuple):
     reason: str | None = None
 
 
-# Why a step is in the plan: a whole sentence ("listed by profile base (...)"), or a
-# verb and the step that pulled it in (("required by ", "x")), merged per verb later.
-_Reason = str | tuple[str, str]
-
-
 @dataclass(slots=True)
 class _Candidate:
     """A selected step while it is being resolved."""
@@ -81,7 +78,7 @@ class _Candidate:
     step: Step  # the effective declaration: as registered, with the profiles' overrides
     declared: Step  # as registered
     by: str  # "step <name>": who declared the step's own edges, at its definition
-    reasons: list[_Reason] = field(default_factory=list)
+    pulls: list[Pull]  # why it is in the plan, in the order of the pulls (see Reasons)
     # Edges a profile added or restated, by (kind, target); every other edge is the
     # step's own, declared in code.
     edge_sources: dict[tuple[str, str], _EdgeSource] | None = None
@@ -101,7 +98,7 @@ class _Candidate:
     def only_wanted_by(self) -> bool:
         """True when nothing but its own ``wanted_by`` pulled this step in."""
         pulls = self.wanted_by_pulls
-        return pulls is not None and len(self.reasons) == len(pulls)
+        return pulls is not None and len(self.pulls) == len(pulls)
 
 
 REQUESTED = "requested by load_plan(steps=...)"
@@ -165,8 +162,7 @@ def _resolve(composed: ComposedProfile, steps: StepRegistry, device_index: int |
     for name in graph.order():
         candidate = candidates.pop(name)  # each candidate goes as its planned step comes
         planned.append(PlannedStep(candidate.step, waves[name],
-                                   _merge_reasons(candidate.reasons, skipped),
-                                   candidate.declared))
+                                   Reasons(candidate.pulls, skipped), candidate.declared))
     device = DeviceRef(device_type.value, device_index)
     ordered = preview_steps(tuple(planned), settled.values, device, environ)
     del planned
@@ -209,26 +205,6 @@ def _reading_order(problem: Problem) -> tuple[bool, str, int, int]:
     return (False, where.path, where.line, where.column)
 
 
-def _merge_reasons(reasons: list[_Reason], skipped: Mapping[str, str]) -> tuple[str, ...]:
-    """``required by a``, ``required by b`` -> ``required by a, b`` (first-seen order);
-    steps that are skipped pull nothing in, so they are left out."""
-    merged: dict[str, list[str]] = {}
-    for reason in reasons:
-        if isinstance(reason, str):
-            if reason not in merged:
-                merged[reason] = []
-            continue
-        verb, who = reason
-        if skipped and who in skipped:
-            continue
-        found = merged.get(verb)
-        if found is None:
-            merged[verb] = [who]
-        else:
-            found.append(who)
-    return tuple([key + ", ".join(names) if names else key for key, names in merged.items()])
-
-
 def _raise_if(problems: list[Problem], error: type[InitorchError] = ResolveError) -> None:
     if problems:
         _fail(problems, error)
@@ -252,41 +228,48 @@ def _select(composed: ComposedProfile, registry: StepRegistry, requested: Sequen
         for target in declared.wanted_by:
             wanted_by.setdefault(target, []).append(declared)
     candidates: dict[str, _Candidate] = {}
-    created: list[_Candidate] = []
+    created: list[_Candidate] = []  # in the order they were pulled in: the order of expansion
+    listed = composed.step_entries
 
-    def pull(name: str, reason: _Reason, location: SourceLocation | None) -> _Candidate | None:
-        candidate = candidates.get(name)
-        if candidate is None:
-            try:
-                declared = registry.get(name, location)
-            except InitorchError as exc:
-                problems.extend(exc.problems)
-                return None
-            candidate = candidates[name] = _apply_overrides(
-                declared, composed.step_entries.get(name), problems)
-            created.append(candidate)
-        candidate.reasons.append(reason)
+    def admit(name: str, reason: Pull, location: SourceLocation | None) -> _Candidate | None:
+        """A new candidate for registered step ``name``, pulled in by ``reason``."""
+        try:
+            declared = registry.get(name, location)
+        except InitorchError as exc:
+            problems.extend(exc.problems)
+            return None
+        candidate = candidates[name] = _apply_overrides(declared, listed.get(name), [reason],
+                                                        problems)
+        created.append(candidate)
         return candidate
 
-    for name, entries in composed.step_entries.items():
+    def pull(name: str, reason: Pull, location: SourceLocation | None) -> _Candidate | None:
+        candidate = candidates.get(name)
+        if candidate is None:
+            return admit(name, reason, location)
+        candidate.pulls.append(reason)
+        return candidate
+
+    for entries in listed.values():  # each listed step is new, pulled in by its first entry
         first = entries[0]
-        pull(name, f"listed by profile {first.source} ({first.location})", first.location)
+        admit(first.name, first, first.location)
     for name in requested:
         pull(name, REQUESTED, None)
     expanded = 0
     while expanded < len(created):
         candidate = created[expanded]
         expanded += 1
-        step, name = candidate.step, candidate.step.name
-        for kind, verb in _PULLS:
-            targets = getattr(step, kind)
+        step = candidate.step
+        name = step.name
+        for kind, verb, targets in (("requires", "required by ", step.requires),
+                                    ("wants", "wanted by ", step.wants)):
             if not targets:
                 continue
             pulled_by = (verb, name)
             for target in targets:
                 found = candidates.get(target)
                 if found is not None:  # the usual case: one more reason
-                    found.reasons.append(pulled_by)
+                    found.pulls.append(pulled_by)
                 else:
                     pull(target, pulled_by, candidate.edge_source(kind, target).location)
         for wanter in wanted_by.get(name, ()):
@@ -298,15 +281,12 @@ def _select(composed: ComposedProfile, registry: StepRegistry, requested: Sequen
     return candidates
 
 
-_PULLS: tuple[tuple[EdgeKind, str], ...] = (("requires", "required by "), ("wants", "wanted by "))
-"""The edges that pull a step in, and how its reason reads."""
-
-
-def _apply_overrides(step: Step, entries: tuple[StepEntry, ...] | None,
+def _apply_overrides(step: Step, entries: tuple[StepEntry, ...] | None, pulls: list[Pull],
                      problems: list[Problem]) -> _Candidate:
-    """Fold every profile entry for ``step`` into one effective declaration (the
-    registered step itself when no entry changes it)."""
-    candidate = _Candidate(step, step, f"step {step.name}")
+    """The candidate for ``step``, pulled in by ``pulls``: every profile entry for
+    it folded into one effective declaration (the registered step itself when no
+    entry changes it)."""
+    candidate = _Candidate(step, step, f"step {step.name}", pulls)
     entries = entries or ()
     for entry in entries:
         if entry.changes or entry.overrides:
@@ -487,40 +467,49 @@ def _check_requirements(active: dict[str, _Candidate], skipped: dict[str, str],
 
 
 def _incoming_edges(active: dict[str, _Candidate], binder: str | None) -> IncomingEdges:
-    """Ordering edges among active steps, as records grouped by target: the declared
-    ones (an unknown target is no candidate, and was reported in stage 1) and one
-    from ``binder`` to every device_bound step."""
-    grouped: dict[str, list[EdgeRecord]] = {}
+    """Ordering edges among active steps, as records grouped by target in declaration
+    order: the declared ones (an unknown target is no candidate, and was reported in
+    stage 1) and one from ``binder`` to every device_bound step.
+
+    A step's group is its own edges, plus the ``before`` edges of other steps (rare:
+    kept aside and merged at the end).  No two records of a group agree on source,
+    kind, place and declarer while differing in their reason (a place declares an
+    edge once, with one reason), so records sort as plain tuples, as
+    :func:`~initorch.resolution.plangraph.in_declaration_order` sorts them."""
+    incoming: IncomingEdges = {}
+    before: dict[str, list[EdgeRecord]] = {}
     for name, candidate in active.items():
         step, sources = candidate.step, candidate.edge_sources
-        own = (step.defined_at, candidate.by, None)
+        where, by = step.defined_at, candidate.by
         into: list[EdgeRecord] = []
-        for kind in EDGE_KINDS:
-            targets = getattr(step, kind)
+        for kind, targets in zip(EDGE_KINDS, _edge_lists(step), strict=True):
             if not targets:
                 continue
             if sources is None and kind != "before":  # the usual case: the step's own edges
-                where, by, _ = own
-                into += [(target, kind, where, by, None) for target in targets
-                         if target in active]
+                for target in targets:
+                    if target in active:
+                        into.append((target, kind, where, by, None))
                 continue
             for target in targets:
                 if target not in active:
                     continue  # ordering-only edges bind only steps that are both planned
-                where, by, reason = own if sources is None else sources.get((kind, target), own)
+                declared = sources.get((kind, target)) if sources is not None else None
+                at, declarer, reason = declared or (where, by, None)
                 if kind == "before":
-                    grouped.setdefault(target, []).append((name, kind, where, by, reason))
+                    before.setdefault(target, []).append((name, kind, at, declarer, reason))
                 else:
-                    into.append((target, kind, where, by, reason))
+                    into.append((target, kind, at, declarer, reason))
         if binder is not None and step.device_bound:
-            into.append((binder, "device", step.defined_at, candidate.by, None))
+            into.append((binder, "device", where, by, None))
         if into:
-            found = grouped.get(name)
-            if found is None:
-                grouped[name] = into
-            else:
-                found += into
-    return in_declaration_order(grouped)
+            incoming[name] = (into[0],) if len(into) == 1 else tuple(sorted(into))
+    for target, found in before.items():
+        incoming[target] = tuple(sorted([*incoming.get(target, ()), *found]))
+    return incoming
+
+
+_edge_lists = attrgetter(*EDGE_KINDS)
+"""A step's edge lists, in the order of ``EDGE_KINDS``."""
 
 
 def _device_binder(candidates: dict[str, _Candidate], active: dict[str, _Candidate],
