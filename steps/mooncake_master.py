@@ -15,6 +15,12 @@ when ``/health`` says ``service_ready`` and its RPC port accepts connections.
 Teardown stops it (SIGTERM, SIGKILL after ``mooncake.master_stop_grace_s``);
 :mod:`initorch.steps._master_watchdog` stops it too when initorch dies without
 a teardown, even by SIGKILL.
+
+The master is a process that needs no torch, and it takes about a second to
+become ready; ``launch_mooncake_master`` therefore starts it on rank 0 before
+``import_backend``, so that it boots while torch imports, and ``mooncake_master``
+then adopts it and waits until it is ready.  Without the launch step in the
+plan, ``mooncake_master`` starts the master itself.
 """
 
 from __future__ import annotations
@@ -57,6 +63,8 @@ WATCHDOG = Path(__file__).with_name("_master_watchdog.py")
 
 
 START_ATTEMPTS = 3  # free ports are picked, then bound by the master: another may win
+MASTER_OWNER = 0  # the global rank that starts a managed master and shares its address
+LAUNCH_STEP = "launch_mooncake_master"
 CLIENTS_CLOSE_WAIT_S = 30.0  # how long the owner waits for other ranks' store clients
 
 
@@ -74,6 +82,8 @@ class ManagedMaster:
     ports: dict[str, int]
     log_path: str
     grace: float
+    status: int | None = None
+    stopped: bool = False
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -84,9 +94,13 @@ class ManagedMaster:
 
     def stop(self) -> int | None:
         """Close the watchdog's pipe (it stops the master: SIGTERM, then SIGKILL after
-        the grace period) and wait for it; returns its exit status."""
+        the grace period) and wait for it; returns its exit status.  Stopping twice is
+        harmless: the second call returns the first one's status (the launch step's
+        teardown comes after ``mooncake_master``'s, which stops an adopted master)."""
         import subprocess
 
+        if self.stopped:
+            return self.status
         stdin: IO[bytes] | None = self.watchdog.stdin
         if stdin is not None and not stdin.closed:
             stdin.close()
@@ -98,6 +112,7 @@ class ManagedMaster:
         if self.watchdog.stdout is not None:
             self.watchdog.stdout.close()
         Path(self.log_path).unlink(missing_ok=True)
+        self.status, self.stopped = code, True
         return code
 
 
@@ -155,17 +170,21 @@ def health(host: str, port: int) -> dict[str, Any] | None:
         return None
 
 
-def start_managed_master(ctx: StepContext) -> ManagedMaster:
-    """Start the master, picking new ports when another process took one first."""
+def start_managed_master(ctx: StepContext, launched: ManagedMaster | None = None
+                         ) -> ManagedMaster:
+    """The master ready: ``launched`` (started by ``launch_mooncake_master``) or one
+    started here, picking new ports when another process took one first."""
     for attempt in range(1, START_ATTEMPTS):
         try:
-            return start_master_once(ctx)
+            return ready_master(ctx, spawn_master(ctx) if launched is None else launched)
         except MasterPortTaken as exc:
             ctx.log.warning("mooncake_master_port_taken", attempt=attempt, error=str(exc))
-    return start_master_once(ctx)
+        launched = None
+    return ready_master(ctx, spawn_master(ctx))
 
 
-def start_master_once(ctx: StepContext) -> ManagedMaster:
+def spawn_master(ctx: StepContext) -> ManagedMaster:
+    """Start the watchdog and the master behind it on free ports; do not wait for it."""
     import subprocess
     import tempfile
 
@@ -185,12 +204,17 @@ def start_master_once(ctx: StepContext) -> ManagedMaster:
     master = ManagedMaster(watchdog, pid, host, ports, log_path, grace)
     ctx.log.info("mooncake_master_starting", pid=pid, host=host,
                  **{f"{k}_port": v for k, v in ports.items()})
+    return master
+
+
+def ready_master(ctx: StepContext, master: ManagedMaster) -> ManagedMaster:
+    """``master`` once it serves; stopped, and the error raised, when it cannot."""
     try:
         wait_until_ready(ctx, master)
     except StepError:
         master.stop()
         raise
-    warn_if_exposed(ctx.log, "mooncake_master", LOOPBACK, set(), pid=pid)
+    warn_if_exposed(ctx.log, "mooncake_master", LOOPBACK, set(), pid=master.pid)
     return master
 
 
@@ -231,9 +255,10 @@ def share_from_rank0(ctx: StepContext, value: dict[str, Any] | None) -> dict[str
 def local_master(ctx: StepContext) -> MasterEndpoint:
     managed = None
     announcement: dict[str, Any] | None = None
-    if ctx.rank.rank == 0:
+    if ctx.rank.rank == MASTER_OWNER:
+        launched = ctx.output(LAUNCH_STEP) if ctx.has_output(LAUNCH_STEP) else None
         try:
-            managed = start_managed_master(ctx)
+            managed = start_managed_master(ctx, launched)
             announcement = {"host": managed.host, "rpc": managed.ports["rpc"],
                             "metadata": managed.ports["metadata"]}
         except StepError as exc:
@@ -248,7 +273,7 @@ def local_master(ctx: StepContext) -> MasterEndpoint:
     return MasterEndpoint(
         host_port(host, announcement["rpc"]),
         f"http://{host_port(host, announcement['metadata'])}/metadata",
-        managed, owner_rank=0,
+        managed, owner_rank=MASTER_OWNER,
         details={"pid": managed.pid if managed else None})
 
 
@@ -268,10 +293,34 @@ def given_master(ctx: StepContext, address: str) -> MasterEndpoint:
 
 
 @step(
+    LAUNCH_STEP,
+    description="Start the managed mooncake_master on rank 0 without waiting for it, so "
+                "that it boots while torch imports (mooncake_master waits for it)",
+    before=["import_backend"],
+    when="hicache.enabled and mooncake.enabled and hicache.storage_backend == 'mooncake' "
+         "and mooncake.master == 'local'",
+    settings=(HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND, MASTER, STOP_GRACE_S,
+              MASTER_ADDR),
+)
+def launch_mooncake_master(ctx: StepContext) -> ManagedMaster | None:
+    """The master this rank launched; ``None`` on the ranks that do not own it."""
+    return spawn_master(ctx) if ctx.rank.rank == MASTER_OWNER else None
+
+
+@launch_mooncake_master.teardown
+def stop_launched_master(ctx: StepContext, launched: ManagedMaster | None) -> None:
+    """Stop a launched master that ``mooncake_master`` did not take over and stop (the
+    run failed, or was interrupted, between the two steps)."""
+    if launched is not None and not launched.stopped:
+        stop_master(ctx, launched)
+
+
+@step(
     "mooncake_master",
-    description="Start a managed mooncake_master on loopback (mooncake.master: local) or "
-                "check that the configured one answers",
+    description="Start a managed mooncake_master on loopback (mooncake.master: local), or "
+                "wait for the launched one, or check that the configured one answers",
     requires=["init_torch_distributed"],
+    after=[LAUNCH_STEP],
     when="hicache.enabled and mooncake.enabled and hicache.storage_backend == 'mooncake'",
     settings=(HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND, MASTER, CONNECT_TIMEOUT_S,
               START_TIMEOUT_S, STOP_GRACE_S, MASTER_ADDR),
@@ -316,8 +365,12 @@ def stop_mooncake_master(ctx: StepContext, endpoint: MasterEndpoint) -> None:
         if not all_closed:
             ctx.log.warning("mooncake_master_stopping_early",
                             why="not every rank reported its store client closed")
-        code = endpoint.managed.stop()
-        ctx.log.info("mooncake_master_stopped", pid=endpoint.managed.pid, status=code)
+        stop_master(ctx, endpoint.managed)
 
 
-STEPS = (mooncake_master,)
+def stop_master(ctx: StepContext, master: ManagedMaster) -> None:
+    code = master.stop()
+    ctx.log.info("mooncake_master_stopped", pid=master.pid, status=code)
+
+
+STEPS = (mooncake_master, launch_mooncake_master)  # the first declares the shared settings

@@ -30,8 +30,8 @@ BUILTIN_PROFILES = ("base", "cpu", "cuda", "mooncake-ep", "mps", "musa", "npu", 
 DEVICE_PROFILES = ("cpu", "cuda", "mps", "musa", "npu", "rocm", "xpu")
 # Device profiles on hardware that Mooncake supports (all but mps).
 MOONCAKE_PROFILES = tuple(p for p in DEVICE_PROFILES if p != "mps")
-MOONCAKE_STEPS = ("init_shared_mooncake_transfer_engine", "mooncake_master", "init_mooncake_store",
-                  "register_mem_pool_host")
+MOONCAKE_STEPS = ("launch_mooncake_master", "init_shared_mooncake_transfer_engine",
+                  "mooncake_master", "init_mooncake_store", "register_mem_pool_host")
 # Device profiles where Mooncake registers a process-group backend (mooncake-ep works).
 MOONCAKE_PG_PROFILES = ("cpu", "cuda", "musa")
 VENDOR_MODULES = ("torch", "torch_npu", "torch_musa", "mooncake")

@@ -121,7 +121,7 @@ def test_dry_run_runs_and_imports_nothing():
     assert result.stdout.splitlines()[-1] == "RESULT 0 []"
     table = result.stdout.split("\n\n")[0]
     assert "(dry-run, rank 0, device cpu" in table
-    assert table.count("would_run") == 9  # every planned step; verify_transfer is off
+    assert table.count("would_run") == 10  # every planned step; verify_transfer is off
 
 
 def test_a_diagnosed_failure_exits_1_with_the_diagnosis_as_the_last_line(tmp_path: Path):

@@ -13,13 +13,13 @@ from tests.conftest import initorch_command, run_python
 
 pytestmark = pytest.mark.e2e
 
-ALL_STEPS = ("import_backend", "rendezvous", "set_device", "alloc_host_mem_pool",
-             "init_shared_mooncake_transfer_engine", "init_torch_distributed",
-             "mooncake_master", "init_mooncake_store", "register_mem_pool_host",
-             "verify_transfer")
+ALL_STEPS = ("launch_mooncake_master", "import_backend", "rendezvous", "set_device",
+             "alloc_host_mem_pool", "init_shared_mooncake_transfer_engine",
+             "init_torch_distributed", "mooncake_master", "init_mooncake_store",
+             "register_mem_pool_host", "verify_transfer")
 TORN_DOWN = ["register_mem_pool_host", "init_mooncake_store", "mooncake_master",
              "init_torch_distributed", "init_shared_mooncake_transfer_engine",
-             "alloc_host_mem_pool", "rendezvous"]
+             "alloc_host_mem_pool", "rendezvous", "launch_mooncake_master"]
 
 LEAK_CHECK = """
 import json, os, threading
@@ -135,7 +135,8 @@ def test_cli_run_without_mooncake_skips_its_steps() -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
     skipped = {e["step"] for e in events if e["event"] == "step_skipped"}
-    assert skipped == {"init_shared_mooncake_transfer_engine", "mooncake_master",
+    assert skipped == {"launch_mooncake_master", "init_shared_mooncake_transfer_engine",
+                       "mooncake_master",
                        "init_mooncake_store", "register_mem_pool_host", "verify_transfer"}
 
 

@@ -23,10 +23,10 @@ from tests.conftest import initorch_command
 
 pytestmark = pytest.mark.e2e
 
-CPU_STEPS = ("import_backend", "rendezvous", "set_device", "alloc_host_mem_pool",
-             "init_shared_mooncake_transfer_engine", "init_torch_distributed",
-             "mooncake_master", "init_mooncake_store", "register_mem_pool_host",
-             "verify_transfer")
+CPU_STEPS = ("launch_mooncake_master", "import_backend", "rendezvous", "set_device",
+             "alloc_host_mem_pool", "init_shared_mooncake_transfer_engine",
+             "init_torch_distributed", "mooncake_master", "init_mooncake_store",
+             "register_mem_pool_host", "verify_transfer")
 
 
 class InjectedFault(RuntimeError):
@@ -165,7 +165,8 @@ def test_master_port_in_use_is_diagnosed(tmp_path: Path, occupied_port: int) -> 
     # path needs it (the master is shared over it) and was skipped.
     assert steps["register_mem_pool_host"]["status"] == "skipped"
     torn = [t["step"] for t in report["teardown"]]  # type: ignore[union-attr]
-    assert torn == ["init_shared_mooncake_transfer_engine", "alloc_host_mem_pool"]
+    assert torn == ["init_shared_mooncake_transfer_engine", "alloc_host_mem_pool",
+                    "launch_mooncake_master"]  # the master launched early is stopped
 
 
 def test_unknown_failure_is_reported_as_it_is(tmp_path: Path) -> None:

@@ -268,8 +268,11 @@ def test_sigterm_during_the_real_import_backend_ends_the_run(tmp_path):
                              tmp_path, '"step": "import_backend", "attempt"')
     assert code == 143, events
     started = [e.get("step") for e in events if e["event"] == "step_started"]
-    assert started == ["import_backend"], started
+    assert started == ["launch_mooncake_master", "import_backend"], started
     assert not any(e["event"] == "run_finished" for e in events)
+    # the master launched before torch is stopped by the teardown the signal runs
+    assert [e["step"] for e in events if e["event"] == "mooncake_master_stopped"] == [
+        "launch_mooncake_master"], events
 
 
 @pytest.mark.e2e

@@ -65,10 +65,11 @@ def test_overlay_with_device_accepts_settings_of_the_device_profile():
 
 def test_waves_group_steps_that_may_run_together():
     plan = load_plan(["npu"])
-    assert plan.waves[0] == ("import_backend",)
-    assert plan.waves[1] == ("rendezvous", "set_device")
-    assert set(plan.waves[2]) == {"alloc_host_mem_pool", ENGINE}
-    assert plan.waves[3:] == (("init_torch_distributed",), ("mooncake_master",),
+    assert plan.waves[0] == ("launch_mooncake_master",)
+    assert plan.waves[1] == ("import_backend",)
+    assert plan.waves[2] == ("rendezvous", "set_device")
+    assert set(plan.waves[3]) == {"alloc_host_mem_pool", ENGINE}
+    assert plan.waves[4:] == (("init_torch_distributed",), ("mooncake_master",),
                               ("init_mooncake_store",), ("register_mem_pool_host",))
 
 
@@ -162,7 +163,8 @@ def test_explain_gives_the_chain_with_locations():
 @pytest.mark.parametrize(("first", "second", "fragments"), [
     ("verify_transfer", "set_device", ("step 'verify_transfer' is not in the plan: skipped (",
                                        "checks.verify_transfer=false")),
-    ("set_device", "nope", ("step 'nope' is not in the plan", "planned steps: import_backend")),
+    ("set_device", "nope", ("step 'nope' is not in the plan",
+                            "planned steps: launch_mooncake_master, import_backend")),
     ("register_mem_pool_host", "set_device", (
         "nothing makes 'register_mem_pool_host' run before 'set_device'",
         "the reverse holds: try 'explain set_device register_mem_pool_host'")),

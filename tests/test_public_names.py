@@ -117,7 +117,7 @@ def run_example(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_embedding_example_plans_its_step_through_wanted_by():
     result = run_example("--dry-run")
     assert result.returncode == 0, result.stderr
-    assert re.search(r"^\s+11\s+7\s+warm_kv_cache\s+wanted by register_mem_pool_host$",
+    assert re.search(r"^\s+12\s+8\s+warm_kv_cache\s+wanted by register_mem_pool_host$",
                      result.stdout, re.MULTILINE), result.stdout
     assert "UnplannedStepWarning" not in result.stderr
 

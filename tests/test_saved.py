@@ -111,7 +111,7 @@ def test_the_file_holds_the_plan_json_plus_origins_edges_and_a_header(tmp_path):
         key: shown[key] for key in ("order", "waves", "settings", "fingerprint")}
     step = data["steps"][0]
     assert {"name", "wave", "why", "requires", "timeout", "declared"} <= set(step)
-    assert step["declared"]["action"] == "initorch.steps.backend:import_backend"
+    assert step["declared"]["action"] == "initorch.steps.mooncake_master:launch_mooncake_master"
     assert {"from", "to", "kind", "declared_at", "declared_by", "reason"} == set(
         data["edges"][0])
     assert data["env"] == {"MC_FORCE_TCP": "1"}
