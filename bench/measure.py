@@ -8,7 +8,15 @@ median, both measured in the same run.
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable, Mapping
+
+
+def timed(action: Callable[[], object]) -> float:
+    """Seconds ``action()`` takes."""
+    began = time.perf_counter()
+    action()
+    return time.perf_counter() - began
 
 
 def interleaved(samplers: Mapping[str, Callable[[], float]], runs: int) -> dict[str, list[float]]:

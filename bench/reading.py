@@ -14,22 +14,15 @@ from __future__ import annotations
 
 import argparse
 import graphlib
-import time
 from collections.abc import Callable
 
 import yaml
 from graphs import profile_text, random_dag
-from measure import interleaved, print_ratios
+from measure import interleaved, print_ratios, timed
 
 from initorch.collector import collector_paused
 from initorch.loading.document import read_profile
 from initorch.loading.yamlsource import parse_yaml
-
-
-def timed(action: Callable[[], object]) -> float:
-    began = time.perf_counter()
-    action()
-    return time.perf_counter() - began
 
 
 def events(text: str) -> None:

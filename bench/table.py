@@ -33,7 +33,7 @@ from functools import partial
 from pathlib import Path
 
 from graphs import SHAPES, chain, profile_text, random_dag, setup
-from measure import Sink
+from measure import Sink, timed
 
 from initorch import Registry, StepContext, compose, resolve, step
 from initorch.execution.run import Run
@@ -74,12 +74,6 @@ def rounds(runs: int, *samplers: Callable[[], float]) -> list[list[float]]:
         for values, sample in zip(samples, samplers, strict=True):
             values.append(sample())
     return samples
-
-
-def timed(action: Callable[[], object]) -> float:
-    began = time.perf_counter()
-    action()
-    return time.perf_counter() - began
 
 
 def sampler(action: Callable[..., object], *args: object) -> Callable[[], float]:
