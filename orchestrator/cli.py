@@ -58,6 +58,17 @@ Plugins: INITORCH_PLUGINS=MODULE[:FUNCTION],no:NAME,... is read before --plugin;
 INITORCH_PLUGINS_ALLOW=NAME,... limits the installed plugins besides builtin."""
 
 Command = Callable[[argparse.Namespace, Registry], int]
+AddCommand = Callable[..., argparse.ArgumentParser]
+"""``add(name, handler, help_text, *parents)``: declares one command (``handler`` is a
+:data:`Command`) with the options every command shares; extensions get it too."""
+
+COMMANDS_GROUP = "initorch.commands"
+"""Entry points of commands that installed packages add (``initorch sglang``): each is
+a function ``add_command(add)`` that declares its command with :data:`AddCommand`."""
+
+BUILTIN_COMMANDS = frozenset({"plan", "validate", "graph", "explain", "profiles", "steps",
+                              "settings", "detect", "trace", "schema", "run"})
+"""The commands :func:`build_parser` always declares (a test keeps it true)."""
 
 # executors.DEFAULT_MAX_WORKERS and render.GRAPH_FORMATS, which a dry run does not import
 # (tests keep them equal).
@@ -416,7 +427,9 @@ def _seconds(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(with_extensions: bool = True) -> argparse.ArgumentParser:
+    """The parser; ``with_extensions`` also declares the commands of installed packages
+    (:data:`COMMANDS_GROUP`), which costs a scan of the installed distributions."""
     parser = argparse.ArgumentParser(
         prog="initorch", epilog=EPILOG,
         description="Declarative start-up orchestration for LLM inference servers.",
@@ -493,7 +506,29 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
                      default="info", help="the least severe events shown (default info); "
                      "console colours follow the terminal and NO_COLOR")
+    if with_extensions:
+        _add_extension_commands(add)
     return parser
+
+
+def _add_extension_commands(add: AddCommand) -> None:
+    """Declare the commands installed packages add; one that fails to load is left out
+    with a warning, so that a broken extension never breaks the built-in commands."""
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group=COMMANDS_GROUP):
+        try:
+            entry.load()(add)
+        except Exception as exc:
+            sys.stderr.write(f"initorch: warning: command {entry.name!r} ({entry.value}) "
+                             f"failed to load: {describe_exception(exc)} -- left out\n")
+
+
+def _names_extension_command(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` may name a command of an installed package (or asks for help,
+    which lists them): its first word is not a built-in command."""
+    words = [word for word in argv if not word.startswith("-")]
+    return not words or words[0] not in BUILTIN_COMMANDS
 
 
 def _add_launch_options(run: argparse.ArgumentParser) -> None:
@@ -603,7 +638,8 @@ def console_main() -> NoReturn:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(_names_extension_command(argv)).parse_args(argv)
     in_json = getattr(args, "log_format", None) == "json"
     # run: a signal while plugins load and the plan is made ends the command like one
     # during the run (a launcher's SIGTERM can come that early); the run takes over.

@@ -23,6 +23,8 @@ TREE = REPO / "build" / "typecheck"
 LAYOUT = {"initorch/steps": "steps", "initorch/profiles": "profiles", "initorch": "orchestrator"}
 # Example packages checked with it (they are launchers a user copies).
 EXAMPLE_PACKAGES = ("tiny_server",)
+# Distributions of their own in this repository, checked with it: package -> folder.
+INTEGRATIONS = {"initorch_sglang": "integrations/sglang/initorch_sglang"}
 
 
 def build_tree() -> None:
@@ -37,6 +39,8 @@ def build_tree() -> None:
             os.symlink(REPO / folder, TREE / installed)
     for example in EXAMPLE_PACKAGES:
         os.symlink(REPO / "examples" / example, TREE / example)
+    for package_name, folder in INTEGRATIONS.items():
+        os.symlink(REPO / folder, TREE / package_name)
 
 
 def repository_paths(line: str) -> str:
@@ -45,6 +49,9 @@ def repository_paths(line: str) -> str:
             return folder + line[len(installed):]
     if line.startswith(tuple(f"{example}/" for example in EXAMPLE_PACKAGES)):
         return "examples/" + line
+    for package_name, folder in INTEGRATIONS.items():
+        if line.startswith(package_name + "/"):
+            return folder + line[len(package_name):]
     return line
 
 
@@ -52,7 +59,8 @@ def main() -> int:
     build_tree()
     result = subprocess.run(
         [sys.executable, "-m", "mypy", "--config-file", str(REPO / "pyproject.toml"),
-         "-p", "initorch", *(f"-p={name}" for name in EXAMPLE_PACKAGES), *sys.argv[1:]],
+         "-p", "initorch", *(f"-p={name}" for name in (*EXAMPLE_PACKAGES, *INTEGRATIONS)),
+         *sys.argv[1:]],
         cwd=TREE, capture_output=True, text=True, check=False)
     for line in (result.stdout + result.stderr).splitlines():
         print(repository_paths(re.sub(r"\s+$", "", line)))

@@ -1,0 +1,108 @@
+"""``initorch sglang check`` and ``initorch sglang drift`` (entry point ``initorch.commands``).
+
+Exit codes follow initorch's: 0 ok, 1 drift found, 2 the launch would fail (or bad
+usage), 70 an internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from initorch import InitorchError
+
+if TYPE_CHECKING:
+    from initorch import Registry
+
+__all__ = ["add_command"]
+
+EXIT_OK, EXIT_DRIFT, EXIT_REFUSED = 0, 1, 2
+
+
+class UsageError(InitorchError):
+    """Bad arguments to an ``initorch sglang`` command (exit 2)."""
+
+
+def add_command(add: Any) -> None:
+    """Declare ``initorch sglang`` with its two sub-commands."""
+    group = add("sglang", _no_subcommand, "SGLang: pre-flight check of a launch, drift of its "
+                "start-up against the sglang profile")
+    commands = group.add_subparsers(dest="sglang_command", metavar="COMMAND")
+    check = commands.add_parser(
+        "check", help="check an SGLang launch before it starts (SGLang's own parser)",
+        description="Parse and resolve the launch arguments with SGLang's own code, print "
+                    "initorch's plan for them, and refuse (exit 2, one line each) what would "
+                    "fail minutes into the launch.  Put the launch arguments after --.")
+    check.add_argument("--json", action="store_true", help="print the result as JSON")
+    check.add_argument("launch", nargs=argparse.REMAINDER, metavar="-- ARGS",
+                       help="the arguments of python -m sglang.launch_server")
+    check.set_defaults(handler=cmd_check)
+    drift = commands.add_parser(
+        "drift", help="check the sglang profile's order against an SGLang tree or wheel",
+        description="Read an SGLang source tree or wheel without importing it, and check "
+                    "each ordering claim of the sglang profile against the calls in its "
+                    "code (exit 1 on drift).")
+    drift.add_argument("source", type=Path, help="an SGLang wheel, site-packages/sglang, or "
+                                                 "a source checkout")
+    drift.add_argument("--device", default="cpu",
+                       help="the device whose plan is checked (default cpu)")
+    drift.set_defaults(handler=cmd_drift)
+
+
+def _no_subcommand(args: argparse.Namespace, registry: Registry) -> int:
+    raise UsageError("initorch sglang: name a command", hint="check -- ARGS, or drift PATH")
+
+
+def cmd_check(args: argparse.Namespace, registry: Registry) -> int:
+    from initorch_sglang.options import OptionsError, read_options
+    from initorch_sglang.preflight import preflight
+    from initorch_sglang.version import UnknownSGLangError, check_sglang_version
+
+    launch = [word for word in args.launch if word != "--"][:len(args.launch)]
+    if args.launch[:1] == ["--"]:
+        launch = args.launch[1:]
+    if not launch:
+        raise UsageError("initorch sglang check: no launch arguments",
+                         hint="initorch sglang check -- --model-path M --device cpu ...")
+    try:
+        options = read_options()
+        check_sglang_version()
+    except (OptionsError, UnknownSGLangError) as error:
+        raise UsageError(str(error)) from None
+    try:
+        result = preflight(launch, options)
+    except SystemExit as exit_:  # SGLang's argparse already printed its message
+        return EXIT_REFUSED if exit_.code else EXIT_OK
+    if args.json:
+        print(json.dumps({"ok": result.ok, "refusals": list(result.refusals),
+                          "selection": result.selection,
+                          "plan": None if result.plan is None else result.plan.to_dict()},
+                         indent=2, default=str))
+    else:
+        if result.plan is not None:
+            print(result.plan)
+        print(f"selection: {result.selection}")
+        for refusal in result.refusals:
+            sys.stderr.write(f"initorch sglang check: refused: {refusal}\n")
+        print("pre-flight: ok" if result.ok else
+              f"pre-flight: {len(result.refusals)} problem(s); the launch would fail")
+    return EXIT_OK if result.ok else EXIT_REFUSED
+
+
+def cmd_drift(args: argparse.Namespace, registry: Registry) -> int:
+    from initorch_sglang.drift import SourceError, SourceTree, check_drift
+    from initorch_sglang.selection import OVERLAYS
+
+    from initorch import load_plan
+
+    try:
+        tree = SourceTree.open(args.source)
+    except (SourceError, OSError) as error:
+        raise UsageError(f"initorch sglang drift: {error}") from None
+    plan = load_plan(list(OVERLAYS), device=args.device, registry=registry)
+    report = check_drift(tree, plan)
+    print(report.text(plan))
+    return EXIT_DRIFT if report.drifted else EXIT_OK

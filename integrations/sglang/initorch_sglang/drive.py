@@ -1,0 +1,269 @@
+"""Drive mode: initorch runs SGLang's ``init_parallel_runtime`` as steps.
+
+SGLang 0.5.23 builds each rank's parallel runtime in one function
+(``srt/distributed/bootstrap.py:90-190``): CPU binding (:130), ``set_device`` (:133),
+the shared Mooncake engine (:143), then the process group and the model-parallel groups
+(``_init_parallel_groups`` :152).  Drive mode replaces that function with a run of the
+plan ``<device> + sglang + sglang-drive``, whose steps call SGLang's own functions, so
+that the order is the profile's (and checked like any plan), the ranks agree on the plan
+before any group forms, and a failure comes with initorch's diagnosis.
+
+What is kept from SGLang as it is: the preamble that no step models (the backend and
+init method SGLang resolves, its all-reduce flags, the NPU backend, the p2p check: the
+same calls, in the same order) and every function the steps call.  What is initorch's:
+the order, the rendezvous where the ranks agree (its own store, at the address the
+launcher picked, never SGLang's port), filling in ``SGLANG_CPU_OMP_THREADS_BIND`` from
+initorch's core split when it is unset, the diagnoses and the report.  What SGLang owns
+(the engine, the groups) is never torn down by initorch: those steps have no teardown,
+and only the rendezvous store is left when the run ends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from initorch_sglang.options import Options, read_options
+from initorch_sglang.selection import DRIVE_OVERLAY, selection_for
+from initorch_sglang.session import active
+
+from initorch import StepFailedError
+
+if TYPE_CHECKING:
+    from initorch import Registry, Run, Step, StepContext
+
+__all__ = ["DRIVEN_STEPS", "DriveError", "drive_parallel_runtime", "drive_registry"]
+
+logger = logging.getLogger("initorch_sglang")
+
+INIT_PARALLEL_RUNTIME = "sglang.srt.distributed.bootstrap.init_parallel_runtime"
+OMP_BIND_ENV = "SGLANG_CPU_OMP_THREADS_BIND"
+
+
+class DriveError(RuntimeError):
+    """Drive mode cannot run this launch (it says why, and what to use instead)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DriveContext:
+    """What SGLang passed to ``init_parallel_runtime``, and what its preamble resolved."""
+
+    server_args: Any
+    device: str
+    gpu_id: int
+    backend: str
+    dist_init_method: str
+
+
+class _Current:
+    """SGLang's arguments while the replaced ``init_parallel_runtime`` runs."""
+
+    context: DriveContext | None = None
+
+
+def _sglang() -> DriveContext:
+    if _Current.context is None:
+        raise DriveError("drive steps run only inside SGLang's init_parallel_runtime")
+    return _Current.context
+
+
+# -- the steps: SGLang's own functions under initorch's step names --------------------
+
+
+def bind_cpu_threads(ctx: StepContext) -> Any:
+    """SGLang's ``_bind_threads_if_cpu`` (bootstrap.py:75); on a CPU job with more ranks
+    than NUMA nodes and no ``SGLANG_CPU_OMP_THREADS_BIND``, initorch's core split first
+    fills it in (SGLang would assert, ``utils/numa_utils.py:463``)."""
+    from sglang.srt.distributed import bootstrap
+
+    sglang = _sglang()
+    if sglang.device == "cpu" and OMP_BIND_ENV not in os.environ:
+        split = core_split(ctx.rank.local_world_size or ctx.rank.world_size)
+        if split is not None:
+            os.environ[OMP_BIND_ENV] = split
+            ctx.log.info("cpu_split_filled_in", variable=OMP_BIND_ENV, value=split)
+    return bootstrap._bind_threads_if_cpu(device=sglang.device)
+
+
+def core_split(ranks: int) -> str | None:
+    """``SGLANG_CPU_OMP_THREADS_BIND`` for ``ranks`` ranks on this host's allowed cores,
+    split as initorch's ``bind_cpu_threads`` splits them; ``None`` when SGLang's own
+    default (one rank per NUMA node) fits."""
+    from sglang.srt.utils.numa_utils import get_cpu_ids_by_node
+
+    from initorch.steps.cpu_binding import plan_shares
+    from initorch.steps.topology import format_cpu_list
+
+    if ranks <= len(get_cpu_ids_by_node()):
+        return None
+    shares = plan_shares(ranks, sorted(os.sched_getaffinity(0)))
+    return "|".join(format_cpu_list(share.cpus) for share in shares)
+
+
+def set_device(ctx: StepContext) -> Callable[[], None]:
+    """``torch.get_device_module(device).set_device(gpu_id)``, as bootstrap.py:133 calls
+    it; the output sets it again on each thread that runs a device-bound step."""
+    import torch
+
+    sglang = _sglang()
+
+    def bind() -> None:
+        torch.get_device_module(sglang.device).set_device(sglang.gpu_id)
+
+    bind()
+    return bind
+
+
+def init_shared_mooncake_transfer_engine(ctx: StepContext) -> Any:
+    """SGLang's ``maybe_init_shared_mooncake_transfer_engine`` (bootstrap.py:143), which
+    builds the engine only where SGLang needs one; the output is SGLang's engine (or
+    ``None``)."""
+    from sglang.srt.distributed import bootstrap
+    from sglang.srt.distributed.device_communicators import mooncake_transfer_engine
+
+    bootstrap.maybe_init_shared_mooncake_transfer_engine(gpu_id=_sglang().gpu_id)
+    return mooncake_transfer_engine.get_mooncake_transfer_engine()
+
+
+def init_torch_distributed(ctx: StepContext) -> Any:
+    """SGLang's ``_init_parallel_groups`` (bootstrap.py:303): the world group, then the
+    model-parallel groups and DP attention, with SGLang's backend and init method; on
+    CPU first its ``_init_cpu_threads_env`` (bootstrap.py:146-150)."""
+    import torch.distributed as dist
+    from sglang.srt.distributed import bootstrap
+
+    sglang = _sglang()
+    if sglang.device == "cpu":
+        bound = ctx.output("bind_cpu_threads") if ctx.has_output("bind_cpu_threads") else None
+        bootstrap._init_cpu_threads_env(local_omp_cpuid=bound,
+                                        dist_init_method=sglang.dist_init_method)
+    bootstrap._init_parallel_groups(backend=sglang.backend,
+                                    dist_init_method=sglang.dist_init_method,
+                                    server_args=sglang.server_args, gpu_id=sglang.gpu_id)
+    return dist.group.WORLD
+
+
+def init_model_parallel(ctx: StepContext) -> Any:
+    """SGLang builds the model-parallel groups inside ``_init_parallel_groups``
+    (bootstrap.py:333), right after the world group; this step checks that its tensor-
+    parallel group exists with the planned size, and hands it on."""
+    from sglang.srt.distributed.parallel_state import get_tp_group
+
+    group = get_tp_group()
+    expected = int(ctx.setting("parallel.tp_size"))
+    if group.world_size != expected:
+        from initorch import StepError
+
+        raise StepError(f"SGLang's tensor-parallel group has {group.world_size} ranks, the "
+                        f"plan {expected}", hint="check --tp against the plan's parallel.tp_size")
+    return group
+
+
+_ACTIONS: dict[str, Callable[[StepContext], Any]] = {
+    "bind_cpu_threads": bind_cpu_threads,
+    "set_device": set_device,
+    "init_shared_mooncake_transfer_engine": init_shared_mooncake_transfer_engine,
+    "init_torch_distributed": init_torch_distributed,
+    "init_model_parallel": init_model_parallel,
+}
+DRIVEN_STEPS = tuple(_ACTIONS)
+
+
+def _driven(step: Step) -> Step:
+    """``step`` with SGLang's function as its action and no teardown or preview: the
+    same contract (edges, settings, device flags), so the plan keeps its shape."""
+    action = _ACTIONS[step.name]
+    summary = (action.__doc__ or "").split(";")[0].split(".")[0].strip()
+    return dataclasses.replace(step, action=action, teardown=None, preview=None,
+                               description=f"SGLang: {summary}")
+
+
+def drive_registry() -> Registry:
+    """The installed plugins' registry, with the driven steps' actions replaced by SGLang's."""
+    from initorch import Registry
+
+    installed = Registry.with_plugins()
+    registry = Registry()
+    for step in installed.steps:
+        registry.steps.provider = installed.steps.plugin_of(step.name)
+        registry.steps.add(_driven(step) if step.name in _ACTIONS else step)
+    registry.steps.provider = None
+    registry.profiles, registry.diagnoses, registry.probes = (
+        installed.profiles, installed.diagnoses, installed.probes)
+    registry.plugins = [*installed.plugins]
+    return registry
+
+
+# -- the replacement of init_parallel_runtime --------------------------------------------
+
+
+def drive_parallel_runtime(*, server_args: Any, device: str, dist_port: int) -> None:
+    """Replaces ``bootstrap.init_parallel_runtime`` (same keyword-only signature)."""
+    from sglang.srt.distributed import bootstrap
+    from sglang.srt.runtime_context import get_device, get_exec, get_parallel
+
+    if bootstrap._PARALLEL_INITIALISED:  # SGLang's own guard (bootstrap.py:101-111)
+        raise RuntimeError("init_parallel_runtime() ran twice in this process")
+    bootstrap._PARALLEL_INITIALISED = True
+    _refuse_unmodelled(device, get_exec())
+    _sglang_preamble(bootstrap, device, get_parallel())
+    _Current.context = DriveContext(
+        server_args, device, int(get_device().gpu_id),
+        bootstrap._resolve_backend(device=device),
+        bootstrap._resolve_dist_init_method(dist_port=dist_port))
+    session = active()
+    try:
+        run = _run(read_options(), server_args, get_parallel())
+        offset = session.recorder.elapsed() if session is not None else 0.0
+        try:
+            with run:
+                binding = run.outputs.get("set_device")
+        finally:
+            if session is not None:
+                session.adopt_drive(run.report, offset)
+    except StepFailedError as failure:  # the diagnosis first; SGLang's error path follows
+        logger.error("initorch-sglang drive: %s", failure)
+        raise
+    finally:
+        _Current.context = None
+    if callable(binding):
+        binding()  # SGLang goes on on this thread: give it the device context
+
+
+def _sglang_preamble(bootstrap: Any, device: str, parallel: Any) -> None:
+    """SGLang's own first calls of ``init_parallel_runtime`` (bootstrap.py:116-127)."""
+    from sglang.srt.utils import is_npu, monkey_patch_p2p_access_check
+
+    if is_npu():
+        from sglang.srt.hardware_backend.npu.utils import init_npu_backend
+
+        init_npu_backend()
+    if not parallel.enable_p2p_check:
+        monkey_patch_p2p_access_check()
+    bootstrap._set_all_reduce_flags()
+
+
+def _refuse_unmodelled(device: str, exec_args: Any) -> None:
+    """Drive mode runs only what its steps model; SGLang's CUDA warm-ups
+    (bootstrap.py:159-188) are not among them."""
+    if exec_args.comm.pre_warm_nccl and device != "cpu":
+        raise DriveError("initorch-sglang drive mode does not run SGLang's collective "
+                         "pre-warm (--pre-warm-nccl); use INITORCH_SGLANG=verify for this "
+                         "launch")
+
+
+def _run(options: Options, server_args: Any, parallel: Any) -> Run:
+    from initorch import RankInfo, Run
+
+    registry = drive_registry()
+    plan = selection_for(server_args, options).with_overlay(DRIVE_OVERLAY).plan(registry)
+    world = int(parallel.tp_size * parallel.pp_size)
+    rank = RankInfo(rank=int(parallel.tp_size * parallel.pp_rank + parallel.tp_rank),
+                    local_rank=int(parallel.tp_rank), world_size=world,
+                    local_world_size=world if int(server_args.nnodes) == 1 else None,
+                    rendezvous=options.rendezvous, launcher="sglang")
+    return Run(plan, diagnoses=registry.diagnoses, rank=rank, heartbeat=None)

@@ -1,0 +1,54 @@
+"""The SGLang plugin (entry point ``sglang.srt.plugins`` -> ``initorch``).
+
+SGLang calls it in the launcher and again in every rank before the rank's
+``Scheduler`` is built (``srt/plugins/__init__.py:103-141``,
+``managers/scheduler.py:6323``).  Without ``INITORCH_SGLANG`` it returns at once and
+SGLang starts exactly as without initorch.  With it:
+
+- it refuses an SGLang release it has not read, in one line;
+- in the launcher, drive mode picks where the ranks will meet (they inherit it);
+- in a rank, it hooks SGLang's start-up calls (verify and drive), the
+  ``Scheduler.__init__`` that frames them, and in drive mode ``init_parallel_runtime``,
+  and checks that every hook took.
+
+SGLang only logs an exception from a plugin (``plugins/__init__.py:79-84``), so each
+refusal here is a ``SystemExit`` with its message: the launch stops, naming the cause.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+from initorch_sglang.drive import INIT_PARALLEL_RUNTIME, drive_parallel_runtime
+from initorch_sglang.hooks import HookError, apply
+from initorch_sglang.options import RENDEZVOUS_ENV, OptionsError, read_options
+from initorch_sglang.session import SCHEDULER_INIT, observer_hooks, scheduler_hook
+from initorch_sglang.version import UnknownSGLangError, check_sglang_version
+
+__all__ = ["load"]
+
+
+def load() -> None:
+    """Entry point of the SGLang plugin."""
+    try:
+        options = read_options()
+        if not options.active:
+            return
+        check_sglang_version()
+    except (OptionsError, UnknownSGLangError) as error:
+        raise SystemExit(str(error)) from None
+    if multiprocessing.parent_process() is None:  # the launcher: ranks come later
+        if options.mode == "drive" and RENDEZVOUS_ENV not in os.environ:
+            from initorch.steps.network import free_port
+
+            os.environ[RENDEZVOUS_ENV] = f"127.0.0.1:{free_port('127.0.0.1')}"
+        return
+    hooks = observer_hooks()
+    hooks[SCHEDULER_INIT] = (scheduler_hook(options), "around")
+    if options.mode == "drive":
+        hooks[INIT_PARALLEL_RUNTIME] = (drive_parallel_runtime, "replace")
+    try:
+        apply(hooks)
+    except HookError as error:
+        raise SystemExit(str(error)) from None
