@@ -1,5 +1,6 @@
-# The two commands of the README: `make demo` (the main job) and `make test`.
-# Both create or refresh .venv at the repo root and install what they need.
+# The commands of the README: `make demo` (the main job), `make demo-sglang` (the real
+# SGLang server started through initorch) and `make test` (everything, SGLang included).
+# They create or refresh .venv (and .venv-sglang) at the repo root and install what they need.
 
 PYTHON ?= python3
 VENV := .venv
@@ -7,8 +8,14 @@ BIN := $(VENV)/bin
 # The dev/test setup pins torch to the CPU build; the library itself accepts a range.
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed
+# SGLang lives in a venv of its own (11 GB): it pins torch 2.14.1, which pip takes from this
+# machine's wheel folder; the CPU Mooncake build goes beside it, never the CUDA one.
+SGLANG_VENV := .venv-sglang
+SGLANG_STAMP := $(SGLANG_VENV)/.installed
+SGLANG_PIN := sglang==0.5.23
+MOONCAKE_CPU_PIN := mooncake-transfer-engine-non-cuda==0.3.13.post1
 
-.PHONY: demo test lint typecheck unit bench clean system-deps
+.PHONY: demo demo-sglang test lint typecheck unit bench clean system-deps sglang-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,8 +35,20 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet -e ".[dev,torch,mooncake-cpu]" "$(TORCH_PIN)"
 	touch $(STAMP)
 
+$(SGLANG_STAMP): pyproject.toml integrations/sglang/pyproject.toml
+	$(PYTHON) -m venv $(SGLANG_VENV)
+	$(SGLANG_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(SGLANG_VENV)/bin/pip install --quiet "$(SGLANG_PIN)" "$(MOONCAKE_CPU_PIN)"
+	$(SGLANG_VENV)/bin/pip install --quiet -e . -e integrations/sglang
+	touch $(SGLANG_STAMP)
+
+sglang-venv: system-deps $(SGLANG_STAMP)
+
 demo: system-deps $(STAMP)
 	$(BIN)/python examples/demo.py
+
+demo-sglang: system-deps $(STAMP) $(SGLANG_STAMP)
+	$(BIN)/python examples/sglang_demo.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -38,7 +57,7 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q
 
-test: system-deps $(STAMP) lint unit
+test: system-deps $(STAMP) $(SGLANG_STAMP) lint unit
 
 # One table of every performance figure against its goal (bench/table.py); the other
 # scripts in bench/ take one figure apart.
@@ -46,4 +65,4 @@ bench: system-deps $(STAMP)
 	$(BIN)/python bench/table.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SGLANG_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -374,11 +374,24 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
+def sglang_rows(runs: int = 3) -> list[Row]:
+    """Verify and drive mode against stock SGLang on the same launch line."""
+    from sglang_startup import samples
+
+    measured = samples(runs)
+    stock = statistics.median(measured["stock SGLang"])
+    return [Row(f"real SGLang server, time to ready, {mode} / stock SGLang", "<= 1.02x",
+                [value / stock for value in measured[mode]], 1.02)
+            for mode in ("verify mode", "drive mode")]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="rounds per figure (default 5)")
     parser.add_argument("--skip-startup", action="store_true",
                         help="leave out the two start-up rows (fresh interpreters, torch)")
+    parser.add_argument("--skip-sglang", action="store_true",
+                        help="leave out the real SGLang rows (9 server starts, minutes)")
     args = parser.parse_args()
     began = time.perf_counter()
     rows: list[Row] = []
@@ -393,6 +406,8 @@ def main() -> None:
         rows += executor_rows(args.runs, (1_000, 10_000), folder)
     if not args.skip_startup:
         rows += startup_rows(args.runs)
+    if not args.skip_sglang:
+        rows += sglang_rows()
     print_table(rows, time.perf_counter() - began)
 
 

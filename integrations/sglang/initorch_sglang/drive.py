@@ -209,7 +209,7 @@ def drive_parallel_runtime(*, server_args: Any, device: str, dist_port: int) -> 
     if bootstrap._PARALLEL_INITIALISED:  # SGLang's own guard (bootstrap.py:101-111)
         raise RuntimeError("init_parallel_runtime() ran twice in this process")
     bootstrap._PARALLEL_INITIALISED = True
-    _refuse_unmodelled(device, get_exec())
+    _refuse_unmodelled(device, get_exec(), get_parallel())
     _sglang_preamble(bootstrap, device, get_parallel())
     _Current.context = DriveContext(
         server_args, device, int(get_device().gpu_id),
@@ -247,9 +247,13 @@ def _sglang_preamble(bootstrap: Any, device: str, parallel: Any) -> None:
     bootstrap._set_all_reduce_flags()
 
 
-def _refuse_unmodelled(device: str, exec_args: Any) -> None:
-    """Drive mode runs only what its steps model; SGLang's CUDA warm-ups
-    (bootstrap.py:159-188) are not among them."""
+def _refuse_unmodelled(device: str, exec_args: Any, parallel: Any) -> None:
+    """Drive mode runs only what its steps model: one tp x pp world per launch (data-
+    parallel replicas each have a world of their own), without SGLang's CUDA warm-ups
+    (bootstrap.py:159-188)."""
+    if int(getattr(parallel, "dp_size", 1) or 1) > 1:
+        raise DriveError("initorch-sglang drive mode runs one tp x pp world; with --dp-size "
+                         "> 1 use INITORCH_SGLANG=verify")
     if exec_args.comm.pre_warm_nccl and device != "cpu":
         raise DriveError("initorch-sglang drive mode does not run SGLang's collective "
                          "pre-warm (--pre-warm-nccl); use INITORCH_SGLANG=verify for this "

@@ -20,10 +20,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 
-from initorch_sglang.drive import INIT_PARALLEL_RUNTIME, drive_parallel_runtime
-from initorch_sglang.hooks import HookError, apply
+# Only what deciding "off" needs: an SGLang that did not ask imports nothing more.
 from initorch_sglang.options import RENDEZVOUS_ENV, OptionsError, read_options
-from initorch_sglang.session import SCHEDULER_INIT, observer_hooks, scheduler_hook
 from initorch_sglang.version import UnknownSGLangError, check_sglang_version
 
 __all__ = ["load"]
@@ -44,6 +42,10 @@ def load() -> None:
 
             os.environ[RENDEZVOUS_ENV] = f"127.0.0.1:{free_port('127.0.0.1')}"
         return
+    from initorch_sglang.drive import INIT_PARALLEL_RUNTIME, drive_parallel_runtime
+    from initorch_sglang.hooks import HookError, apply
+    from initorch_sglang.session import SCHEDULER_INIT, observer_hooks, scheduler_hook
+
     hooks = observer_hooks()
     hooks[SCHEDULER_INIT] = (scheduler_hook(options), "around")
     if options.mode == "drive":

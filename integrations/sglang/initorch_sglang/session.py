@@ -88,10 +88,14 @@ class Session:
 
     def finish(self, error: BaseException | None = None) -> None:
         """Write the report and trace, and say how the start-up went against the plan."""
+        from initorch import run_summary_text
+
         report = build_report(self.recorder, mode=self.options.mode, rank=self.rank,
                               started_at=self.started_at, driven=self.driven,
                               driven_offset=self.driven_offset)
+        table = run_summary_text(report)
         self.extra |= {
+            "table": table,
             "mode": self.options.mode,
             "calls": [call.to_dict() for call in self.recorder.calls],
             "violations": [str(violation) for violation in self.recorder.violations],
@@ -104,6 +108,7 @@ class Session:
                                      report_path=rank_path(self.options.report, self.rank),
                                      trace_path=rank_path(self.options.trace, self.rank)):
             logger.warning(warning)
+        logger.info("initorch-sglang: the start-up as initorch steps:\n%s", table)
         checked = sum(1 for name in self.plan.order if name in self.recorder.first_calls())
         if self.recorder.violations:
             for violation in self.recorder.violations:

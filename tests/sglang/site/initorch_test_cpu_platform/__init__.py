@@ -34,3 +34,25 @@ class TestVehicleCpuPlatform(CpuDeviceMixin, SRTPlatform):
 def activate() -> str:
     """The ``sglang.srt.platforms`` entry point: the platform class, by qualified name."""
     return "initorch_test_cpu_platform:TestVehicleCpuPlatform"
+
+
+STOCK_POOL_ENV = "INITORCH_TEST_STOCK_CPU_POOL"
+
+
+def plain_host_pool() -> None:
+    """TEST VEHICLE (``sglang.srt.plugins`` entry point), for the stock-SGLang baseline
+    only: with ``INITORCH_TEST_STOCK_CPU_POOL=1``, give SGLang's host-pool table a ``cpu``
+    entry, without which stock SGLang cannot start HiCache on a CPU at all (its default
+    is ``cudaHostRegister``, ``srt/mem_cache/pool_host/common.py:453-459``).  The runs
+    under initorch never set it: there initorch installs the profile's allocator."""
+    import os
+
+    if os.environ.get(STOCK_POOL_ENV) != "1":
+        return
+    from sglang.srt.mem_cache.pool_host import common
+
+    def allocate(dims, dtype, device, pin_memory, allocator,  # type: ignore[no-untyped-def]
+                 registration_granularity_bytes=None):
+        return allocator.allocate(dims, dtype=dtype, device=device)
+
+    common.ALLOC_MEMORY_FUNCS["cpu"] = allocate

@@ -1,0 +1,64 @@
+"""Fixtures of the SGLang tests: the SGLang venv, the tiny model, a managed master, the wheel.
+
+These tests start the real SGLang 0.5.23 server (``tests/sglang/server.py``); the unit
+tests here import ``initorch_sglang`` from ``integrations/sglang`` directly, since it
+imports SGLang only inside the functions that need it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.sglang.server import REPO, Master, managed_master, sglang_venv
+from tests.sglang.tiny_model import make_tiny_model
+
+INTEGRATION = REPO / "integrations" / "sglang"
+if str(INTEGRATION) not in sys.path:
+    sys.path.insert(0, str(INTEGRATION))
+
+WHEEL_CACHE = REPO / ".cache" / "wheels"
+SGLANG_VERSION = "0.5.23"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.sglang)
+
+
+@pytest.fixture(scope="session")
+def sglang_python() -> Path:
+    """The SGLang venv's python (the tests fail, naming the fix, when it is missing)."""
+    try:
+        return sglang_venv() / "bin" / "python"
+    except RuntimeError as missing:
+        pytest.fail(str(missing), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="module")
+def master(sglang_python: Path) -> Iterator[Master]:
+    with managed_master() as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def sglang_wheel() -> Path:
+    """The published SGLang 0.5.23 wheel (``pip download --no-deps``, cached in .cache/)."""
+    found = sorted(WHEEL_CACHE.glob(f"sglang-{SGLANG_VERSION}-*.whl"))
+    if not found:
+        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                        "-d", str(WHEEL_CACHE), f"sglang=={SGLANG_VERSION}"], check=True)
+        found = sorted(WHEEL_CACHE.glob(f"sglang-{SGLANG_VERSION}-*.whl"))
+    return found[0]

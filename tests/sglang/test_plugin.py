@@ -1,0 +1,67 @@
+"""The SGLang plugin in SGLang's own loader: off by default, a version gate, hooks checked."""
+
+from __future__ import annotations
+
+import json
+
+from tests.sglang.server import run_in_sglang
+
+LOAD = ("import json, sys\n"
+        "from sglang.srt.plugins import load_plugins\n"
+        "from sglang.srt.plugins.hook_registry import HookRegistry\n"
+        "from sglang.srt.mem_cache.pool_host.common import ALLOC_MEMORY_FUNCS\n")
+
+
+def test_a_server_that_did_not_ask_is_untouched() -> None:
+    code = LOAD + ("load_plugins()\n"
+                   "ours = [t for t, hooks in HookRegistry._hooks.items()\n"
+                   "        if any(s and s.plugin_name == 'initorch' for _, _, s in hooks)]\n"
+                   "print(json.dumps({'hooks': ours,\n"
+                   "                  'cpu_allocator': 'cpu' in ALLOC_MEMORY_FUNCS,\n"
+                   "                  'initorch': 'initorch_sglang.session' in sys.modules}))\n")
+    result = run_in_sglang(code)
+    assert result.returncode == 0, result.stderr
+    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    assert outcome == {"hooks": [], "cpu_allocator": False, "initorch": False}
+
+
+def test_an_unknown_sglang_stops_the_launch_in_one_line() -> None:
+    code = ("import initorch_sglang.version as version\n"
+            "version.installed_sglang = lambda: '0.6.0'\n"
+            "from initorch_sglang.plugin import load\n"
+            "load()\n")
+    result = run_in_sglang(code, INITORCH_SGLANG="verify")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "initorch-sglang: SGLang 0.6.0 is not supported (known: 0.5.23); install "
+        "sglang==0.5.23, or unset INITORCH_SGLANG to start SGLang without initorch")
+
+
+def test_a_rank_hooks_every_call_and_checks_that_they_took() -> None:
+    code = LOAD + ("import multiprocessing\n"
+                   "multiprocessing.parent_process = lambda: object()  # as in a rank\n"
+                   "load_plugins()\n"
+                   "print(json.dumps(sorted(HookRegistry._patched)))\n")
+    result = run_in_sglang(code, INITORCH_SGLANG="drive")
+    assert result.returncode == 0, result.stderr
+    patched = set(json.loads(result.stdout.strip().splitlines()[-1]))
+    assert {"sglang.srt.managers.scheduler.Scheduler.__init__",
+            "sglang.srt.distributed.bootstrap.init_parallel_runtime",
+            "sglang.srt.distributed.parallel_state.init_distributed_environment",
+            "sglang.srt.mem_cache.storage.mooncake_store.mooncake_store.MooncakeStore."
+            "register_mem_pool_host"} <= patched
+
+
+def test_a_missing_hook_target_stops_start_up_naming_it() -> None:
+    code = ("from initorch_sglang.hooks import HookError, apply\n"
+            "try:\n"
+            "    apply({'sglang.srt.distributed.bootstrap.init_parallel_runtime_v2':\n"
+            "           (lambda original, *a, **k: original(*a, **k), 'around')})\n"
+            "except HookError as error:\n"
+            "    print(error)\n")
+    result = run_in_sglang(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == (
+        "initorch-sglang: hook target sglang.srt.distributed.bootstrap."
+        "init_parallel_runtime_v2 is missing: sglang.srt.distributed.bootstrap has no "
+        "attribute 'init_parallel_runtime_v2' (SGLang 0.5.23)")
