@@ -280,7 +280,7 @@ def _run(args: argparse.Namespace, registry: Registry, rank: RankInfo,
                   inputs)  # before anything runs: a bad path never costs a start-up
     run = Run(plan, executor=args.executor, workers=args.workers, diagnoses=registry.diagnoses,
               rank=rank, handle_signals=True, teardown_at_exit=True,
-              heartbeat=args.heartbeat or None)
+              keep_going=args.keep_going, heartbeat=args.heartbeat or None)
     if capture is not None:
         capture.log = run.log  # native output carries the run's profile and rank
     interrupted: RunInterrupted | None = None
@@ -477,6 +477,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", type=_positive_int, default=None,
                      help="the most threads the parallel executor runs steps on (default: "
                           f"one per ready step, up to {MAX_WORKERS_SHOWN})")
+    run.add_argument("--keep-going", action="store_true",
+                     help="after a step fails, still run every step that does not require "
+                          "it (default: fail fast, start no new step)")
     run.add_argument("--report", metavar="FILE",
                      help="write the run report as JSON ({rank} and {local_rank} are "
                           "filled in)")

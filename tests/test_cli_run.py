@@ -143,10 +143,13 @@ def test_a_diagnosed_failure_exits_1_with_the_diagnosis_as_the_last_line(tmp_pat
     assert "FAILED (1 step(s))" in result.stdout.splitlines()[0]
 
 
-def test_an_unknown_failure_is_printed_as_it_is():
+@pytest.mark.parametrize(("options", "torn"), [((), []),
+                                               (("--keep-going",), ["alloc_host_mem_pool"])],
+                         ids=["fail-fast", "keep-going"])
+def test_an_unknown_failure_is_printed_as_it_is(options: tuple[str, ...], torn: list[str]):
     # A rendezvous host that does not resolve: valid as a setting, fails only at run time.
     result = run(*NO_MOONCAKE, "--set", "distributed.master_addr=no-such-host.invalid",
-                 "--log-format", "json")
+                 "--log-format", "json", *options)
     assert result.returncode == 1, result.stderr[-3000:]
     events = [json.loads(line) for line in result.stderr.splitlines()]
     last = events[-1]
@@ -156,8 +159,8 @@ def test_an_unknown_failure_is_printed_as_it_is():
     assert events[-2]["event"] == "run_summary" and events[-2]["ok"] is False
     [failed] = [e for e in events if e["event"] == "step_failed"]
     assert (failed["step"], failed["diagnosis"]) == ("rendezvous", None)
-    torn = [e["step"] for e in events if e["event"] == "teardown_started"]
-    assert torn == ["alloc_host_mem_pool"]  # the failed step has nothing to tear down
+    # The failed step has nothing to tear down; failing fast, the pool never started.
+    assert [e["step"] for e in events if e["event"] == "teardown_started"] == torn
 
 
 def test_debug_prints_the_traceback_of_the_failed_step():

@@ -51,7 +51,7 @@ def hung_plan(peer: threading.Event, teardowns: TeardownLog, **hung_fields):
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_a_hung_step_is_reported_with_name_elapsed_and_stack(executor, peer):
     teardowns = TeardownLog()
-    report = Run(hung_plan(peer, teardowns), executor=executor).start()
+    report = Run(hung_plan(peer, teardowns), executor=executor, keep_going=True).start()
     hung = report.outcomes["hung"]
     error = hung.error
     assert isinstance(error, StepTimeoutError)

@@ -24,7 +24,8 @@ RANK = RankInfo(rank=1, local_rank=1, world_size=2)
 
 def timed_run(registry=None) -> tuple[Run, FakeClock]:
     """a(1.0) -> b(2.0) and c(0.5, after a) -> d(0.25); bad(0.125) fails; f needs bad;
-    a's teardown takes 0.0625.
+    a's teardown takes 0.0625.  The run keeps going after ``bad`` fails, so that every
+    kind of outcome shows.
 
     Sequential order a, b, bad, c, d; d's last-finished predecessor is c.
     """
@@ -51,7 +52,7 @@ def timed_run(registry=None) -> tuple[Run, FakeClock]:
         define("g", takes(9.0), when="flags.enabled", settings=FLAGS_ENABLED),
     ], extra_yaml="config:\n  flags:\n    enabled: false\n")
     diagnoses = registry.diagnoses if registry is not None else DiagnosisBook()
-    return Run(plan, rank=RANK, clock=clock, diagnoses=diagnoses), clock
+    return Run(plan, rank=RANK, clock=clock, diagnoses=diagnoses, keep_going=True), clock
 
 
 def test_report_json_shape(registry):

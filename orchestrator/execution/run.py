@@ -9,10 +9,16 @@ when the run fails, when the context manager exits, on SIGINT/SIGTERM (with
 ``handle_signals``) and, optionally, at interpreter exit.  A failing teardown
 is logged and the others still run, whatever it raised (``KeyboardInterrupt``
 and ``SystemExit`` included); a teardown cut short all the same is finished by
-the next call of :meth:`Run.teardown`.  A step's failure skips everything that
-hard-depends on it (``requires``, or the device binding), reported once as
-"upstream failed" with the root cause; ``wants`` and ordering-only dependents
-still run.
+the next call of :meth:`Run.teardown`.
+
+A run fails fast: once a step has failed, no new step starts (steps already
+running finish or time out), and the rest are reported as skipped, "not
+started" because of that failure.  A start-up half done is of no use to a
+server, and every step started after a failure (a master, a store, a pool
+registration) only costs time before it is torn down again.  With
+``keep_going=True`` a failure skips only what hard-depends on it
+(``requires``, or the device binding), reported once as "upstream failed" with
+the root cause; ``wants`` and ordering-only dependents still run.
 
 One run at a time is active in a process, from :meth:`Run.start` until its
 teardown ends: runs share the default process group, the environment, fd 2
@@ -93,8 +99,10 @@ class Run:
     SGLang-style ``dist_init_addr`` (``HOST:PORT``), ``nnodes`` and
     ``node_rank`` (and ``nproc_per_node``, ``local_rank``) describe it, else
     torchrun's or SLURM's variables (:mod:`initorch.execution.launchers`).
-    ``heartbeat`` is the interval in seconds at which a step that is still
-    running logs ``step_still_running`` (``None``: never).
+    ``keep_going`` runs, after a failure, every step that does not hard-depend on
+    it (the default fails fast: nothing new starts).  ``heartbeat`` is the interval
+    in seconds at which a step that is still running logs ``step_still_running``
+    (``None``: never).
     """
 
     def __init__(
@@ -112,6 +120,7 @@ class Run:
         local_rank: int | None = None,
         handle_signals: bool = False,
         teardown_at_exit: bool = False,
+        keep_going: bool = False,
         heartbeat: float | None = DEFAULT_INTERVAL_S,
         clock: Callable[[], float] = time.perf_counter,
         sleep: Callable[[float], None] = time.sleep,
@@ -131,6 +140,9 @@ class Run:
         self.log = get_logger(profile="+".join(plan.profiles), rank=self.state.rank.rank)
         self._peers: JobPeers | None = None
         self._handle_signals = handle_signals
+        self._keep_going = keep_going
+        self._first_failure: str | None = None  # the step that failed first, if any
+        self._blocked: dict[str, str] = {}  # skipped step -> the failed step it hard-needs
         self._teardown_at_exit = teardown_at_exit
         self._clock, self._sleep = clock, sleep
         self._t0 = 0.0
@@ -269,18 +281,20 @@ class Run:
     # -- the RunDriver interface used by executors -----------------------------------
 
     def blocked_by(self, planned: PlannedStep) -> str | None:
-        for name in self._plan.graph.predecessors(planned.name, HARD_EDGE_KINDS):
-            outcome = self.report.outcomes[name]
-            if outcome.status == "failed":
-                return name
-            if outcome.root_cause is not None:
-                return outcome.root_cause
-        return None
+        """The failed step ``planned`` hard-depends on; failing fast, any failed step."""
+        upstream = self._failed_upstream(planned)
+        if upstream is not None or self._keep_going:
+            return upstream
+        return self._first_failure
 
     def skip(self, planned: PlannedStep, root_cause: str) -> None:
         outcome = self.report.outcomes[planned.name]
-        outcome.status, outcome.reason = "skipped", f"upstream failed: {root_cause}"
-        outcome.root_cause = root_cause
+        if self._failed_upstream(planned) is None:  # only failing fast stops it
+            outcome.reason = f"not started: step '{root_cause}' failed (fail fast)"
+        else:
+            self._blocked[planned.name] = root_cause
+            outcome.reason = f"upstream failed: {root_cause}"
+        outcome.status, outcome.root_cause = "skipped", root_cause
         self.log.info("step_skipped", step=planned.name, reason=outcome.reason,
                       root_cause=root_cause)
 
@@ -288,6 +302,10 @@ class Run:
         outcome = self.report.outcomes[planned.name]
         if self._closing:  # torn down from another thread while the walk went on
             outcome.status, outcome.reason = "skipped", "the run was torn down"
+            return
+        root = self.blocked_by(planned)  # a parallel walk may have released it before a
+        if root is not None:             # failure that came while it waited for a thread
+            self.skip(planned, root)
             return
         if planned.step.timeout is not None and self._watchdog is None:
             self._start_watchdog()  # the deadline must hold even if the step holds the GIL
@@ -299,6 +317,9 @@ class Run:
                     offload=offload, watchdog=self._watchdog)
         if self._peers is not None:  # joined by this very step, perhaps
             self._peers.step_finished(planned.name, outcome.status)
+        if outcome.status == "failed":
+            with self._lock:
+                self._first_failure = self._first_failure or planned.name
         if outcome.status != "succeeded":
             return
         with self._lock:
@@ -315,6 +336,16 @@ class Run:
                       device_bound=planned.step.device_bound, timeout=planned.step.timeout)
 
     # -- internals -------------------------------------------------------------------
+
+    def _failed_upstream(self, planned: PlannedStep) -> str | None:
+        """The failed step that hard-blocks ``planned`` (the root cause), if any."""
+        for name in self._plan.graph.predecessors(planned.name, HARD_EDGE_KINDS):
+            outcome = self.report.outcomes[name]
+            if outcome.status == "failed":
+                return name
+            if name in self._blocked:
+                return self._blocked[name]
+        return None
 
     def _join_job(self, step: str, job: Any) -> None:
         """The job's store is joined: keep a heartbeat there and agree on the plan with
