@@ -227,12 +227,14 @@ def registry(cls, *plugins, **options):
     found = Registry()
     found.steps.add(define("first"))
     found.steps.add(define("hang", block, requires=["first"]))
+    found.steps.add(define("after_hang", requires=["hang"]))
     return found
 
 Registry.with_plugins = classmethod(registry)
 profile = {profile!r}
-sys.exit(main(["run", "--profile", profile, "--log-format", {log_format!r}]))
+sys.exit(main(["run", "--profile", profile, "--log-format", {log_format!r}, *{extra!r}]))
 """
+BLOCKING_PROFILE = "device: {type: cpu}\nsteps:\n  first: {}\n  hang: {}\n  after_hang: {}\n"
 
 
 @pytest.mark.parametrize("log_format", ["console", "json"])
@@ -240,9 +242,9 @@ def test_an_interrupted_run_still_prints_its_table(tmp_path: Path, log_format: s
     from tests.helpers_run import finish, spawn_python
 
     profile = tmp_path / "blocking.yaml"
-    profile.write_text("device: {type: cpu}\nsteps:\n  first: {}\n  hang: {}\n",
-                       encoding="utf-8")
-    proc = spawn_python(INTERRUPTED_CLI.format(profile=str(profile), log_format=log_format))
+    profile.write_text(BLOCKING_PROFILE, encoding="utf-8")
+    proc = spawn_python(INTERRUPTED_CLI.format(profile=str(profile), log_format=log_format,
+                                               extra=[]))
     assert proc.stdout is not None
     assert proc.stdout.readline() == "BLOCKING\n"
     proc.send_signal(signal.SIGINT)
@@ -251,8 +253,8 @@ def test_an_interrupted_run_still_prints_its_table(tmp_path: Path, log_format: s
     if log_format == "console":
         lines = done.stdout.splitlines()
         assert lines[0].startswith("run: INTERRUPTED (interrupted by SIGINT) in ")
-        rows = {line.split()[0]: line.split()[1] for line in lines[2:4]}
-        assert rows == {"first": "succeeded", "hang": "interrupted"}
+        rows = {line.split()[0]: line.split()[1] for line in lines[2:5]}
+        assert rows == {"first": "succeeded", "hang": "interrupted", "after_hang": "skipped"}
         assert done.stderr.splitlines()[-1] == (
             "initorch: interrupted by SIGINT; completed steps were torn down")
     else:
@@ -262,9 +264,41 @@ def test_an_interrupted_run_still_prints_its_table(tmp_path: Path, log_format: s
         assert (summary["event"], summary["interrupted"]) == ("run_summary",
                                                                "interrupted by SIGINT")
         assert {s["step"]: s["status"] for s in summary["steps"]} == {
-            "first": "succeeded", "hang": "interrupted"}
+            "first": "succeeded", "hang": "interrupted", "after_hang": "skipped"}
         assert (last["event"], last["signal"], last["exit_code"]) == (
             "run_interrupted", "SIGINT", 130)
+
+
+def test_an_interrupted_step_keeps_its_duration_in_the_table_report_trace_and_chain(
+        tmp_path: Path):
+    import time
+
+    from tests.helpers_run import finish, spawn_python
+
+    profile, report, trace = (tmp_path / name for name in ("blocking.yaml", "run.json",
+                                                           "trace.json"))
+    profile.write_text(BLOCKING_PROFILE, encoding="utf-8")
+    proc = spawn_python(INTERRUPTED_CLI.format(
+        profile=str(profile), log_format="console",
+        extra=["--report", str(report), "--trace", str(trace)]))
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "BLOCKING\n"
+    time.sleep(0.5)  # the step hangs this long, at least, before Ctrl-C
+    proc.send_signal(signal.SIGINT)
+    done = finish(proc)
+    assert done.returncode == 130, done.stderr
+    table = done.stdout.split("\n\n")[0].splitlines()
+    [row] = [line.split() for line in table if line.startswith("  hang ")]
+    assert row[1] == "interrupted" and float(row[4].rstrip("s")) >= 0.5
+    assert "  after_hang  skipped" in done.stdout
+    assert "not started: interrupted by SIGINT" in done.stdout
+    steps = {s["step"]: s for s in json.loads(report.read_text())["steps"]}
+    assert steps["hang"]["status"] == "interrupted" and steps["hang"]["duration_s"] >= 0.5
+    assert json.loads(report.read_text())["critical_chain"] == ["hang", "first"]
+    [span] = [e for e in json.loads(trace.read_text())["traceEvents"] if e["name"] == "hang"]
+    assert span["dur"] >= 0.5e6 and span["args"]["status"] == "interrupted"
+    chain = done.stdout.split("critical chain:\n")[1]
+    assert chain.splitlines()[0].strip().startswith("hang @")
 
 
 # A plugin that stops the CLI where it is told to and says so on stdout: while its

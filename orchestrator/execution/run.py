@@ -197,12 +197,7 @@ class Run:
                 self.state.bind_device()  # leave the caller's thread on this rank's device
         except BaseException as stop:
             self._stop_heartbeat()
-            self.report.interrupted = str(stop) or type(stop).__name__
-            if self._t0:
-                self.report.wall_time = self._clock() - self._t0
-            for outcome in self.report.outcomes.values():
-                if outcome.status == "pending" and outcome.started is not None:
-                    outcome.status = "interrupted"
+            self._record_interruption(str(stop) or type(stop).__name__)
             self.teardown()
             raise
         self.report.wall_time = self._clock() - self._t0
@@ -212,6 +207,23 @@ class Run:
         if failed:
             self.teardown()
         return self.report
+
+    def _record_interruption(self, what: str) -> None:
+        """What an interrupted run knows: a step it was in is ``interrupted`` after the
+        time it really ran (the step a user needs after Ctrl-C on a hung start-up, in
+        the table, the trace and the critical chain), and the steps it never reached
+        are not started because of the interruption."""
+        self.report.interrupted = what
+        if not self._t0:
+            return  # interrupted before the first step
+        self.report.wall_time = stopped = self._elapsed()
+        for outcome in self.report.outcomes.values():
+            if outcome.status != "pending":
+                continue
+            if outcome.started is None:
+                outcome.status, outcome.reason = "skipped", f"not started: {what}"
+            else:
+                outcome.status, outcome.finished = "interrupted", stopped
 
     def teardown(self) -> None:
         """Undo completed steps in reverse completion order; safe to call many times
@@ -224,6 +236,7 @@ class Run:
                 self._torn_down = self._closing = True
             if first:
                 self._signals.quiet()
+            began = self._clock()
             try:
                 while True:
                     with self._lock:
@@ -232,6 +245,9 @@ class Run:
                         name = self._completed.pop()
                     self._teardown_output(name, self.state.forget(name))
             finally:
+                if self._started:  # a run never started has nothing to time
+                    spent = self._clock() - began
+                    self.report.teardown_time = (self.report.teardown_time or 0.0) + spent
                 self._finish_teardown()
 
     def _finish_teardown(self) -> None:
