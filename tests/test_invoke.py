@@ -210,36 +210,44 @@ def test_every_attempt_of_a_device_bound_step_is_bound_again(executor):
     assert attempts == [1, 1]
 
 
-def interrupting_plan(teardowns: TeardownLog, raised: BaseException):
+def interrupting_plan(teardowns: TeardownLog, raised: BaseException,
+                      timeout: float | None = None):
     def interrupted(ctx):
         raise raised
 
     return plan_of([with_teardown(define("first", lambda ctx: 1), teardowns),
                     define("second", interrupted, requires=["first"], retries=2,
-                           retry_on=(Exception,))])
+                           retry_on=(Exception,), timeout=timeout)])
 
 
+@pytest.mark.parametrize("timeout", [None, WAIT], ids=["own-thread", "timeout-helper"])
+@pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("raised", [KeyboardInterrupt(), SystemExit(0)])
-def test_keyboard_interrupt_on_the_main_thread_is_never_swallowed(raised):
-    # Without handle_signals a step runs on the caller's (main) thread, where these
-    # may come from Ctrl-C or the host's own signal handlers: the run is torn down
-    # and they propagate.
+def test_without_signal_handling_an_interrupt_in_a_step_reaches_the_caller(raised, executor,
+                                                                           timeout):
+    # The run does not handle signals, so its caller does: these may come from Ctrl-C or
+    # the host's own signal handlers, and a server's `except KeyboardInterrupt` must see
+    # them.  Both executors agree, whichever thread ran the step.
     teardowns = TeardownLog()
-    run = Run(interrupting_plan(teardowns, raised), executor="sequential")
+    run = Run(interrupting_plan(teardowns, raised, timeout=timeout), executor=executor)
     with pytest.raises(type(raised)):
         run.start()
     assert teardowns.order == ["first"]
-    assert run.report.outcomes["second"].attempts == 1
+    outcome = run.report.outcomes["second"]
+    assert (outcome.status, outcome.attempts) == ("interrupted", 1)  # never retried
+    assert run.report.interrupted  # what stopped it, as the report and the table say
 
 
+@pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize(("raised", "said"), [
     (KeyboardInterrupt(), "step 'second' raised KeyboardInterrupt"),
     (SystemExit(0), "step 'second' called sys.exit(0)"),
 ])
-def test_keyboard_interrupt_or_exit_raised_by_a_step_on_a_worker_is_its_failure(raised, said):
-    # Issue 10, case 15: on any other thread they can only come from the step's code.
+def test_with_signal_handling_an_interrupt_raised_by_a_step_is_its_failure(raised, said,
+                                                                          executor):
+    # The run turns real signals into RunInterrupted: these can only be the step's own.
     teardowns = TeardownLog()
-    run = Run(interrupting_plan(teardowns, raised), executor="parallel")
+    run = Run(interrupting_plan(teardowns, raised), executor=executor, handle_signals=True)
     report = run.start()
     outcome = report.outcomes["second"]
     assert (outcome.status, outcome.attempts) == ("failed", 1)  # never retried

@@ -144,7 +144,8 @@ def call_supervised(planned: PlannedStep, ctx: StepContext, outcome: StepOutcome
     abandoned step finish after all, its output goes to ``late``.  If the step
     holds the GIL so that no thread can act, the ``watchdog`` (told the step's
     deadline) ends the process.  Whatever the step raises on the helper thread,
-    ``sys.exit`` and ``KeyboardInterrupt`` included, is its failure.
+    ``sys.exit`` and ``KeyboardInterrupt`` included, is raised here as it is, for
+    :func:`as_step_failure` to judge.
     """
     timeout = planned.step.timeout
     if watchdog is not None:
@@ -166,29 +167,30 @@ def call_supervised(planned: PlannedStep, ctx: StepContext, outcome: StepOutcome
     if call.abandoned:
         raise StepTimeoutError(planned.name, timeout or 0.0, time.monotonic() - began,
                                call.stack())
-    if isinstance(call.error, Exception):
+    if call.error is not None:  # as_step_failure says what it is
         raise call.error
-    if call.error is not None:  # never a signal: those reach the main thread only
-        raise StepAbortedError(planned.name, call.error) from call.error
     return call.value
 
 
-def as_step_failure(planned: PlannedStep, raised: BaseException) -> Exception | None:
-    """What ``raised`` (by a step running on this thread) is: the step's failure, or
-    ``None`` for an interrupt that must unwind the run.
+def as_step_failure(planned: PlannedStep, raised: BaseException, *,
+                    signals_handled: bool) -> Exception | None:
+    """What ``raised`` (by a step, on whichever thread ran it) is: the step's failure,
+    or ``None`` for an interrupt that must unwind the run.
 
-    :class:`RunInterrupted` (the run's own signal handler) always interrupts.  On
-    the main thread a step runs only when the run does not handle signals, so
-    ``KeyboardInterrupt`` and ``SystemExit`` there may come from Ctrl-C or from the
-    host's own signal handlers: they interrupt too.  Anything else, and anything on
-    another thread, is the step's failure.
+    :class:`RunInterrupted` (the run's own signal handler) always interrupts.  When
+    the run does not handle signals, its caller does: ``KeyboardInterrupt`` and
+    ``SystemExit`` may come from Ctrl-C or from the host's own signal handlers, and
+    a server's ``except KeyboardInterrupt`` must see them, so they interrupt too --
+    in both executors and on any thread, so that the same step behaves the same
+    whichever executor runs it.  When the run handles signals, a real signal
+    arrives as :class:`RunInterrupted`, so these can only come from the step's own
+    code: like anything else, they are the step's failure.
     """
     if isinstance(raised, Exception):
         return raised
     if isinstance(raised, RunInterrupted):
         return None
-    if isinstance(raised, (KeyboardInterrupt, SystemExit)) \
-            and threading.current_thread() is threading.main_thread():
+    if isinstance(raised, (KeyboardInterrupt, SystemExit)) and not signals_handled:
         return None
     failure = StepAbortedError(planned.name, raised)
     failure.__cause__ = raised
@@ -199,13 +201,14 @@ def invoke_step(planned: PlannedStep, state: RunState, outcome: StepOutcome,
                 diagnoses: DiagnosisBook, log: Any, clock: Callable[[], float],
                 late: LateResult, sleep: Callable[[float], None] = time.sleep,
                 heartbeat: Heartbeat | None = None, *, offload: bool = False,
-                watchdog: Watchdog | None = None) -> Any:
+                signals_handled: bool = False, watchdog: Watchdog | None = None) -> Any:
     """Run ``planned`` with retries, filling ``outcome``; returns the step's output.
 
     Only exceptions the step lists in ``retry_on`` are retried, with exponential
     backoff; a timeout is never retried (the hung attempt is still running), nor
     a ``sys.exit`` or any other :class:`StepAbortedError`.
-    Interrupts are never swallowed (see :func:`as_step_failure`); ``offload`` and
+    Interrupts are never swallowed (see :func:`as_step_failure`, which
+    ``signals_handled`` is passed to); ``offload`` and
     ``watchdog`` go to :func:`call_supervised`.  While the step runs (retries
     included), ``heartbeat`` logs that it is still running.
     """
@@ -225,7 +228,7 @@ def invoke_step(planned: PlannedStep, state: RunState, outcome: StepOutcome,
                                          watchdog=watchdog)
                 state.record_output(step.name, output, binds_device=step.binds_device)
             except BaseException as raised:
-                exc = as_step_failure(planned, raised)
+                exc = as_step_failure(planned, raised, signals_handled=signals_handled)
                 if exc is None:
                     raise
                 transient = (isinstance(exc, step.retry_on)

@@ -325,12 +325,13 @@ class Run:
             return
         if planned.step.timeout is not None and self._watchdog is None:
             self._start_watchdog()  # the deadline must hold even if the step holds the GIL
-        offload = self._signals.installed and threading.current_thread() is threading.main_thread()
+        handled = self._signals.installed
+        offload = handled and threading.current_thread() is threading.main_thread()
         if self._peers is not None:
             self._peers.step_started(planned.name)
         invoke_step(planned, self.state, outcome, self.diagnoses, self.log,
                     self._elapsed, self._late_result, self._sleep, self._heartbeat,
-                    offload=offload, watchdog=self._watchdog)
+                    offload=offload, signals_handled=handled, watchdog=self._watchdog)
         if self._peers is not None:  # joined by this very step, perhaps
             self._peers.step_finished(planned.name, outcome.status)
         if outcome.status == "failed":
