@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from initorch.errors import StepError
-from initorch.execution.invoke import StepAbortedError, StepTimeoutError
+from initorch.execution.invoke import StepAbortedError, StepTimeoutError, stuck_at
 from initorch.execution.run import Run
 from tests.conftest import define
 from tests.helpers_run import (
@@ -60,8 +60,14 @@ def test_a_hung_step_is_reported_with_name_elapsed_and_stack(executor, peer):
     assert error.elapsed >= error.timeout
     assert "wait_for_the_peer" in error.stack
     assert "event.wait(WAIT)" in error.stack  # the very line it blocks on
-    assert str(error).startswith(f"step 'hung' timed out after {error.elapsed:.1f}s "
-                                 f"(timeout {HUNG_TIMEOUT:g}s); it is stuck in:\n")
+    # The first line (the one the CLI prints last) names where it hangs: the step's own
+    # line, and the library call it waits in.
+    first = str(error).splitlines()[0]
+    assert first.startswith(f"step 'hung' timed out after {error.elapsed:.1f}s "
+                            f"(timeout {HUNG_TIMEOUT:g}s); it is stuck at ")
+    assert "tests/test_invoke.py:" in first
+    assert " in wait_for_the_peer (event.wait(WAIT)), waiting in threading.py:" in first
+    assert first.endswith("; its stack:") and error.where in first
     assert hung.status == "failed"
     assert hung.attempts == 1
     # the run fails cleanly: dependents skipped, independent work done, teardown done
@@ -69,6 +75,13 @@ def test_a_hung_step_is_reported_with_name_elapsed_and_stack(executor, peer):
     assert report.outcomes["after_hung"].reason == "upstream failed: hung"
     assert report.outcomes["independent"].status == "succeeded"
     assert teardowns.order == ["ready"]
+
+
+def test_a_timeout_whose_thread_has_no_frame_says_so():
+    assert stuck_at(None) == ""
+    error = StepTimeoutError("hung", 1.0, 1.5, "(stack unavailable)")
+    assert str(error).splitlines()[0] == ("step 'hung' timed out after 1.5s (timeout 1s); "
+                                          "where it is stuck is unknown; its stack:")
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)

@@ -9,11 +9,15 @@ binding.  No code path calls a device-bound action without it.
 
 from __future__ import annotations
 
+import linecache
+import os
 import sys
+import sysconfig
 import threading
 import time
 import traceback
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from initorch.errors import RunInterrupted, describe_exception, exception_message
@@ -22,21 +26,54 @@ from initorch.execution.heartbeat import Heartbeat
 from initorch.execution.native_output import release_captures
 from initorch.execution.signals import POLL_S
 from initorch.execution.watchdog import Watchdog
+from initorch.location import display_path
 from initorch.reporting.diagnosis import DiagnosisBook, failure_text
 from initorch.reporting.report import StepOutcome
 from initorch.resolution.plan import PlannedStep
 
 
 class StepTimeoutError(Exception):
-    """A step ran past its timeout; carries the stack of the thread it hangs in."""
+    """A step ran past its timeout; carries where it hangs (``where``, also on the
+    message's first line, the one the CLI prints last) and the stack of its thread."""
 
-    def __init__(self, step: str, timeout: float, elapsed: float, stack: str) -> None:
+    def __init__(self, step: str, timeout: float, elapsed: float, stack: str,
+                 where: str = "") -> None:
         super().__init__(f"step '{step}' timed out after {elapsed:.1f}s (timeout {timeout:g}s); "
-                         f"it is stuck in:\n{stack}")
+                         f"{where or 'where it is stuck is unknown'}; its stack:\n{stack}")
         self.step = step
         self.timeout = timeout
         self.elapsed = elapsed
         self.stack = stack
+        self.where = where
+
+
+_STDLIB = tuple({sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")})
+
+
+def _in_stdlib(path: str) -> bool:
+    """Whether ``path`` is the standard library's (an installed package is not, even
+    where site-packages lies below the standard library's folder)."""
+    return path.startswith(_STDLIB) and "-packages" not in path
+
+
+def stuck_at(frame: FrameType | None) -> str:
+    """Where a thread is, in one line: the innermost frame of code outside the
+    standard library (the step's, or its vendor's), and the library call it waits in,
+    if any (``threading.py:355 in wait``); ``""`` without a frame."""
+    if frame is None:
+        return ""
+    inner = frame
+    while frame is not None and _in_stdlib(frame.f_code.co_filename):
+        frame = frame.f_back
+    own = frame or inner
+    line = linecache.getline(own.f_code.co_filename, own.f_lineno).strip()
+    said = (f"it is stuck at {display_path(own.f_code.co_filename)}:{own.f_lineno} in "
+            f"{own.f_code.co_name}")
+    said += f" ({line})" if line else ""
+    if own is not inner:
+        said += (f", waiting in {os.path.basename(inner.f_code.co_filename)}:"
+                 f"{inner.f_lineno} in {inner.f_code.co_name}")
+    return said
 
 
 class StepAbortedError(Exception):
@@ -125,9 +162,12 @@ class _HelperCall:
         if unclaimed:  # it finished, but the interrupted caller will never record it
             self.late(self.planned, self.value)
 
-    def stack(self) -> str:
+    def stuck(self) -> tuple[str, str]:
+        """Where the call hangs now (see :func:`stuck_at`) and its thread's stack."""
         frame = sys._current_frames().get(self.thread.ident or -1)
-        return "".join(traceback.format_stack(frame)) if frame else "(stack unavailable)"
+        if frame is None:
+            return "", "(stack unavailable)"
+        return stuck_at(frame), "".join(traceback.format_stack(frame))
 
 
 def call_supervised(planned: PlannedStep, ctx: StepContext, outcome: StepOutcome,
@@ -165,8 +205,9 @@ def call_supervised(planned: PlannedStep, ctx: StepContext, outcome: StepOutcome
     finally:  # also when a signal interrupts the start or the wait
         call.settle(waited)
     if call.abandoned:
+        where, stack = call.stuck()
         raise StepTimeoutError(planned.name, timeout or 0.0, time.monotonic() - began,
-                               call.stack())
+                               stack, where)
     if call.error is not None:  # as_step_failure says what it is
         raise call.error
     return call.value
