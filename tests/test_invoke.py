@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 from collections.abc import Iterator
 
 import pytest
@@ -268,3 +270,44 @@ def test_with_signal_handling_an_interrupt_raised_by_a_step_is_its_failure(raise
     assert outcome.error.raised is raised and outcome.error.__cause__ is raised
     assert str(outcome.error) == said
     assert teardowns.order == ["first"]
+
+
+class Resource:
+    """Stands for what a step uses: a process group, an engine, a pool."""
+
+
+def look_up(resource: Resource) -> None:
+    """A helper the step calls; its frame holds the resource when it raises."""
+    raise KeyError("no such rank")
+
+
+@pytest.mark.parametrize("timeout", [None, WAIT], ids=["own-thread", "timeout-helper"])
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_failed_step_keeps_nothing_it_used_alive_past_teardown(executor, timeout):
+    # The report keeps the failure and its traceback; the objects the step's frames
+    # held must go with their teardown, not when the garbage collector reaches the
+    # error's reference cycle (at interpreter exit, that aborted a rank of
+    # test_e2e_server: a gloo thread dropping a tensor could not take the GIL).
+    alive: list[weakref.ref[Resource]] = []
+
+    def use_then_fail(ctx):
+        resource = ctx.output("make")
+        alive.append(weakref.ref(resource))
+        try:
+            look_up(resource)
+        except KeyError as exc:
+            raise StepError("the step broke while using its resource") from exc
+
+    make = with_teardown(define("make", lambda ctx: Resource()), lambda ctx, output: None)
+    plan = plan_of([make, define("use", use_then_fail, requires=["make"], timeout=timeout)])
+    gc.disable()  # only reference counting may free it, as at interpreter exit
+    try:
+        run = Run(plan, executor=executor)
+        report = run.start()  # fails, and tears down
+        assert report.outcomes["use"].status == "failed"
+        assert alive[0]() is None, gc.get_referrers(alive[0]())
+    finally:
+        gc.enable()
+    text = report.outcomes["use"].traceback or ""
+    assert "in use_then_fail" in text and "in look_up" in text  # the report keeps it all
+    assert "KeyError: 'no such rank'" in text

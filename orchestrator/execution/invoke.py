@@ -238,6 +238,31 @@ def as_step_failure(planned: PlannedStep, raised: BaseException, *,
     return failure
 
 
+def release_frames(error: BaseException) -> None:
+    """Clear the local variables of the finished frames in ``error``'s traceback, and in
+    those of its causes and contexts; the traceback itself (files, lines, functions)
+    stays, for the report and ``--debug``.
+
+    A failed step's frames hold what the step was using -- the process groups, an
+    engine, a pool -- and the error, kept in the report, is in a reference cycle with
+    the frame that caught it.  Left alone, those objects outlive their teardown and
+    are destroyed whenever the garbage collector gets to the cycle, possibly during
+    interpreter shutdown: a gloo worker that then drops the last reference to a
+    tensor needs the GIL, Python ends the thread instead (``pthread_exit``), and the
+    unwinding through a C++ destructor aborts the process ("terminate called without
+    an active exception").  A frame still running (the caller's) is left as it is.
+    """
+    seen: set[int] = set()
+    pending = [error]
+    while pending:
+        exc = pending.pop()
+        if id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        pending += [e for e in (exc.__cause__, exc.__context__) if e is not None]
+
+
 def invoke_step(planned: PlannedStep, state: RunState, outcome: StepOutcome,
                 diagnoses: DiagnosisBook, log: Any, clock: Callable[[], float],
                 late: LateResult, sleep: Callable[[float], None] = time.sleep,

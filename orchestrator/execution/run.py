@@ -49,7 +49,7 @@ from initorch.execution.context import RankInfo, RunState, StepContext
 from initorch.execution.environment import AppliedEnvironment, apply_environment
 from initorch.execution.executors import DryRunExecutor, Executor, make_executor
 from initorch.execution.heartbeat import DEFAULT_INTERVAL_S, Heartbeat
-from initorch.execution.invoke import invoke_step
+from initorch.execution.invoke import invoke_step, release_frames
 from initorch.execution.launchers import LaunchArguments, detect_rank
 from initorch.execution.peers import JobPeers, JobStore
 from initorch.execution.signals import SignalGuard
@@ -335,6 +335,8 @@ class Run:
         if self._peers is not None:  # joined by this very step, perhaps
             self._peers.step_finished(planned.name, outcome.status)
         if outcome.status == "failed":
+            if outcome.error is not None:  # invoke_step has returned: its frame is done too
+                release_frames(outcome.error)
             with self._lock:
                 self._first_failure = self._first_failure or planned.name
         if outcome.status != "succeeded":
