@@ -312,7 +312,7 @@ def _conclude_for_people(report: RunReport, interrupted: RunInterrupted | None, 
             sys.stderr.write(f"initorch: step '{outcome.name}' failed with:\n"
                              f"{outcome.traceback}")
     sys.stderr.write(failure_line(report) + "\n")
-    return EXIT_STEP_FAILED
+    return failed_exit_code(report)
 
 
 def _conclude_in_json(run: Run, interrupted: RunInterrupted | None) -> int:
@@ -325,7 +325,7 @@ def _conclude_in_json(run: Run, interrupted: RunInterrupted | None) -> int:
     if report.ok:
         return EXIT_OK
     run.log.error("run_failed", step=report.failed[0].name, text=failure_line(report))
-    return EXIT_STEP_FAILED
+    return failed_exit_code(report)
 
 
 def _write_outputs(run: Run, args: argparse.Namespace, in_json: bool) -> None:
@@ -350,16 +350,34 @@ def _write_outputs(run: Run, args: argparse.Namespace, in_json: bool) -> None:
 
 def failure_line(report: RunReport) -> str:
     """The last line of a failed run: the diagnosis, the ranks' disagreement (or the
-    peer that stopped), or the error as it is."""
+    peer that stopped), an error a step or initorch described itself (with its hint),
+    or a foreign error as it is -- only that one has "no known diagnosis"."""
+    from initorch.errors import StepError
+    from initorch.execution.invoke import StepAbortedError, StepTimeoutError
+
     first = report.failed[0]
+    error = first.error
     if first.finding is not None:
         return first.finding.summary()
-    if isinstance(first.error, PeerError):
-        return f"initorch: error: rank {report.rank}: {first.error.text()}"
+    if isinstance(error, PeerError):
+        return f"initorch: error: rank {report.rank}: {error.text()}"
     # One line: the rest (a timeout's stack, native log lines) is in the step_failed event.
-    message = exception_message(first.error).strip().splitlines() if first.error else []
-    return (f"initorch: step '{first.name}' failed: {type(first.error).__name__}: "
-            f"{message[0] if message else ''} (no known diagnosis)")
+    message = exception_message(error).strip().splitlines() if error else []
+    said = message[0] if message else ""
+    if isinstance(error, InitorchError | StepTimeoutError | StepAbortedError):
+        return f"initorch: step '{first.name}' failed: {said}"  # an InitorchError has its hint
+    if isinstance(error, StepError):
+        hint = f" ({error.hint})" if error.hint else ""
+        return f"initorch: step '{first.name}' failed: {said}{hint}"
+    return (f"initorch: step '{first.name}' failed: {type(error).__name__}: {said} "
+            "(no known diagnosis)")
+
+
+def failed_exit_code(report: RunReport) -> int:
+    """A failed run's exit code: ``1``, or the error's own when the step found that the
+    command itself is wrong (an :class:`InitorchError`: ``2``, a usage error)."""
+    error = report.failed[0].error
+    return error.exit_code if isinstance(error, InitorchError) else EXIT_STEP_FAILED
 
 
 def cmd_detect(args: argparse.Namespace, registry: Registry) -> int:

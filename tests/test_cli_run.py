@@ -163,6 +163,20 @@ def test_an_unknown_failure_is_printed_as_it_is(options: tuple[str, ...], torn: 
     assert [e["step"] for e in events if e["event"] == "teardown_started"] == torn
 
 
+def test_a_world_of_two_without_an_address_is_a_usage_error_in_initorchs_own_words():
+    env = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "",
+           "MASTER_PORT": ""}
+    result = run(*NO_MOONCAKE, env=env)
+    assert result.returncode == 2, result.stderr[-3000:]
+    last = result.stderr.rstrip("\n").splitlines()[-1]
+    assert last == (
+        "initorch: step 'rendezvous' failed: rank 0 of 2: no launcher says where the ranks "
+        "meet, and distributed.master_port is 0 (pass --dist-init-addr HOST:PORT "
+        "(Run(dist_init_addr=...)), start the ranks with torchrun or srun, or set "
+        "distributed.master_addr and distributed.master_port)")
+    assert "no known diagnosis" not in result.stderr
+
+
 def test_debug_prints_the_traceback_of_the_failed_step():
     # A rendezvous host that does not resolve: valid as a setting, fails only at run time
     # (an unknown allocator is refused at plan time now).
