@@ -8,6 +8,7 @@ completed in reverse order, print the diagnosis as its last line and exit 1.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import socket
@@ -184,6 +185,39 @@ def test_master_port_in_use_is_diagnosed(tmp_path: Path, occupied_port: int) -> 
         assert steps[name]["reason"] == "upstream failed: rendezvous"  # via the process group
     torn = [t["step"] for t in report["teardown"]]  # type: ignore[union-attr]
     assert torn == ["launch_mooncake_master"]  # the master launched early is stopped
+
+
+@pytest.fixture
+def held_rpc_ports() -> Iterator[tuple[int, int]]:
+    """Three consecutive ports, listened on by another program, in the range Mooncake
+    accepts for MC_MIN_RPC_PORT..MC_MAX_RPC_PORT (it replaces one from 41000 up here)."""
+    for attempt in range(20):
+        low = 20000 + attempt * 467
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(low, low + 3):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("0.0.0.0", port))
+                    sock.listen()
+            except OSError:
+                continue  # one is in use already: try the next range
+            yield low, low + 2
+            return
+    pytest.skip("no three consecutive free ports from 20000")
+
+
+def test_an_exhausted_rpc_port_range_says_no_port_was_free(
+        held_rpc_ports: tuple[int, int]) -> None:
+    low, high = held_rpc_ports
+    result = initorch_command("run", "--profile", "cpu",
+                              env={"MC_MIN_RPC_PORT": str(low), "MC_MAX_RPC_PORT": str(high)})
+    assert result.returncode == 1, result.stderr[-3000:]
+    last = result.stderr.rstrip("\n").splitlines()[-1]
+    assert last.startswith("initorch: step 'init_shared_mooncake_transfer_engine' failed: the "
+                           "transfer engine found no free port for its RPC service: every port "
+                           f"from MC_MIN_RPC_PORT={low} to MC_MAX_RPC_PORT={high} is taken")
+    assert "P2P: No valid port found for local TCP service." in last  # Mooncake's own line
+    assert "RDMA" not in last and "no known diagnosis" not in last
 
 
 def test_unknown_failure_is_reported_as_it_is(tmp_path: Path) -> None:
