@@ -192,6 +192,7 @@ def start(
     nproc_per_node: int | None = None,
     local_rank: int | None = None,
     handle_signals: bool = False,
+    keep_going: bool = False,
 ) -> Iterator[Run]:
     """Start a server's stack: resolve, run every step, yield the :class:`Run`, and
     tear down in reverse order when the block exits (normally or by an exception).
@@ -215,5 +216,5 @@ def start(
     with Run(plan, executor=executor, workers=workers, diagnoses=registry.diagnoses,
              rank=rank, dist_init_addr=dist_init_addr, nnodes=nnodes, node_rank=node_rank,
              nproc_per_node=nproc_per_node, local_rank=local_rank,
-             handle_signals=handle_signals) as run:
+             handle_signals=handle_signals, keep_going=keep_going) as run:
         yield run

@@ -291,7 +291,7 @@ def _run(args: argparse.Namespace, registry: Registry, rank: RankInfo,
                   inputs)  # before anything runs: a bad path never costs a start-up
     run = Run(plan, executor=args.executor, workers=args.workers, diagnoses=registry.diagnoses,
               rank=rank, handle_signals=True, teardown_at_exit=True,
-              heartbeat=args.heartbeat or None)
+              keep_going=args.keep_going, heartbeat=args.heartbeat or None)
     if capture is not None:
         capture.log = run.log  # native output carries the run's profile and rank
     interrupted: RunInterrupted | None = None
@@ -323,7 +323,7 @@ def _conclude_for_people(report: RunReport, interrupted: RunInterrupted | None, 
             sys.stderr.write(f"initorch: step '{outcome.name}' failed with:\n"
                              f"{outcome.traceback}")
     sys.stderr.write(failure_line(report) + "\n")
-    return EXIT_STEP_FAILED
+    return failed_exit_code(report)
 
 
 def _conclude_in_json(run: Run, interrupted: RunInterrupted | None) -> int:
@@ -336,7 +336,7 @@ def _conclude_in_json(run: Run, interrupted: RunInterrupted | None) -> int:
     if report.ok:
         return EXIT_OK
     run.log.error("run_failed", step=report.failed[0].name, text=failure_line(report))
-    return EXIT_STEP_FAILED
+    return failed_exit_code(report)
 
 
 def _write_outputs(run: Run, args: argparse.Namespace, in_json: bool) -> None:
@@ -361,16 +361,34 @@ def _write_outputs(run: Run, args: argparse.Namespace, in_json: bool) -> None:
 
 def failure_line(report: RunReport) -> str:
     """The last line of a failed run: the diagnosis, the ranks' disagreement (or the
-    peer that stopped), or the error as it is."""
+    peer that stopped), an error a step or initorch described itself (with its hint),
+    or a foreign error as it is -- only that one has "no known diagnosis"."""
+    from initorch.errors import StepError
+    from initorch.execution.invoke import StepAbortedError, StepTimeoutError
+
     first = report.failed[0]
+    error = first.error
     if first.finding is not None:
         return first.finding.summary()
-    if isinstance(first.error, PeerError):
-        return f"initorch: error: rank {report.rank}: {first.error.text()}"
+    if isinstance(error, PeerError):
+        return f"initorch: error: rank {report.rank}: {error.text()}"
     # One line: the rest (a timeout's stack, native log lines) is in the step_failed event.
-    message = exception_message(first.error).strip().splitlines() if first.error else []
-    return (f"initorch: step '{first.name}' failed: {type(first.error).__name__}: "
-            f"{message[0] if message else ''} (no known diagnosis)")
+    message = exception_message(error).strip().splitlines() if error else []
+    said = message[0] if message else ""
+    if isinstance(error, InitorchError | StepTimeoutError | StepAbortedError):
+        return f"initorch: step '{first.name}' failed: {said}"  # an InitorchError has its hint
+    if isinstance(error, StepError):
+        hint = f" ({error.hint})" if error.hint else ""
+        return f"initorch: step '{first.name}' failed: {said}{hint}"
+    return (f"initorch: step '{first.name}' failed: {type(error).__name__}: {said} "
+            "(no known diagnosis)")
+
+
+def failed_exit_code(report: RunReport) -> int:
+    """A failed run's exit code: ``1``, or the error's own when the step found that the
+    command itself is wrong (an :class:`InitorchError`: ``2``, a usage error)."""
+    error = report.failed[0].error
+    return error.exit_code if isinstance(error, InitorchError) else EXIT_STEP_FAILED
 
 
 def cmd_detect(args: argparse.Namespace, registry: Registry) -> int:
@@ -490,6 +508,9 @@ def build_parser(with_extensions: bool = True) -> argparse.ArgumentParser:
     run.add_argument("--workers", type=_positive_int, default=None,
                      help="the most threads the parallel executor runs steps on (default: "
                           f"one per ready step, up to {MAX_WORKERS_SHOWN})")
+    run.add_argument("--keep-going", action="store_true",
+                     help="after a step fails, still run every step that does not require "
+                          "it (default: fail fast, start no new step)")
     run.add_argument("--report", metavar="FILE",
                      help="write the run report as JSON ({rank} and {local_rank} are "
                           "filled in)")

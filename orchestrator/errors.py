@@ -210,7 +210,18 @@ class RunInterrupted(BaseException):
     """SIGINT or SIGTERM arrived while a run was alive or being planned (a
     BaseException, like KeyboardInterrupt, so that step code catching ``Exception``
     cannot swallow it; code that turns whatever a plugin raises into its failure
-    lets it pass)."""
+    lets it pass).  It is raised after the run has torn down.
+
+    For SIGINT it is an :class:`InterruptedBySigint`, which is also a
+    ``KeyboardInterrupt``: ``RunInterrupted(signal.SIGINT)`` makes one, so that a
+    server's ``except KeyboardInterrupt`` catches Ctrl-C inside ``with
+    initorch.start(..., handle_signals=True)`` as it would anywhere else in Python.
+    """
+
+    def __new__(cls, signum: int) -> RunInterrupted:
+        made = InterruptedBySigint if cls is RunInterrupted and signum == signal.SIGINT \
+            else cls
+        return super().__new__(made, signum)
 
     def __init__(self, signum: int) -> None:
         super().__init__(f"interrupted by {signal.Signals(signum).name}")
@@ -219,6 +230,11 @@ class RunInterrupted(BaseException):
     @property
     def exit_code(self) -> int:
         return 128 + self.signum
+
+
+class InterruptedBySigint(RunInterrupted, KeyboardInterrupt):
+    """The run was interrupted by SIGINT (Ctrl-C): a :class:`RunInterrupted` and a
+    ``KeyboardInterrupt`` at once."""
 
 
 def exception_message(exc: BaseException) -> str:

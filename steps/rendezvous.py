@@ -37,7 +37,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from initorch import StepContext, StepError, setting, step
+from initorch import LaunchError, StepContext, StepError, setting, step
 from initorch.addresses import host_port, split_host_port
 from initorch.model.step import MAX_TIMEOUT_S
 from initorch.steps.engine_hostname import local_host
@@ -107,8 +107,8 @@ def endpoint(ctx: StepContext) -> tuple[str, int]:
     port = int(ctx.setting("distributed.master_port"))
     if port:
         return host, port
-    if ctx.rank.world_size > 1:
-        raise StepError(
+    if ctx.rank.world_size > 1:  # how the job was started is wrong: a usage error (exit 2)
+        raise LaunchError(
             f"rank {ctx.rank.rank} of {ctx.rank.world_size}: no launcher says where the ranks "
             "meet, and distributed.master_port is 0",
             hint="pass --dist-init-addr HOST:PORT (Run(dist_init_addr=...)), start the ranks "

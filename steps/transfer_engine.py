@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import os
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +56,33 @@ ASCEND_BUILD = setting(
 TRANSPORT_MISMATCH = setting(
     "mooncake.transport_mismatch", str, default="fail", choices=("fail", "warn"),
     description="when Mooncake installs another transport than device.mooncake_protocol")
+
+
+# Mooncake picks its RPC (handshake) port at random from [MC_MIN_RPC_PORT, MC_MAX_RPC_PORT]
+# (default 15000-17000) and, when none can be bound, logs this and returns -1
+# (transfer_engine_impl.cpp:144, mooncake-transfer-engine-non-cuda 0.3.13.post1, observed
+# here with every port of the range held by listeners).
+NO_FREE_RPC_PORT = "No valid port found for local TCP service"
+DEFAULT_RPC_PORTS = ("15000", "17000")
+
+
+def no_free_rpc_port(native_log: str, environ: Mapping[str, str]) -> StepError | None:
+    """The error for an engine that found no free RPC port, if that is why it failed:
+    it names the range and keeps Mooncake's own line (the generic "initialize returned
+    -1" would send the user looking for RDMA devices)."""
+    said = [line for line in native_log.splitlines() if NO_FREE_RPC_PORT in line]
+    if not said:
+        return None
+    low = environ.get("MC_MIN_RPC_PORT", DEFAULT_RPC_PORTS[0])
+    high = environ.get("MC_MAX_RPC_PORT", DEFAULT_RPC_PORTS[1])
+    return StepError(
+        f"the transfer engine found no free port for its RPC service: every port from "
+        f"MC_MIN_RPC_PORT={low} to MC_MAX_RPC_PORT={high} is taken (Mooncake: "
+        f"{said[0].strip()})",
+        native_log=native_log,
+        hint="free a port in that range (ss -ltnp), or widen it with MC_MIN_RPC_PORT / "
+             "MC_MAX_RPC_PORT (a range Mooncake finds invalid is replaced by 15000-17000, "
+             "with an 'Invalid port range' warning)")
 
 
 @dataclass(slots=True)
@@ -160,8 +188,11 @@ def init_shared_mooncake_transfer_engine(ctx: StepContext) -> SharedTransferEngi
     try:
         native = shared.call("initialize", hostname.argument, shared.metadata_server, protocol,
                              shared.device_name)
-    except StepError:
+    except StepError as failed:
         shared.close()  # release it now, so its shutdown logs come before the diagnosis
+        exhausted = no_free_rpc_port(failed.native_log, os.environ)
+        if exhausted is not None:
+            raise exhausted from None  # the generic "returned -1" would be diagnosed instead
         raise
     shared.rpc_port = int(shared.engine.get_rpc_port())
     warn_if_exposed(ctx.log, "transfer engine", hostname.host, before)

@@ -4,6 +4,7 @@ the ``auto`` profile) and ``start``, the context manager for a server start."""
 from __future__ import annotations
 
 import json
+import signal
 import warnings
 from pathlib import Path
 
@@ -202,3 +203,45 @@ def test_start_brings_the_real_cpu_stack_up_and_down():
     assert up["steps"][-1] == "load_model"
     assert {"init_torch_distributed", "register_mem_pool_host",
             "init_shared_mooncake_transfer_engine"} <= set(up["torn_down"])
+
+
+SERVING = """
+import time
+from initorch import Registry, RunInterrupted, start
+
+registry = Registry()
+engine = define("engine", lambda ctx: "engine-handle")
+engine.teardown(lambda ctx, output: print(f"teardown {{output}}", flush=True))
+registry.steps.add(engine)
+try:
+    with start(profile={profile!r}, registry=registry, handle_signals=True) as started:
+        print("SERVING", flush=True)
+        while True:
+            time.sleep(0.05)
+except KeyboardInterrupt as stop:  # Ctrl-C, as a server catches it anywhere else
+    print(f"KeyboardInterrupt {{type(stop).__name__}} {{isinstance(stop, RunInterrupted)}}",
+          flush=True)
+    sys.exit(stop.exit_code)
+except RunInterrupted as stop:
+    print(f"RunInterrupted {{stop}}", flush=True)
+    sys.exit(stop.exit_code)
+"""
+
+
+@pytest.mark.parametrize(("signum", "caught"), [
+    (signal.SIGINT, "KeyboardInterrupt InterruptedBySigint True"),
+    (signal.SIGTERM, "RunInterrupted interrupted by SIGTERM"),
+], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_serving_tears_down_then_sigint_is_a_keyboard_interrupt(
+        tmp_path, signum, caught):
+    from tests.helpers_run import finish, spawn_python
+
+    _, profile = synthetic(tmp_path, define("engine"))
+    proc = spawn_python(SERVING.format(profile=profile))
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "SERVING\n"
+    proc.send_signal(signum)
+    done = finish(proc)
+    assert done.stdout.splitlines() == ["teardown engine-handle", caught], done.stderr
+    assert done.returncode == 128 + signum
+    assert "Traceback" not in done.stderr

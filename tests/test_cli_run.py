@@ -143,10 +143,13 @@ def test_a_diagnosed_failure_exits_1_with_the_diagnosis_as_the_last_line(tmp_pat
     assert "FAILED (1 step(s))" in result.stdout.splitlines()[0]
 
 
-def test_an_unknown_failure_is_printed_as_it_is():
+@pytest.mark.parametrize(("options", "torn"), [((), []),
+                                               (("--keep-going",), ["alloc_host_mem_pool"])],
+                         ids=["fail-fast", "keep-going"])
+def test_an_unknown_failure_is_printed_as_it_is(options: tuple[str, ...], torn: list[str]):
     # A rendezvous host that does not resolve: valid as a setting, fails only at run time.
     result = run(*NO_MOONCAKE, "--set", "distributed.master_addr=no-such-host.invalid",
-                 "--log-format", "json")
+                 "--log-format", "json", *options)
     assert result.returncode == 1, result.stderr[-3000:]
     events = [json.loads(line) for line in result.stderr.splitlines()]
     last = events[-1]
@@ -156,8 +159,22 @@ def test_an_unknown_failure_is_printed_as_it_is():
     assert events[-2]["event"] == "run_summary" and events[-2]["ok"] is False
     [failed] = [e for e in events if e["event"] == "step_failed"]
     assert (failed["step"], failed["diagnosis"]) == ("rendezvous", None)
-    torn = [e["step"] for e in events if e["event"] == "teardown_started"]
-    assert torn == ["alloc_host_mem_pool"]  # the failed step has nothing to tear down
+    # The failed step has nothing to tear down; failing fast, the pool never started.
+    assert [e["step"] for e in events if e["event"] == "teardown_started"] == torn
+
+
+def test_a_world_of_two_without_an_address_is_a_usage_error_in_initorchs_own_words():
+    env = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "",
+           "MASTER_PORT": ""}
+    result = run(*NO_MOONCAKE, env=env)
+    assert result.returncode == 2, result.stderr[-3000:]
+    last = result.stderr.rstrip("\n").splitlines()[-1]
+    assert last == (
+        "initorch: step 'rendezvous' failed: rank 0 of 2: no launcher says where the ranks "
+        "meet, and distributed.master_port is 0 (pass --dist-init-addr HOST:PORT "
+        "(Run(dist_init_addr=...)), start the ranks with torchrun or srun, or set "
+        "distributed.master_addr and distributed.master_port)")
+    assert "no known diagnosis" not in result.stderr
 
 
 def test_debug_prints_the_traceback_of_the_failed_step():
@@ -224,12 +241,14 @@ def registry(cls, *plugins, **options):
     found = Registry()
     found.steps.add(define("first"))
     found.steps.add(define("hang", block, requires=["first"]))
+    found.steps.add(define("after_hang", requires=["hang"]))
     return found
 
 Registry.with_plugins = classmethod(registry)
 profile = {profile!r}
-sys.exit(main(["run", "--profile", profile, "--log-format", {log_format!r}]))
+sys.exit(main(["run", "--profile", profile, "--log-format", {log_format!r}, *{extra!r}]))
 """
+BLOCKING_PROFILE = "device: {type: cpu}\nsteps:\n  first: {}\n  hang: {}\n  after_hang: {}\n"
 
 
 @pytest.mark.parametrize("log_format", ["console", "json"])
@@ -237,9 +256,9 @@ def test_an_interrupted_run_still_prints_its_table(tmp_path: Path, log_format: s
     from tests.helpers_run import finish, spawn_python
 
     profile = tmp_path / "blocking.yaml"
-    profile.write_text("device: {type: cpu}\nsteps:\n  first: {}\n  hang: {}\n",
-                       encoding="utf-8")
-    proc = spawn_python(INTERRUPTED_CLI.format(profile=str(profile), log_format=log_format))
+    profile.write_text(BLOCKING_PROFILE, encoding="utf-8")
+    proc = spawn_python(INTERRUPTED_CLI.format(profile=str(profile), log_format=log_format,
+                                               extra=[]))
     assert proc.stdout is not None
     assert proc.stdout.readline() == "BLOCKING\n"
     proc.send_signal(signal.SIGINT)
@@ -248,8 +267,8 @@ def test_an_interrupted_run_still_prints_its_table(tmp_path: Path, log_format: s
     if log_format == "console":
         lines = done.stdout.splitlines()
         assert lines[0].startswith("run: INTERRUPTED (interrupted by SIGINT) in ")
-        rows = {line.split()[0]: line.split()[1] for line in lines[2:4]}
-        assert rows == {"first": "succeeded", "hang": "interrupted"}
+        rows = {line.split()[0]: line.split()[1] for line in lines[2:5]}
+        assert rows == {"first": "succeeded", "hang": "interrupted", "after_hang": "skipped"}
         assert done.stderr.splitlines()[-1] == (
             "initorch: interrupted by SIGINT; completed steps were torn down")
     else:
@@ -259,9 +278,41 @@ def test_an_interrupted_run_still_prints_its_table(tmp_path: Path, log_format: s
         assert (summary["event"], summary["interrupted"]) == ("run_summary",
                                                                "interrupted by SIGINT")
         assert {s["step"]: s["status"] for s in summary["steps"]} == {
-            "first": "succeeded", "hang": "interrupted"}
+            "first": "succeeded", "hang": "interrupted", "after_hang": "skipped"}
         assert (last["event"], last["signal"], last["exit_code"]) == (
             "run_interrupted", "SIGINT", 130)
+
+
+def test_an_interrupted_step_keeps_its_duration_in_the_table_report_trace_and_chain(
+        tmp_path: Path):
+    import time
+
+    from tests.helpers_run import finish, spawn_python
+
+    profile, report, trace = (tmp_path / name for name in ("blocking.yaml", "run.json",
+                                                           "trace.json"))
+    profile.write_text(BLOCKING_PROFILE, encoding="utf-8")
+    proc = spawn_python(INTERRUPTED_CLI.format(
+        profile=str(profile), log_format="console",
+        extra=["--report", str(report), "--trace", str(trace)]))
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "BLOCKING\n"
+    time.sleep(0.5)  # the step hangs this long, at least, before Ctrl-C
+    proc.send_signal(signal.SIGINT)
+    done = finish(proc)
+    assert done.returncode == 130, done.stderr
+    table = done.stdout.split("\n\n")[0].splitlines()
+    [row] = [line.split() for line in table if line.startswith("  hang ")]
+    assert row[1] == "interrupted" and float(row[4].rstrip("s")) >= 0.5
+    assert "  after_hang  skipped" in done.stdout
+    assert "not started: interrupted by SIGINT" in done.stdout
+    steps = {s["step"]: s for s in json.loads(report.read_text())["steps"]}
+    assert steps["hang"]["status"] == "interrupted" and steps["hang"]["duration_s"] >= 0.5
+    assert json.loads(report.read_text())["critical_chain"] == ["hang", "first"]
+    [span] = [e for e in json.loads(trace.read_text())["traceEvents"] if e["name"] == "hang"]
+    assert span["dur"] >= 0.5e6 and span["args"]["status"] == "interrupted"
+    chain = done.stdout.split("critical chain:\n")[1]
+    assert chain.splitlines()[0].strip().startswith("hang @")
 
 
 # A plugin that stops the CLI where it is told to and says so on stdout: while its

@@ -1,13 +1,14 @@
 """Faults in the real CPU start-up, one step at a time.
 
 Each step is made to fail — by an injected exception in-process, and by a real
-misconfiguration through the CLI — and the run must skip exactly the steps
-that need it, tear down what completed in reverse order, print the diagnosis
-as its last line and exit 1.
+misconfiguration through the CLI — and the run must start no step after it
+(or, with ``keep_going``, skip exactly the steps that need it), tear down what
+completed in reverse order, print the diagnosis as its last line and exit 1.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import socket
@@ -62,23 +63,38 @@ def hard_dependents(plan: Plan, name: str) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("failing", CPU_STEPS)
-def test_injected_fault_skips_dependents_and_tears_down_in_reverse(failing: str) -> None:
+def expected_fates(plan: Plan, failing: str, keep_going: bool) -> dict[str, tuple[str, str]]:
+    """Status and reason of every planned step after ``failing`` fails in a sequential
+    run: what requires it is skipped as upstream failed; failing fast, everything later
+    in plan order is not started; kept going, everything else runs."""
+    dependents = hard_dependents(plan, failing)
+    later = plan.order[plan.order.index(failing) + 1:]
+    fates = {}
+    for name in plan.order:
+        if name == failing:
+            fates[name] = ("failed", "")
+        elif name in dependents:
+            fates[name] = ("skipped", f"upstream failed: {failing}")
+        elif name in later and not keep_going:
+            fates[name] = ("skipped", f"not started: step '{failing}' failed (fail fast)")
+        else:
+            fates[name] = ("succeeded", "")
+    return fates
+
+
+@pytest.mark.parametrize(("failing", "keep_going"),
+                         [*((name, False) for name in CPU_STEPS),
+                          ("import_backend", True), ("rendezvous", True)])
+def test_injected_fault_stops_the_start_up_and_tears_down_in_reverse(failing: str,
+                                                                     keep_going: bool) -> None:
     registry = registry_failing_at(failing)
     plan = load_plan(["cpu"], settings={"checks.verify_transfer": True}, registry=registry)
-    run = Run(plan, diagnoses=registry.diagnoses)
+    run = Run(plan, diagnoses=registry.diagnoses, keep_going=keep_going)
     report = run.start()  # a failed run tears itself down before returning
 
-    statuses = {name: o.status for name, o in report.outcomes.items()}
-    dependents = hard_dependents(plan, failing)
-    assert statuses[failing] == "failed"
     assert isinstance(report.outcomes[failing].error, InjectedFault)
-    for name in CPU_STEPS:
-        if name in dependents:
-            assert statuses[name] == "skipped"
-            assert report.outcomes[name].reason == f"upstream failed: {failing}"
-        elif name != failing:
-            assert statuses[name] == "succeeded", name
+    assert {name: (o.status, o.reason or "") for name, o in report.outcomes.items()
+            if name in plan.order} == expected_fates(plan, failing, keep_going)
     completed = [o.name for o in sorted(report.outcomes.values(), key=lambda o: o.finished or 0)
                  if o.status == "succeeded"]
     with_teardown = [n for n in reversed(completed) if plan.step(n).step.teardown is not None]
@@ -160,13 +176,48 @@ def test_master_port_in_use_is_diagnosed(tmp_path: Path, occupied_port: int) -> 
     assert lines[-1].startswith("diagnosis master-port-in-use:"), lines[-5:]
     steps = {s["step"]: s for s in report["steps"]}  # type: ignore[union-attr]
     assert steps["rendezvous"]["status"] == "failed"  # rank 0 serves the job's store there
-    assert steps["init_torch_distributed"]["status"] == "skipped"
-    # Steps that do not need the process group still ran and were torn down; the store
-    # path needs it (the master is shared over it) and was skipped.
-    assert steps["register_mem_pool_host"]["status"] == "skipped"
+    assert steps["init_torch_distributed"]["reason"] == "upstream failed: rendezvous"
+    # Failing fast, nothing starts after the failed rendezvous, whether it needs the
+    # process group (the store path) or not (the engine, the pool).
+    for name in ("set_device", "init_shared_mooncake_transfer_engine", "alloc_host_mem_pool"):
+        assert steps[name]["reason"] == "not started: step 'rendezvous' failed (fail fast)"
+    for name in ("mooncake_master", "init_mooncake_store", "register_mem_pool_host"):
+        assert steps[name]["reason"] == "upstream failed: rendezvous"  # via the process group
     torn = [t["step"] for t in report["teardown"]]  # type: ignore[union-attr]
-    assert torn == ["init_shared_mooncake_transfer_engine", "alloc_host_mem_pool",
-                    "launch_mooncake_master"]  # the master launched early is stopped
+    assert torn == ["launch_mooncake_master"]  # the master launched early is stopped
+
+
+@pytest.fixture
+def held_rpc_ports() -> Iterator[tuple[int, int]]:
+    """Three consecutive ports, listened on by another program, in the range Mooncake
+    accepts for MC_MIN_RPC_PORT..MC_MAX_RPC_PORT (it replaces one from 41000 up here)."""
+    for attempt in range(20):
+        low = 20000 + attempt * 467
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(low, low + 3):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("0.0.0.0", port))
+                    sock.listen()
+            except OSError:
+                continue  # one is in use already: try the next range
+            yield low, low + 2
+            return
+    pytest.skip("no three consecutive free ports from 20000")
+
+
+def test_an_exhausted_rpc_port_range_says_no_port_was_free(
+        held_rpc_ports: tuple[int, int]) -> None:
+    low, high = held_rpc_ports
+    result = initorch_command("run", "--profile", "cpu",
+                              env={"MC_MIN_RPC_PORT": str(low), "MC_MAX_RPC_PORT": str(high)})
+    assert result.returncode == 1, result.stderr[-3000:]
+    last = result.stderr.rstrip("\n").splitlines()[-1]
+    assert last.startswith("initorch: step 'init_shared_mooncake_transfer_engine' failed: the "
+                           "transfer engine found no free port for its RPC service: every port "
+                           f"from MC_MIN_RPC_PORT={low} to MC_MAX_RPC_PORT={high} is taken")
+    assert "P2P: No valid port found for local TCP service." in last  # Mooncake's own line
+    assert "RDMA" not in last and "no known diagnosis" not in last
 
 
 def test_unknown_failure_is_reported_as_it_is(tmp_path: Path) -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 from collections.abc import Iterator
 
 import pytest
 
 from initorch.errors import StepError
-from initorch.execution.invoke import StepAbortedError, StepTimeoutError
+from initorch.execution.invoke import StepAbortedError, StepTimeoutError, stuck_at
 from initorch.execution.run import Run
 from tests.conftest import define
 from tests.helpers_run import (
@@ -51,7 +53,7 @@ def hung_plan(peer: threading.Event, teardowns: TeardownLog, **hung_fields):
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_a_hung_step_is_reported_with_name_elapsed_and_stack(executor, peer):
     teardowns = TeardownLog()
-    report = Run(hung_plan(peer, teardowns), executor=executor).start()
+    report = Run(hung_plan(peer, teardowns), executor=executor, keep_going=True).start()
     hung = report.outcomes["hung"]
     error = hung.error
     assert isinstance(error, StepTimeoutError)
@@ -60,8 +62,14 @@ def test_a_hung_step_is_reported_with_name_elapsed_and_stack(executor, peer):
     assert error.elapsed >= error.timeout
     assert "wait_for_the_peer" in error.stack
     assert "event.wait(WAIT)" in error.stack  # the very line it blocks on
-    assert str(error).startswith(f"step 'hung' timed out after {error.elapsed:.1f}s "
-                                 f"(timeout {HUNG_TIMEOUT:g}s); it is stuck in:\n")
+    # The first line (the one the CLI prints last) names where it hangs: the step's own
+    # line, and the library call it waits in.
+    first = str(error).splitlines()[0]
+    assert first.startswith(f"step 'hung' timed out after {error.elapsed:.1f}s "
+                            f"(timeout {HUNG_TIMEOUT:g}s); it is stuck at ")
+    assert "tests/test_invoke.py:" in first
+    assert " in wait_for_the_peer (event.wait(WAIT)), waiting in threading.py:" in first
+    assert first.endswith("; its stack:") and error.where in first
     assert hung.status == "failed"
     assert hung.attempts == 1
     # the run fails cleanly: dependents skipped, independent work done, teardown done
@@ -69,6 +77,13 @@ def test_a_hung_step_is_reported_with_name_elapsed_and_stack(executor, peer):
     assert report.outcomes["after_hung"].reason == "upstream failed: hung"
     assert report.outcomes["independent"].status == "succeeded"
     assert teardowns.order == ["ready"]
+
+
+def test_a_timeout_whose_thread_has_no_frame_says_so():
+    assert stuck_at(None) == ""
+    error = StepTimeoutError("hung", 1.0, 1.5, "(stack unavailable)")
+    assert str(error).splitlines()[0] == ("step 'hung' timed out after 1.5s (timeout 1s); "
+                                          "where it is stuck is unknown; its stack:")
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
@@ -210,36 +225,44 @@ def test_every_attempt_of_a_device_bound_step_is_bound_again(executor):
     assert attempts == [1, 1]
 
 
-def interrupting_plan(teardowns: TeardownLog, raised: BaseException):
+def interrupting_plan(teardowns: TeardownLog, raised: BaseException,
+                      timeout: float | None = None):
     def interrupted(ctx):
         raise raised
 
     return plan_of([with_teardown(define("first", lambda ctx: 1), teardowns),
                     define("second", interrupted, requires=["first"], retries=2,
-                           retry_on=(Exception,))])
+                           retry_on=(Exception,), timeout=timeout)])
 
 
+@pytest.mark.parametrize("timeout", [None, WAIT], ids=["own-thread", "timeout-helper"])
+@pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("raised", [KeyboardInterrupt(), SystemExit(0)])
-def test_keyboard_interrupt_on_the_main_thread_is_never_swallowed(raised):
-    # Without handle_signals a step runs on the caller's (main) thread, where these
-    # may come from Ctrl-C or the host's own signal handlers: the run is torn down
-    # and they propagate.
+def test_without_signal_handling_an_interrupt_in_a_step_reaches_the_caller(raised, executor,
+                                                                           timeout):
+    # The run does not handle signals, so its caller does: these may come from Ctrl-C or
+    # the host's own signal handlers, and a server's `except KeyboardInterrupt` must see
+    # them.  Both executors agree, whichever thread ran the step.
     teardowns = TeardownLog()
-    run = Run(interrupting_plan(teardowns, raised), executor="sequential")
+    run = Run(interrupting_plan(teardowns, raised, timeout=timeout), executor=executor)
     with pytest.raises(type(raised)):
         run.start()
     assert teardowns.order == ["first"]
-    assert run.report.outcomes["second"].attempts == 1
+    outcome = run.report.outcomes["second"]
+    assert (outcome.status, outcome.attempts) == ("interrupted", 1)  # never retried
+    assert run.report.interrupted  # what stopped it, as the report and the table say
 
 
+@pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize(("raised", "said"), [
     (KeyboardInterrupt(), "step 'second' raised KeyboardInterrupt"),
     (SystemExit(0), "step 'second' called sys.exit(0)"),
 ])
-def test_keyboard_interrupt_or_exit_raised_by_a_step_on_a_worker_is_its_failure(raised, said):
-    # Issue 10, case 15: on any other thread they can only come from the step's code.
+def test_with_signal_handling_an_interrupt_raised_by_a_step_is_its_failure(raised, said,
+                                                                          executor):
+    # The run turns real signals into RunInterrupted: these can only be the step's own.
     teardowns = TeardownLog()
-    run = Run(interrupting_plan(teardowns, raised), executor="parallel")
+    run = Run(interrupting_plan(teardowns, raised), executor=executor, handle_signals=True)
     report = run.start()
     outcome = report.outcomes["second"]
     assert (outcome.status, outcome.attempts) == ("failed", 1)  # never retried
@@ -247,3 +270,44 @@ def test_keyboard_interrupt_or_exit_raised_by_a_step_on_a_worker_is_its_failure(
     assert outcome.error.raised is raised and outcome.error.__cause__ is raised
     assert str(outcome.error) == said
     assert teardowns.order == ["first"]
+
+
+class Resource:
+    """Stands for what a step uses: a process group, an engine, a pool."""
+
+
+def look_up(resource: Resource) -> None:
+    """A helper the step calls; its frame holds the resource when it raises."""
+    raise KeyError("no such rank")
+
+
+@pytest.mark.parametrize("timeout", [None, WAIT], ids=["own-thread", "timeout-helper"])
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_failed_step_keeps_nothing_it_used_alive_past_teardown(executor, timeout):
+    # The report keeps the failure and its traceback; the objects the step's frames
+    # held must go with their teardown, not when the garbage collector reaches the
+    # error's reference cycle (at interpreter exit, that aborted a rank of
+    # test_e2e_server: a gloo thread dropping a tensor could not take the GIL).
+    alive: list[weakref.ref[Resource]] = []
+
+    def use_then_fail(ctx):
+        resource = ctx.output("make")
+        alive.append(weakref.ref(resource))
+        try:
+            look_up(resource)
+        except KeyError as exc:
+            raise StepError("the step broke while using its resource") from exc
+
+    make = with_teardown(define("make", lambda ctx: Resource()), lambda ctx, output: None)
+    plan = plan_of([make, define("use", use_then_fail, requires=["make"], timeout=timeout)])
+    gc.disable()  # only reference counting may free it, as at interpreter exit
+    try:
+        run = Run(plan, executor=executor)
+        report = run.start()  # fails, and tears down
+        assert report.outcomes["use"].status == "failed"
+        assert alive[0]() is None, gc.get_referrers(alive[0]())
+    finally:
+        gc.enable()
+    text = report.outcomes["use"].traceback or ""
+    assert "in use_then_fail" in text and "in look_up" in text  # the report keeps it all
+    assert "KeyError: 'no such rank'" in text

@@ -15,6 +15,7 @@ from initorch import RankInfo
 from initorch.errors import StepError
 from initorch.execution.run import Run
 from initorch.reporting.diagnosis import DiagnosisBook
+from initorch.reporting.render import run_summary_text
 from initorch.reporting.report import RunReport, StepOutcome
 from tests.conftest import FLAGS_ENABLED, define
 from tests.helpers_run import WAIT, FakeClock, plan_of, with_teardown
@@ -24,7 +25,8 @@ RANK = RankInfo(rank=1, local_rank=1, world_size=2)
 
 def timed_run(registry=None) -> tuple[Run, FakeClock]:
     """a(1.0) -> b(2.0) and c(0.5, after a) -> d(0.25); bad(0.125) fails; f needs bad;
-    a's teardown takes 0.0625.
+    a's teardown takes 0.0625.  The run keeps going after ``bad`` fails, so that every
+    kind of outcome shows.
 
     Sequential order a, b, bad, c, d; d's last-finished predecessor is c.
     """
@@ -51,7 +53,7 @@ def timed_run(registry=None) -> tuple[Run, FakeClock]:
         define("g", takes(9.0), when="flags.enabled", settings=FLAGS_ENABLED),
     ], extra_yaml="config:\n  flags:\n    enabled: false\n")
     diagnoses = registry.diagnoses if registry is not None else DiagnosisBook()
-    return Run(plan, rank=RANK, clock=clock, diagnoses=diagnoses), clock
+    return Run(plan, rank=RANK, clock=clock, diagnoses=diagnoses, keep_going=True), clock
 
 
 def test_report_json_shape(registry):
@@ -59,14 +61,16 @@ def test_report_json_shape(registry):
     report = run.start()
     data = json.loads(json.dumps(report.to_dict()))
     assert set(data) == {"fingerprint", "profiles", "device", "rank", "executor", "started_at",
-                         "wall_time_s", "ok", "interrupted", "steps", "critical_chain", "blame",
-                         "teardown", "environment"}
+                         "wall_time_s", "teardown_time_s", "total_time_s", "ok", "interrupted",
+                         "steps", "critical_chain", "blame", "teardown", "environment"}
     assert data["interrupted"] is None
     assert data["fingerprint"] == run.plan.fingerprint
     assert (data["profiles"], data["device"], data["rank"], data["executor"], data["ok"]) == (
         ["synthetic"], "cpu", 1, "sequential", False)
     assert datetime.datetime.fromisoformat(data["started_at"]).tzinfo is not None
     assert data["wall_time_s"] == 3.875
+    # A failed run tears itself down before returning: a's teardown is the only one.
+    assert (data["teardown_time_s"], data["total_time_s"]) == (0.0625, 3.9375)
     main = threading.current_thread().name
     steps = {s["step"]: s for s in data["steps"]}
     assert [s["step"] for s in data["steps"]] == ["a", "b", "bad", "c", "d", "f", "g"]
@@ -105,6 +109,23 @@ def test_report_json_shape(registry):
                              {"step": "bad", "duration_s": 0.125}]
     assert data["teardown"] == [{"step": "a", "status": "succeeded", "start_offset_s": 3.875,
                                  "duration_s": 0.0625, "thread": main}]
+
+
+def test_the_headline_shows_start_up_teardown_and_their_total():
+    clock = FakeClock()
+    plan = plan_of([with_teardown(define("a", lambda ctx: clock.advance(1.5)),
+                                  lambda ctx, output: clock.advance(0.25))])
+    run = Run(plan, clock=clock)
+    run.start()
+    assert run_summary_text(run.report).startswith(
+        "run: ok in 1.500s (start-up; not torn down yet) (sequential, rank 0, ")
+    run.teardown()
+    run.teardown()  # nothing left: adds nothing
+    assert run_summary_text(run.report).startswith(
+        "run: ok in 1.750s (start-up 1.500s + teardown 0.250s) (sequential, rank 0, ")
+    data = run.report.to_dict()
+    assert (data["wall_time_s"], data["teardown_time_s"], data["total_time_s"]) == (
+        1.5, 0.25, 1.75)
 
 
 def test_an_unknown_failure_has_no_diagnosis_in_the_report():

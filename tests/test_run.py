@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 import traceback
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -49,7 +51,7 @@ def test_failures_skip_exactly_the_transitive_requirers_with_the_root_cause(exec
     failing = data.draw(st.sets(st.sampled_from(dag.names)), label="failing")
     recorder = Recorder()
     steps = dag.definitions(lambda name: recorder.action(name, fail if name in failing else None))
-    run = Run(plan_of(steps), executor=executor, workers=3)
+    run = Run(plan_of(steps), executor=executor, workers=3, keep_going=True)
     report = run.start()
 
     closure = dag.requires_closure()
@@ -80,9 +82,9 @@ def propagation_plan(recorder: Recorder):
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
-def test_skips_name_the_root_cause_and_soft_dependents_still_run(executor):
+def test_keep_going_skips_only_requirers_naming_the_root_cause(executor):
     recorder = Recorder()
-    report = Run(propagation_plan(recorder), executor=executor).start()
+    report = Run(propagation_plan(recorder), executor=executor, keep_going=True).start()
     statuses = {name: (o.status, o.reason) for name, o in report.outcomes.items()}
     assert statuses == {
         "root": ("failed", None),
@@ -99,11 +101,77 @@ def test_skips_name_the_root_cause_and_soft_dependents_still_run(executor):
 
 def test_skips_are_logged_once_with_their_root_cause():
     with captured_records() as records:
-        Run(propagation_plan(Recorder())).start()
+        Run(propagation_plan(Recorder()), keep_going=True).start()
     skipped = {r.step: (r.reason, r.root_cause) for r in records.events("step_skipped")}
     assert skipped == {"mid": ("upstream failed: root", "root"),
                        "leaf": ("upstream failed: root", "root")}
     assert [r.step for r in records.events("step_failed")] == ["root"]
+
+
+def fail_fast_run(recorder: Recorder, teardowns: TeardownLog, **options: Any) -> Run:
+    """``boom`` fails; under the parallel executor ``running`` (independent, with a
+    teardown) has started by then, and returns only once the run holds the failure
+    against the steps still to start; the others could start only after the failure."""
+    runs: list[Run] = []
+    running = threading.Event()
+
+    def fail_once_running(ctx):
+        running.wait(WAIT if options.get("executor") == "parallel" else 0)
+        fail(ctx)
+
+    def run_past_the_failure(ctx):
+        running.set()
+        later = runs[0].plan.step("later")
+        deadline = time.monotonic() + WAIT
+        while runs[0].blocked_by(later) is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return "running-output"
+
+    plan = plan_of([
+        define("boom", recorder.action("boom", fail_once_running)),
+        with_teardown(define("running", recorder.action("running", run_past_the_failure)),
+                      teardowns),
+        define("later", recorder.action("later"), after=["running"]),
+        define("needs_later", recorder.action("needs_later"), requires=["later"]),
+        define("wanting", recorder.action("wanting"), wants=["boom"]),
+        define("needing", recorder.action("needing"), requires=["boom"]),
+    ])
+    runs.append(Run(plan, **options))
+    return runs[0]
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_after_a_failure_no_new_step_starts_and_the_rest_are_reported_not_started(executor):
+    recorder, teardowns = Recorder(), TeardownLog()
+    report = fail_fast_run(recorder, teardowns, executor=executor).start()
+    not_started = "not started: step 'boom' failed (fail fast)"
+    expected = {
+        "boom": ("failed", None),
+        "later": ("skipped", not_started),
+        "needs_later": ("skipped", not_started),  # its requirement never failed
+        "wanting": ("skipped", not_started),
+        "needing": ("skipped", "upstream failed: boom"),
+    }
+    if executor == "parallel":  # started with boom, so it finishes and is torn down
+        expected["running"] = ("succeeded", None)
+        assert teardowns.order == ["running"]
+    else:  # plan order puts it after boom: never started
+        expected["running"] = ("skipped", not_started)
+        assert teardowns.order == []
+    assert {n: (o.status, o.reason) for n, o in report.outcomes.items()} == expected
+    assert sorted(recorder.order) == sorted(n for n, (status, _) in expected.items()
+                                            if status != "skipped")
+    assert {o.root_cause for o in report.outcomes.values() if o.status == "skipped"} == {"boom"}
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_keep_going_runs_what_does_not_require_the_failed_step(executor):
+    recorder, teardowns = Recorder(), TeardownLog()
+    report = fail_fast_run(recorder, teardowns, executor=executor, keep_going=True).start()
+    assert {n: o.status for n, o in report.outcomes.items()} == {
+        "boom": "failed", "running": "succeeded", "later": "succeeded",
+        "needs_later": "succeeded", "wanting": "succeeded", "needing": "skipped"}
+    assert teardowns.order == ["running"]
 
 
 # -- teardown ------------------------------------------------------------------------------------

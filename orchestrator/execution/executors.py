@@ -110,7 +110,8 @@ class ParallelExecutor:
 
 
 class _Walk:
-    """One parallel walk of a plan: the ready set, the workers, and the first bug.
+    """One parallel walk of a plan: the ready set, the workers, and the first bug or
+    interrupt a worker met (raised on the calling thread).
 
     Whichever thread finishes a step updates the ready set (under ``_lock``),
     keeps one ready step for itself and hands the others to idle workers or new
@@ -162,7 +163,7 @@ class _Walk:
         while task is not None:
             try:
                 self._driver.run_step(task)
-            except BaseException as bug:  # run_step records failures; this is a bug
+            except BaseException as bug:  # run_step records failures: a bug or an interrupt
                 with self._lock:
                     self._bug = self._bug or bug
                     self._closed = True

@@ -9,11 +9,15 @@ binding.  No code path calls a device-bound action without it.
 
 from __future__ import annotations
 
+import linecache
+import os
 import sys
+import sysconfig
 import threading
 import time
 import traceback
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from initorch.errors import RunInterrupted, describe_exception, exception_message
@@ -22,21 +26,54 @@ from initorch.execution.heartbeat import Heartbeat
 from initorch.execution.native_output import release_captures
 from initorch.execution.signals import POLL_S
 from initorch.execution.watchdog import Watchdog
+from initorch.location import display_path
 from initorch.reporting.diagnosis import DiagnosisBook, failure_text
 from initorch.reporting.report import StepOutcome
 from initorch.resolution.plan import PlannedStep
 
 
 class StepTimeoutError(Exception):
-    """A step ran past its timeout; carries the stack of the thread it hangs in."""
+    """A step ran past its timeout; carries where it hangs (``where``, also on the
+    message's first line, the one the CLI prints last) and the stack of its thread."""
 
-    def __init__(self, step: str, timeout: float, elapsed: float, stack: str) -> None:
+    def __init__(self, step: str, timeout: float, elapsed: float, stack: str,
+                 where: str = "") -> None:
         super().__init__(f"step '{step}' timed out after {elapsed:.1f}s (timeout {timeout:g}s); "
-                         f"it is stuck in:\n{stack}")
+                         f"{where or 'where it is stuck is unknown'}; its stack:\n{stack}")
         self.step = step
         self.timeout = timeout
         self.elapsed = elapsed
         self.stack = stack
+        self.where = where
+
+
+_STDLIB = tuple({sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")})
+
+
+def _in_stdlib(path: str) -> bool:
+    """Whether ``path`` is the standard library's (an installed package is not, even
+    where site-packages lies below the standard library's folder)."""
+    return path.startswith(_STDLIB) and "-packages" not in path
+
+
+def stuck_at(frame: FrameType | None) -> str:
+    """Where a thread is, in one line: the innermost frame of code outside the
+    standard library (the step's, or its vendor's), and the library call it waits in,
+    if any (``threading.py:355 in wait``); ``""`` without a frame."""
+    if frame is None:
+        return ""
+    inner = frame
+    while frame is not None and _in_stdlib(frame.f_code.co_filename):
+        frame = frame.f_back
+    own = frame or inner
+    line = linecache.getline(own.f_code.co_filename, own.f_lineno).strip()
+    said = (f"it is stuck at {display_path(own.f_code.co_filename)}:{own.f_lineno} in "
+            f"{own.f_code.co_name}")
+    said += f" ({line})" if line else ""
+    if own is not inner:
+        said += (f", waiting in {os.path.basename(inner.f_code.co_filename)}:"
+                 f"{inner.f_lineno} in {inner.f_code.co_name}")
+    return said
 
 
 class StepAbortedError(Exception):
@@ -125,9 +162,12 @@ class _HelperCall:
         if unclaimed:  # it finished, but the interrupted caller will never record it
             self.late(self.planned, self.value)
 
-    def stack(self) -> str:
+    def stuck(self) -> tuple[str, str]:
+        """Where the call hangs now (see :func:`stuck_at`) and its thread's stack."""
         frame = sys._current_frames().get(self.thread.ident or -1)
-        return "".join(traceback.format_stack(frame)) if frame else "(stack unavailable)"
+        if frame is None:
+            return "", "(stack unavailable)"
+        return stuck_at(frame), "".join(traceback.format_stack(frame))
 
 
 def call_supervised(planned: PlannedStep, ctx: StepContext, outcome: StepOutcome,
@@ -144,7 +184,8 @@ def call_supervised(planned: PlannedStep, ctx: StepContext, outcome: StepOutcome
     abandoned step finish after all, its output goes to ``late``.  If the step
     holds the GIL so that no thread can act, the ``watchdog`` (told the step's
     deadline) ends the process.  Whatever the step raises on the helper thread,
-    ``sys.exit`` and ``KeyboardInterrupt`` included, is its failure.
+    ``sys.exit`` and ``KeyboardInterrupt`` included, is raised here as it is, for
+    :func:`as_step_failure` to judge.
     """
     timeout = planned.step.timeout
     if watchdog is not None:
@@ -164,48 +205,76 @@ def call_supervised(planned: PlannedStep, ctx: StepContext, outcome: StepOutcome
     finally:  # also when a signal interrupts the start or the wait
         call.settle(waited)
     if call.abandoned:
+        where, stack = call.stuck()
         raise StepTimeoutError(planned.name, timeout or 0.0, time.monotonic() - began,
-                               call.stack())
-    if isinstance(call.error, Exception):
+                               stack, where)
+    if call.error is not None:  # as_step_failure says what it is
         raise call.error
-    if call.error is not None:  # never a signal: those reach the main thread only
-        raise StepAbortedError(planned.name, call.error) from call.error
     return call.value
 
 
-def as_step_failure(planned: PlannedStep, raised: BaseException) -> Exception | None:
-    """What ``raised`` (by a step running on this thread) is: the step's failure, or
-    ``None`` for an interrupt that must unwind the run.
+def as_step_failure(planned: PlannedStep, raised: BaseException, *,
+                    signals_handled: bool) -> Exception | None:
+    """What ``raised`` (by a step, on whichever thread ran it) is: the step's failure,
+    or ``None`` for an interrupt that must unwind the run.
 
-    :class:`RunInterrupted` (the run's own signal handler) always interrupts.  On
-    the main thread a step runs only when the run does not handle signals, so
-    ``KeyboardInterrupt`` and ``SystemExit`` there may come from Ctrl-C or from the
-    host's own signal handlers: they interrupt too.  Anything else, and anything on
-    another thread, is the step's failure.
+    :class:`RunInterrupted` (the run's own signal handler) always interrupts.  When
+    the run does not handle signals, its caller does: ``KeyboardInterrupt`` and
+    ``SystemExit`` may come from Ctrl-C or from the host's own signal handlers, and
+    a server's ``except KeyboardInterrupt`` must see them, so they interrupt too --
+    in both executors and on any thread, so that the same step behaves the same
+    whichever executor runs it.  When the run handles signals, a real signal
+    arrives as :class:`RunInterrupted`, so these can only come from the step's own
+    code: like anything else, they are the step's failure.
     """
     if isinstance(raised, Exception):
         return raised
     if isinstance(raised, RunInterrupted):
         return None
-    if isinstance(raised, (KeyboardInterrupt, SystemExit)) \
-            and threading.current_thread() is threading.main_thread():
+    if isinstance(raised, (KeyboardInterrupt, SystemExit)) and not signals_handled:
         return None
     failure = StepAbortedError(planned.name, raised)
     failure.__cause__ = raised
     return failure
 
 
+def release_frames(error: BaseException) -> None:
+    """Clear the local variables of the finished frames in ``error``'s traceback, and in
+    those of its causes and contexts; the traceback itself (files, lines, functions)
+    stays, for the report and ``--debug``.
+
+    A failed step's frames hold what the step was using -- the process groups, an
+    engine, a pool -- and the error, kept in the report, is in a reference cycle with
+    the frame that caught it.  Left alone, those objects outlive their teardown and
+    are destroyed whenever the garbage collector gets to the cycle, possibly during
+    interpreter shutdown: a gloo worker that then drops the last reference to a
+    tensor needs the GIL, Python ends the thread instead (``pthread_exit``), and the
+    unwinding through a C++ destructor aborts the process ("terminate called without
+    an active exception").  A frame still running (the caller's) is left as it is.
+    """
+    seen: set[int] = set()
+    pending = [error]
+    while pending:
+        exc = pending.pop()
+        if id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        pending += [e for e in (exc.__cause__, exc.__context__) if e is not None]
+
+
 def invoke_step(planned: PlannedStep, state: RunState, outcome: StepOutcome,
                 diagnoses: DiagnosisBook, log: Any, clock: Callable[[], float],
                 late: LateResult, sleep: Callable[[float], None] = time.sleep,
                 heartbeat: Heartbeat | None = None, *, offload: bool = False,
-                watchdog: Watchdog | None = None) -> Any:
+                signals_handled: bool = False, watchdog: Watchdog | None = None) -> Any:
     """Run ``planned`` with retries, filling ``outcome``; returns the step's output.
 
     Only exceptions the step lists in ``retry_on`` are retried, with exponential
     backoff; a timeout is never retried (the hung attempt is still running), nor
     a ``sys.exit`` or any other :class:`StepAbortedError`.
-    Interrupts are never swallowed (see :func:`as_step_failure`); ``offload`` and
+    Interrupts are never swallowed (see :func:`as_step_failure`, which
+    ``signals_handled`` is passed to); ``offload`` and
     ``watchdog`` go to :func:`call_supervised`.  While the step runs (retries
     included), ``heartbeat`` logs that it is still running.
     """
@@ -225,7 +294,7 @@ def invoke_step(planned: PlannedStep, state: RunState, outcome: StepOutcome,
                                          watchdog=watchdog)
                 state.record_output(step.name, output, binds_device=step.binds_device)
             except BaseException as raised:
-                exc = as_step_failure(planned, raised)
+                exc = as_step_failure(planned, raised, signals_handled=signals_handled)
                 if exc is None:
                     raise
                 transient = (isinstance(exc, step.retry_on)

@@ -9,10 +9,16 @@ when the run fails, when the context manager exits, on SIGINT/SIGTERM (with
 ``handle_signals``) and, optionally, at interpreter exit.  A failing teardown
 is logged and the others still run, whatever it raised (``KeyboardInterrupt``
 and ``SystemExit`` included); a teardown cut short all the same is finished by
-the next call of :meth:`Run.teardown`.  A step's failure skips everything that
-hard-depends on it (``requires``, or the device binding), reported once as
-"upstream failed" with the root cause; ``wants`` and ordering-only dependents
-still run.
+the next call of :meth:`Run.teardown`.
+
+A run fails fast: once a step has failed, no new step starts (steps already
+running finish or time out), and the rest are reported as skipped, "not
+started" because of that failure.  A start-up half done is of no use to a
+server, and every step started after a failure (a master, a store, a pool
+registration) only costs time before it is torn down again.  With
+``keep_going=True`` a failure skips only what hard-depends on it
+(``requires``, or the device binding), reported once as "upstream failed" with
+the root cause; ``wants`` and ordering-only dependents still run.
 
 One run at a time is active in a process, from :meth:`Run.start` until its
 teardown ends: runs share the default process group, the environment, fd 2
@@ -43,7 +49,7 @@ from initorch.execution.context import RankInfo, RunState, StepContext
 from initorch.execution.environment import AppliedEnvironment, apply_environment
 from initorch.execution.executors import DryRunExecutor, Executor, make_executor
 from initorch.execution.heartbeat import DEFAULT_INTERVAL_S, Heartbeat
-from initorch.execution.invoke import invoke_step
+from initorch.execution.invoke import invoke_step, release_frames
 from initorch.execution.launchers import LaunchArguments, detect_rank
 from initorch.execution.peers import JobPeers, JobStore
 from initorch.execution.signals import SignalGuard
@@ -93,8 +99,10 @@ class Run:
     SGLang-style ``dist_init_addr`` (``HOST:PORT``), ``nnodes`` and
     ``node_rank`` (and ``nproc_per_node``, ``local_rank``) describe it, else
     torchrun's or SLURM's variables (:mod:`initorch.execution.launchers`).
-    ``heartbeat`` is the interval in seconds at which a step that is still
-    running logs ``step_still_running`` (``None``: never).
+    ``keep_going`` runs, after a failure, every step that does not hard-depend on
+    it (the default fails fast: nothing new starts).  ``heartbeat`` is the interval
+    in seconds at which a step that is still running logs ``step_still_running``
+    (``None``: never).
     """
 
     def __init__(
@@ -112,6 +120,7 @@ class Run:
         local_rank: int | None = None,
         handle_signals: bool = False,
         teardown_at_exit: bool = False,
+        keep_going: bool = False,
         heartbeat: float | None = DEFAULT_INTERVAL_S,
         clock: Callable[[], float] = time.perf_counter,
         sleep: Callable[[float], None] = time.sleep,
@@ -131,6 +140,9 @@ class Run:
         self.log = get_logger(profile="+".join(plan.profiles), rank=self.state.rank.rank)
         self._peers: JobPeers | None = None
         self._handle_signals = handle_signals
+        self._keep_going = keep_going
+        self._first_failure: str | None = None  # the step that failed first, if any
+        self._blocked: dict[str, str] = {}  # skipped step -> the failed step it hard-needs
         self._teardown_at_exit = teardown_at_exit
         self._clock, self._sleep = clock, sleep
         self._t0 = 0.0
@@ -185,12 +197,7 @@ class Run:
                 self.state.bind_device()  # leave the caller's thread on this rank's device
         except BaseException as stop:
             self._stop_heartbeat()
-            self.report.interrupted = str(stop) or type(stop).__name__
-            if self._t0:
-                self.report.wall_time = self._clock() - self._t0
-            for outcome in self.report.outcomes.values():
-                if outcome.status == "pending" and outcome.started is not None:
-                    outcome.status = "interrupted"
+            self._record_interruption(str(stop) or type(stop).__name__)
             self.teardown()
             raise
         self.report.wall_time = self._clock() - self._t0
@@ -200,6 +207,23 @@ class Run:
         if failed:
             self.teardown()
         return self.report
+
+    def _record_interruption(self, what: str) -> None:
+        """What an interrupted run knows: a step it was in is ``interrupted`` after the
+        time it really ran (the step a user needs after Ctrl-C on a hung start-up, in
+        the table, the trace and the critical chain), and the steps it never reached
+        are not started because of the interruption."""
+        self.report.interrupted = what
+        if not self._t0:
+            return  # interrupted before the first step
+        self.report.wall_time = stopped = self._elapsed()
+        for outcome in self.report.outcomes.values():
+            if outcome.status != "pending":
+                continue
+            if outcome.started is None:
+                outcome.status, outcome.reason = "skipped", f"not started: {what}"
+            else:
+                outcome.status, outcome.finished = "interrupted", stopped
 
     def teardown(self) -> None:
         """Undo completed steps in reverse completion order; safe to call many times
@@ -212,6 +236,7 @@ class Run:
                 self._torn_down = self._closing = True
             if first:
                 self._signals.quiet()
+            began = self._clock()
             try:
                 while True:
                     with self._lock:
@@ -220,6 +245,9 @@ class Run:
                         name = self._completed.pop()
                     self._teardown_output(name, self.state.forget(name))
             finally:
+                if self._started:  # a run never started has nothing to time
+                    spent = self._clock() - began
+                    self.report.teardown_time = (self.report.teardown_time or 0.0) + spent
                 self._finish_teardown()
 
     def _finish_teardown(self) -> None:
@@ -269,18 +297,20 @@ class Run:
     # -- the RunDriver interface used by executors -----------------------------------
 
     def blocked_by(self, planned: PlannedStep) -> str | None:
-        for name in self._plan.graph.predecessors(planned.name, HARD_EDGE_KINDS):
-            outcome = self.report.outcomes[name]
-            if outcome.status == "failed":
-                return name
-            if outcome.root_cause is not None:
-                return outcome.root_cause
-        return None
+        """The failed step ``planned`` hard-depends on; failing fast, any failed step."""
+        upstream = self._failed_upstream(planned)
+        if upstream is not None or self._keep_going:
+            return upstream
+        return self._first_failure
 
     def skip(self, planned: PlannedStep, root_cause: str) -> None:
         outcome = self.report.outcomes[planned.name]
-        outcome.status, outcome.reason = "skipped", f"upstream failed: {root_cause}"
-        outcome.root_cause = root_cause
+        if self._failed_upstream(planned) is None:  # only failing fast stops it
+            outcome.reason = f"not started: step '{root_cause}' failed (fail fast)"
+        else:
+            self._blocked[planned.name] = root_cause
+            outcome.reason = f"upstream failed: {root_cause}"
+        outcome.status, outcome.root_cause = "skipped", root_cause
         self.log.info("step_skipped", step=planned.name, reason=outcome.reason,
                       root_cause=root_cause)
 
@@ -289,16 +319,26 @@ class Run:
         if self._closing:  # torn down from another thread while the walk went on
             outcome.status, outcome.reason = "skipped", "the run was torn down"
             return
+        root = self.blocked_by(planned)  # a parallel walk may have released it before a
+        if root is not None:             # failure that came while it waited for a thread
+            self.skip(planned, root)
+            return
         if planned.step.timeout is not None and self._watchdog is None:
             self._start_watchdog()  # the deadline must hold even if the step holds the GIL
-        offload = self._signals.installed and threading.current_thread() is threading.main_thread()
+        handled = self._signals.installed
+        offload = handled and threading.current_thread() is threading.main_thread()
         if self._peers is not None:
             self._peers.step_started(planned.name)
         invoke_step(planned, self.state, outcome, self.diagnoses, self.log,
                     self._elapsed, self._late_result, self._sleep, self._heartbeat,
-                    offload=offload, watchdog=self._watchdog)
+                    offload=offload, signals_handled=handled, watchdog=self._watchdog)
         if self._peers is not None:  # joined by this very step, perhaps
             self._peers.step_finished(planned.name, outcome.status)
+        if outcome.status == "failed":
+            if outcome.error is not None:  # invoke_step has returned: its frame is done too
+                release_frames(outcome.error)
+            with self._lock:
+                self._first_failure = self._first_failure or planned.name
         if outcome.status != "succeeded":
             return
         with self._lock:
@@ -315,6 +355,16 @@ class Run:
                       device_bound=planned.step.device_bound, timeout=planned.step.timeout)
 
     # -- internals -------------------------------------------------------------------
+
+    def _failed_upstream(self, planned: PlannedStep) -> str | None:
+        """The failed step that hard-blocks ``planned`` (the root cause), if any."""
+        for name in self._plan.graph.predecessors(planned.name, HARD_EDGE_KINDS):
+            outcome = self.report.outcomes[name]
+            if outcome.status == "failed":
+                return name
+            if name in self._blocked:
+                return self._blocked[name]
+        return None
 
     def _join_job(self, step: str, job: Any) -> None:
         """The job's store is joined: keep a heartbeat there and agree on the plan with

@@ -96,15 +96,21 @@ GRAPH_FORMATS = {"dot": graph_dot, "mermaid": graph_mermaid, "json": graph_json}
 
 
 def run_summary_text(report: RunReport) -> str:
-    """Per-step table, critical chain and blame list of a finished run."""
+    """Per-step table, critical chain and blame list of a finished run; the headline
+    says what start-up and teardown each took, and their total."""
     plan = report.plan
     width = max(len(name) for name in report.outcomes) if report.outcomes else 4
     if report.interrupted:
         state = f"INTERRUPTED ({report.interrupted})"
     else:
         state = "ok" if report.ok else f"FAILED ({len(report.failed)} step(s))"
+    if report.teardown_time is None:
+        took = f"{report.wall_time:.3f}s (start-up; not torn down yet)"
+    else:
+        took = (f"{report.total_time:.3f}s (start-up {report.wall_time:.3f}s + teardown "
+                f"{report.teardown_time:.3f}s)")
     lines = [
-        f"run: {state} in {report.wall_time:.3f}s "
+        f"run: {state} in {took} "
         f"({report.executor}, rank {report.rank}, device {plan.device}, "
         f"fingerprint {plan.fingerprint[:12]})",
         f"  {'step':<{width}}  {'status':<9}  attempts  {'start':>8}  {'duration':>8}",

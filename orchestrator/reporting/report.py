@@ -118,7 +118,9 @@ class RunReport:
     rank: int
     outcomes: dict[str, StepOutcome]
     started_at: str
-    wall_time: float = 0.0
+    wall_time: float = 0.0  # the start-up: from the first step until the run returned
+    # Seconds spent tearing down (every call of Run.teardown together); None until then.
+    teardown_time: float | None = None
     teardown: list[TeardownOutcome] = field(default_factory=list)
     interrupted: str | None = None  # what stopped the run ("interrupted by SIGINT"), if anything
     # The plan's env: variables as the run found or set them (see execution.environment).
@@ -131,6 +133,12 @@ class RunReport:
     @property
     def ok(self) -> bool:
         return not self.failed
+
+    @property
+    def total_time(self) -> float:
+        """Start-up plus teardown: what the run cost, without the time a server served
+        between the two."""
+        return self.wall_time + (self.teardown_time or 0.0)
 
     def critical_chain(self) -> list[StepOutcome]:
         """Like ``systemd-analyze critical-chain``: from the step that finished last,
@@ -161,6 +169,8 @@ class RunReport:
             "executor": self.executor,
             "started_at": self.started_at,
             "wall_time_s": _round(self.wall_time),
+            "teardown_time_s": _round(self.teardown_time),
+            "total_time_s": _round(self.total_time),
             "ok": self.ok,
             "interrupted": self.interrupted,
             "steps": [self.outcomes[name].to_dict() for name in self.step_order()],
