@@ -64,10 +64,15 @@ class SharedTransferEngine:
     engine: Any
     hostname: EngineHostname
     protocol: str
-    device_name: str
+    ib_device: str | None
     metadata_server: str
     rpc_port: int = 0
     transports: list[str] = field(default_factory=list)
+
+    @property
+    def device_name(self) -> str:
+        """What ``initialize`` gets for the device: SGLang passes ``""`` for no device."""
+        return self.ib_device or ""
 
     @property
     def session_id(self) -> str:
@@ -113,11 +118,15 @@ def import_transfer_engine() -> Any:
     return TransferEngine
 
 
-def device_name_for(ctx: StepContext) -> str:
-    """SGLang passes no RDMA device when ``MC_FORCE_TCP=1`` makes them irrelevant."""
+def ib_device_for(configured: str) -> str | None:
+    """The engine's RDMA device as SGLang 0.5.23 keeps it (``MooncakeTransferEngine.
+    __init__``, ``mooncake_transfer_engine.py:131-136``): ``""`` when ``MC_FORCE_TCP=1``
+    makes devices irrelevant, ``None`` when none is configured (``parse_ib_device_config``
+    :30-31 turns a blank value into ``None``), else the configured value.  The store
+    compares it with its own device, so ``None`` and ``""`` differ."""
     if os.environ.get("MC_FORCE_TCP") == "1":
         return ""
-    return str(ctx.setting("mooncake.device_name") or "")
+    return configured.strip() or None
 
 
 def check_transport(ctx: StepContext, shared: SharedTransferEngine, native: NativeLog) -> None:
@@ -154,7 +163,8 @@ def init_shared_mooncake_transfer_engine(ctx: StepContext) -> SharedTransferEngi
     engine_type = import_transfer_engine()
     protocol = str(ctx.setting("device.mooncake_protocol"))
     hostname = engine_hostname(ctx, protocol, installed_build)
-    shared = SharedTransferEngine(engine_type(), hostname, protocol, device_name_for(ctx),
+    shared = SharedTransferEngine(engine_type(), hostname, protocol,
+                                  ib_device_for(str(ctx.setting("mooncake.device_name"))),
                                   str(ctx.setting("mooncake.metadata_server")))
     before = listeners()
     try:
