@@ -120,6 +120,14 @@ def test_unbalanced_memory_fails_every_rank_with_the_diagnosis(tmp_path: Path) -
         assert set(entry["masks_after"].values()) == {format_cpu_list(entry["before"]["mask"])}
 
 
+def test_with_one_rank_per_tensor_group_the_balance_is_not_checked(tmp_path: Path) -> None:
+    # SGLang 0.5.23 bootstrap.py:214 checks the balance only when tp_size > 1.
+    results = run_ranks(tmp_path, 2, {"parallel.pp_size": 2}, "--short-rank", "1")
+    for entry in results.values():
+        assert entry["ok"], entry
+        assert entry["per_rank"][1] < 0.5 * entry["per_rank"][0]  # unbalanced, yet accepted
+
+
 def test_world_size_mismatch_fails_at_run_time_too(tmp_path: Path) -> None:
     command = [str(Path(sys.executable).parent / "initorch"), "run", "-p", "cpu", "-p", "server",
                "--set", "parallel.tp_size=2", "--set", "mooncake.enabled=false"]

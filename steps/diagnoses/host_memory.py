@@ -115,7 +115,8 @@ BUDGET_EXCEEDED = Diagnosis(
         "alloc_host_mem_pool checks the same budget before allocating "
         "(hicache.host_memory_reserve_mb, default 10240) and names the numbers."
     ),
-    pattern=r"Not enough host memory available\. Requesting [\d.]+ GB but only have [\d.]+ GB free",
+    pattern=r"Not enough host memory available\. Requesting [\d.]+ GB but only have -?[\d.]+ GB "
+            r"free",  # below zero when less than the reserve is free
 )
 
 LAYOUT_UNSUPPORTED = Diagnosis(
