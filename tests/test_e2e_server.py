@@ -24,7 +24,8 @@ pytestmark = pytest.mark.e2e
 
 SCRIPT = Path(__file__).with_name("torchrun_server_rank.py")
 # Mooncake and the host pool are covered elsewhere; here they would only add time.
-LEAN = {"mooncake.enabled": False, "hicache.enabled": False}
+# parallel.pre_warm: the warm-up's one-hot all-reduce proves each group's members.
+LEAN = {"mooncake.enabled": False, "hicache.enabled": False, "parallel.pre_warm": True}
 
 
 def free_port() -> int:

@@ -57,8 +57,16 @@ def test_layout_problems_are_the_sizes_that_do_not_fit_together() -> None:
 
 @pytest.mark.parametrize("device", ["cpu", "cuda", "npu", "musa", "rocm", "xpu"])
 def test_server_overlay_orders_the_start_up_as_sglang(device: str) -> None:
-    order = load_plan(["server"], device=device).order
+    order = load_plan(["server"], device=device, settings={"parallel.pre_warm": True}).order
     assert [s for s in order if s in SERVER_ORDER] == list(SERVER_ORDER)
+
+
+def test_collectives_are_not_pre_warmed_unless_asked_as_in_sglang() -> None:
+    # SGLang 0.5.23 --pre-warm-nccl defaults to False (arg_groups/fields/exec_.py:744-747).
+    order = load_plan(["server"], device="cuda").order
+    assert "warmup_collectives" not in order
+    assert [s for s in order if s in SERVER_ORDER] == [
+        s for s in SERVER_ORDER if s != "warmup_collectives"]
 
 
 def plan_cli(run_cli, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], *argv: str):

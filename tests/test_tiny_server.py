@@ -25,7 +25,7 @@ from tiny_server.model import (
 
 # SGLang 0.5.23 order, then the launcher's own steps (model_runner.py).
 SERVER_ORDER = ("bind_cpu_threads", "set_device", "init_torch_distributed",
-                "init_model_parallel", "warmup_collectives", "memory_baseline", "load_model",
+                "init_model_parallel", "memory_baseline", "load_model",
                 "alloc_kv_pool", "alloc_host_mem_pool", "register_mem_pool_host", "warmup")
 
 
