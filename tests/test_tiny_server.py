@@ -105,7 +105,7 @@ def test_the_launchers_dry_run_imports_no_torch() -> None:
         import sys
         sys.path.insert(0, {str(REPO / "examples")!r})
         from tiny_server.launch import main
-        assert main(["--device", "musa", "--plan"]) == 0
+        assert main(["--device", "musa", "--plan", "--set", "cpu_binding.policy=split"]) == 0
         print("TORCH", sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "mooncake")))
         """, env={"LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2"})
     assert result.returncode == 0, result.stderr
