@@ -126,6 +126,10 @@ LAYOUT = setting(
     "hicache.layout", str, default="page_first", choices=LAYOUTS + tuple(DEPRECATED_LAYOUTS),
     description="SGLang's --hicache-mem-layout (page_first_direct on NPU, page_first_kv_split "
                 "for MLA models; page_first_kv_spilt is a deprecated alias)")
+MLA = setting(
+    "hicache.mla", bool, default=False,
+    description="the model uses multi-head latent attention (SGLang's is_mla_model): its "
+                "host pool may stay layer_first with the Mooncake store and kernel_ascend io")
 HOST_MEMORY_RESERVE_MB = setting(
     "hicache.host_memory_reserve_mb", int, default=10240, minimum=0, maximum=2**24,
     description="host memory left free when checking the host pool's size (SGLang's "
@@ -144,7 +148,7 @@ IO_BACKEND = setting(
     device_bound=True,
     when="hicache.enabled",
     settings=(HICACHE_ENABLED, HOST_ALLOCATOR, HOST_POOL_MB, HOST_POOL_RATIO, LAYOUT, IO_BACKEND,
-              STORAGE_BACKEND, HOST_MEMORY_RESERVE_MB),
+              STORAGE_BACKEND, HOST_MEMORY_RESERVE_MB, MLA),
 )
 def alloc_host_mem_pool(ctx: StepContext) -> HostPool:
     name = str(ctx.setting("device.host_allocator"))
@@ -154,9 +158,11 @@ def alloc_host_mem_pool(ctx: StepContext) -> HostPool:
                         hint=f"set device.host_allocator to one of {', '.join(ALLOCATORS)}")
     choice = resolve_layout(str(ctx.setting("hicache.layout")),
                             str(ctx.setting("hicache.storage_backend")),
-                            str(ctx.setting("hicache.io_backend")))
+                            str(ctx.setting("hicache.io_backend")),
+                            bool(ctx.setting("hicache.mla")))
     for note in choice.notes:
-        ctx.log.warning("layout_changed", layout=choice.layout, note=note)
+        ctx.log.warning("layout_changed", layout=choice.layout, io_backend=choice.io_backend,
+                        note=note)
     nbytes = host_pool_bytes(ctx)
     reserve = int(ctx.setting("hicache.host_memory_reserve_mb")) * 2**20
     ranks = ctx.rank.local_world_size or local_world_size(os.environ) or 1
