@@ -52,6 +52,27 @@ TRANSPORT_MARKERS = {
     b"EfaTransport": "efa",
 }
 
+# Metadata storage plugin class -> the schemes it serves.  MetadataStoragePlugin::Create
+# (transfer_metadata_plugin.cpp:544-595, Mooncake 0.3.13) compiles each in only with
+# USE_ETCD / USE_REDIS / USE_HTTP and LOG(FATAL)s -- abort(), the whole process -- on a
+# scheme it lacks; a value without "://" is etcd (parseConnectionString, :525-543).  The
+# published wheels (npu, non-cuda, CUDA, rocm 0.3.13.post1; cuda13 0.3.14) name
+# EtcdStoragePlugin and HTTPStoragePlugin, none RedisStoragePlugin.
+METADATA_PLUGINS = {
+    b"EtcdStoragePlugin": ("etcd",),
+    b"RedisStoragePlugin": ("redis",),
+    b"HTTPStoragePlugin": ("http", "https"),
+}
+_MARKERS = (*TRANSPORT_MARKERS, *METADATA_PLUGINS)
+
+
+def metadata_scheme(server: str) -> str | None:
+    """The plugin scheme Mooncake picks for a metadata server; None for P2PHANDSHAKE."""
+    if server == "P2PHANDSHAKE":
+        return None
+    scheme, found, _ = server.partition("://")
+    return scheme if found else "etcd"
+
 
 @dataclass(frozen=True, slots=True)
 class MooncakeBuild:
@@ -64,7 +85,14 @@ class MooncakeBuild:
     @property
     def protocols(self) -> frozenset[str]:
         """Protocol names this build can install."""
-        return frozenset(TRANSPORT_MARKERS[name.encode()] for name in self.classes)
+        return frozenset(TRANSPORT_MARKERS[name.encode()] for name in self.classes
+                         if name.encode() in TRANSPORT_MARKERS)
+
+    @property
+    def metadata_schemes(self) -> frozenset[str]:
+        """Metadata server schemes this build has a plugin for."""
+        return frozenset(scheme for name in self.classes
+                         for scheme in METADATA_PLUGINS.get(name.encode(), ()))
 
     @property
     def ascend(self) -> AscendBuild | None:
@@ -83,24 +111,29 @@ class MooncakeBuild:
 
 
 def engine_binary() -> str | None:
-    """Path of the ``mooncake.engine`` extension; found without importing it when it
-    is not imported yet."""
+    """Path of the ``mooncake.engine`` extension; found without importing ``mooncake``
+    or its engine when they are not imported yet (a plan must not import them)."""
     loaded = sys.modules.get("mooncake.engine")
     if loaded is not None:
         return getattr(loaded, "__file__", None)
     try:
-        spec = importlib.util.find_spec("mooncake.engine")
+        spec = importlib.util.find_spec("mooncake")  # top level: found, not executed
     except (ImportError, ValueError):
         return None
-    return spec.origin if spec is not None and spec.origin not in (None, "built-in") else None
+    for folder in (spec.submodule_search_locations or ()) if spec is not None else ():
+        found = sorted(Path(folder).glob("engine*.so"))
+        if found:
+            return str(found[0])
+    return None
 
 
 @lru_cache(maxsize=32)
 def scan_binary(path: str) -> frozenset[str]:
-    """Transport class names that occur in the file at ``path`` (a few MB, read once)."""
+    """Transport and metadata plugin class names in the file at ``path`` (a few MB, read
+    once)."""
     with open(path, "rb") as handle:
         data = handle.read()
-    return frozenset(marker.decode() for marker in TRANSPORT_MARKERS if marker in data)
+    return frozenset(marker.decode() for marker in _MARKERS if marker in data)
 
 
 def linked_files(binary: str) -> tuple[str, ...]:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from initorch import StepContext, StepError, setting, step
+from initorch import PreviewContext, StepContext, StepError, setting, step
 from initorch.execution.native_output import capture_native_stderr
 from initorch.steps.engine_hostname import local_host
 from initorch.steps.listeners import listeners, warn_if_exposed
@@ -44,6 +44,7 @@ from initorch.steps.transfer_engine import (
     METADATA_SERVER,
     METADATA_SERVER_HELP,
     SharedTransferEngine,
+    check_metadata_plugin,
 )
 
 WARMUP_BYTES = 4 * 1024  # what SGLang's MooncakeStore.warmup puts
@@ -194,6 +195,13 @@ def init_mooncake_store(ctx: StepContext) -> StoreClient:
                  metadata_server=metadata, global_segment_bytes=segment,
                  reused_engine=client.reused_engine)
     return client
+
+
+@init_mooncake_store.preview
+def preview_mooncake_store(ctx: PreviewContext) -> list[str]:
+    if ctx.setting("mooncake.store.metadata_server") == "master":
+        return []  # the managed master's own HTTP metadata server, known at run time
+    return check_metadata_plugin(ctx, "mooncake.store.metadata_server")
 
 
 @init_mooncake_store.teardown

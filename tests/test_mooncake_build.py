@@ -14,7 +14,7 @@ from types import ModuleType
 import pytest
 
 from initorch.steps.elf import needed
-from initorch.steps.mooncake_build import installed_build, scan_binary
+from initorch.steps.mooncake_build import installed_build, metadata_scheme, scan_binary
 from tests.wheels import (
     MOONCAKE_CPU,
     MOONCAKE_CUDA12,
@@ -92,3 +92,28 @@ def test_the_simulated_npu_stubs_match_the_real_npu_wheel() -> None:
         assert scan_binary(str(folder / name)) == scan_binary(str(real.file(member))), name
     assert installed_build(str(folder / "engine.so")).classes == installed_build(
         str(real.unpack("mooncake") / "engine.so")).classes
+
+
+@pytest.mark.parametrize("dist", MOONCAKE_WHEELS, ids=lambda d: d[0])
+def test_no_published_build_has_a_redis_metadata_plugin(dist: tuple[str, str]) -> None:
+    folder = wheel(*dist).unpack("mooncake")
+    build = installed_build(str(folder / "engine.so"))
+    assert build.metadata_schemes == {"etcd", "http", "https"}, build.describe()
+
+
+@pytest.mark.parametrize(("server", "scheme"), [
+    ("P2PHANDSHAKE", None), ("10.0.0.1:2379", "etcd"), ("etcd://10.0.0.1:2379", "etcd"),
+    ("redis://10.0.0.1:6379", "redis"), ("https://meta/metadata", "https")])
+def test_the_metadata_scheme_is_read_as_mooncake_parses_it(server: str, scheme: str | None
+                                                           ) -> None:
+    assert metadata_scheme(server) == scheme
+
+
+@pytest.mark.parametrize("key", ["mooncake.metadata_server", "mooncake.store.metadata_server"])
+def test_a_scheme_the_installed_build_lacks_is_refused_at_plan_time(run_cli, key: str) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("mooncake")  # the installed CPU wheel, no redis (test above)
+    code, out, err = run_cli("plan", "-p", "cpu", "--set", f"{key}=redis://10.0.0.1:6379")
+    assert (code, out) == (2, ""), err
+    assert f"{key} 'redis://10.0.0.1:6379' needs Mooncake's redis metadata plugin" in err
+    code, out, _ = run_cli("plan", "-p", "cpu", "--set", f"{key}=http://10.0.0.1:8080/m")
+    assert code == 0 and f"{key}: http plugin present" in out

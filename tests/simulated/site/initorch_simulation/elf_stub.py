@@ -19,20 +19,24 @@ import struct
 import tempfile
 from pathlib import Path
 
-# file -> (DT_NEEDED entries inside the mooncake/ folder, transport class names held)
+# file -> (DT_NEEDED entries inside the mooncake/ folder, transport and metadata plugin
+# class names held)
 LAYOUTS: dict[str, dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
     "ascend_direct": {
         "engine.so": (("libtransfer_engine.so", "libmooncake_common.so"), ()),
         "libtransfer_engine.so": (
             ("ascend_transport.so",),
-            ("AscendDirectTransport", "RdmaTransport", "TcpTransport")),
+            ("AscendDirectTransport", "RdmaTransport", "TcpTransport", "EtcdStoragePlugin",
+             "HTTPStoragePlugin")),
         "ascend_transport.so": ((), ("AscendDirectTransport",)),
         "libmooncake_common.so": ((), ()),
     },
     "hccl": {
         "engine.so": (("libtransfer_engine.so", "libmooncake_common.so"), ()),
         "libtransfer_engine.so": (
-            ("ascend_transport.so",), ("HcclTransport", "RdmaTransport", "TcpTransport")),
+            ("ascend_transport.so",),
+            ("HcclTransport", "RdmaTransport", "TcpTransport", "EtcdStoragePlugin",
+             "HTTPStoragePlugin")),
         "ascend_transport.so": ((), ("HcclTransport",)),
         "libmooncake_common.so": ((), ()),
     },
