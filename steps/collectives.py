@@ -7,6 +7,10 @@ SGLang 0.5.23 therefore pre-warms with one all-reduce of a one-element tensor
 on the tensor-parallel group (``distributed/bootstrap.py`` ``_prewarm_nccl``),
 before ``measure_pre_model_load_memory``.
 
+SGLang does so only with ``--pre-warm-nccl``, off by default (0.5.23
+``arg_groups/fields/exec_.py:744-747``; ``bootstrap.py:161-164`` also needs a
+group larger than one), so here too it runs only with ``parallel.pre_warm``.
+
 Here every group this rank belongs to is warmed, on its device group and its
 CPU group, and the tensor is a one-hot vector of the world's ranks: after the
 sum, the non-zero entries are exactly the group's members, so the warm-up also
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from initorch import StepContext, StepError, step
+from initorch import StepContext, StepError, setting, step
 from initorch.steps.device import VISIBLE_DEVICES_ENV, tensor_device
 from initorch.steps.parallel import ModelParallel
 
@@ -33,13 +37,20 @@ def members_seen(group: Any, rank: int, world_size: int, device: Any) -> tuple[i
     return tuple(int(r) for r in torch.nonzero(one_hot.cpu()).flatten().tolist())
 
 
+PRE_WARM = setting(
+    "parallel.pre_warm", bool, default=False,
+    description="SGLang's --pre-warm-nccl (off by default): one all-reduce on every group "
+                "before the memory baseline, so communicators are built at start-up")
+
+
 @step(
     "warmup_collectives",
     description="One small all-reduce on every model-parallel group (device and CPU), "
                 "proving who is in it",
     requires=["import_backend", "init_model_parallel"],
     device_bound=True,
-    settings=(VISIBLE_DEVICES_ENV,),
+    when="parallel.pre_warm",
+    settings=(PRE_WARM, VISIBLE_DEVICES_ENV),
 )
 def warmup_collectives(ctx: StepContext) -> dict[str, tuple[int, ...]]:
     parallel: ModelParallel = ctx.output("init_model_parallel")

@@ -15,6 +15,18 @@ thread of the process (``sched_setaffinity`` on Linux binds only the thread it
 names), and torch gets one thread per physical core of the share, unless
 ``cpu_binding.threads`` says otherwise.  Teardown restores both.
 
+Where SGLang binds differs per device (0.5.23 ``utils/numa_utils.py:454-497``,
+``distributed/bootstrap.py:75-87``): only on device ``cpu`` does it bind each rank's
+threads, to one NUMA node per rank, or to the rank's entry of
+``SGLANG_CPU_OMP_THREADS_BIND`` (``"0-31|32-63"``, indexed by the rank's device id),
+which initorch reads the same way.  On CUDA and XPU it binds the process to the
+GPU's NUMA node when it spawns the rank (numactl); initorch cannot act before its
+process exists and splits cores by local rank instead (``cpu_binding.policy:
+split``, a deliberate difference).  On NPU, MUSA and ROCm SGLang binds nothing, so
+those profiles set ``cpu_binding.policy: none``.  Where SGLang would refuse more cpu
+ranks than NUMA nodes without ``SGLANG_CPU_OMP_THREADS_BIND``, initorch splits the
+nodes' cores instead (also deliberate: one-node hosts run several ranks).
+
 How many ranks share the host is the launcher's ``LOCAL_WORLD_SIZE`` (torchrun);
 a lone process is a world of one.  ``initorch plan`` shows each local rank's
 cores for the environment it runs in: under torchrun, or with
@@ -24,7 +36,7 @@ cores for the environment it runs in: under torchrun, or with
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from initorch import PreviewContext, StepContext, StepError, setting, step
@@ -32,6 +44,7 @@ from initorch.steps.topology import (
     RankShare,
     format_cpu_list,
     local_world_size,
+    parse_cpu_list,
     read_numa_nodes,
     split_cores,
 )
@@ -42,6 +55,14 @@ CAN_PIN = hasattr(os, "sched_setaffinity") and hasattr(os, "sched_getaffinity")
 THREADS = setting("cpu_binding.threads", int, default=0, minimum=0, maximum=4096,
                   description="torch threads per rank; 0 is one per physical core of the "
                               "rank's share")
+
+
+POLICY = setting(
+    "cpu_binding.policy", str, default="split", choices=("split", "none"),
+    description="split: pin each local rank to its share of cores (SGLANG_CPU_OMP_THREADS_BIND "
+                "wins on cpu); none: leave affinity and torch threads alone, as SGLang does "
+                "on npu, musa and rocm")
+OMP_THREADS_BIND = "SGLANG_CPU_OMP_THREADS_BIND"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +82,33 @@ class CpuBinding:
 def plan_shares(local_world: int, allowed: Iterable[int]) -> tuple[RankShare, ...]:
     """Every local rank's share of this host's allowed CPUs."""
     return split_cores(read_numa_nodes(allowed), local_world)
+
+
+def sglang_thread_bind(environ: Mapping[str, str], index: int,
+                       allowed: Iterable[int]) -> RankShare | None:
+    """The rank's entry of ``SGLANG_CPU_OMP_THREADS_BIND`` (``|``-separated cpu lists, one
+    per rank, indexed by the device id: ``numa_utils.py:485-497``), or None when it is
+    unset or ``all``.  Entries outside the process's allowed CPUs are refused."""
+    raw = environ.get(OMP_THREADS_BIND, "all").strip()
+    if raw == "all":
+        return None
+    entries = raw.split("|")
+    if not 0 <= index < len(entries):
+        raise StepError(f"NUMA index {index} is out of range for the {len(entries)} "
+                        f"{OMP_THREADS_BIND} entries",
+                        hint="give one '|'-separated cpu list per rank, as SGLang asks")
+    try:
+        cpus = set(parse_cpu_list(entries[index]))
+    except ValueError as exc:
+        raise StepError(f"{OMP_THREADS_BIND} entry {entries[index]!r}: {exc}",
+                        hint="write cpu lists as the kernel does: 0-31|32-63") from None
+    outside = cpus - set(allowed)
+    if not cpus or outside:
+        raise StepError(f"{OMP_THREADS_BIND} entry {entries[index]!r} names CPUs this process "
+                        f"may not use ({format_cpu_list(sorted(outside))})",
+                        hint="check taskset -p / the container's cpuset")
+    nodes = read_numa_nodes(cpus)
+    return RankShare(index, nodes[0].node, tuple(c for node in nodes for c in node.cores))
 
 
 def _pin_every_thread(cpus: Iterable[int]) -> None:
@@ -98,13 +146,17 @@ def _local_world(ctx: StepContext) -> int:
                 "thread pool",
     requires=["import_backend"],
     before=["set_device"],
-    settings=(THREADS,),
+    settings=(THREADS, POLICY),
 )
 def bind_cpu_threads(ctx: StepContext) -> CpuBinding:
     import torch
 
     configured = int(ctx.setting("cpu_binding.threads"))
     previous_threads = torch.get_num_threads()
+    if ctx.setting("cpu_binding.policy") == "none":
+        ctx.log.info("cpu_binding_skipped", threads=previous_threads,
+                     reason="cpu_binding.policy is none: SGLang binds no threads on this device")
+        return CpuBinding(None, previous_threads, None, previous_threads)
     if not CAN_PIN:
         threads = configured or previous_threads
         torch.set_num_threads(threads)
@@ -117,8 +169,10 @@ def bind_cpu_threads(ctx: StepContext) -> CpuBinding:
                         f"LOCAL_WORLD_SIZE={local_world}",
                         hint="check the variables the launcher exports")
     previous_mask = frozenset(os.sched_getaffinity(0))
+    given = sglang_thread_bind(os.environ, ctx.rank.local_rank, previous_mask) \
+        if ctx.device.type == "cpu" else None
     try:
-        share = plan_shares(local_world, previous_mask)[ctx.rank.local_rank]
+        share = given or plan_shares(local_world, previous_mask)[ctx.rank.local_rank]
     except ValueError as exc:
         raise StepError(str(exc), hint="check the process's CPU affinity (taskset -p)") from None
     threads = configured or len(share.cores)
@@ -140,6 +194,8 @@ def unbind_cpu_threads(ctx: StepContext, binding: CpuBinding) -> None:
 
 @bind_cpu_threads.preview
 def preview_cpu_binding(ctx: PreviewContext) -> list[str]:
+    if ctx.setting("cpu_binding.policy") == "none":
+        return ["cpu_binding.policy none: affinity and torch threads left as they are"]
     if not CAN_PIN:
         return ["this platform has no CPU affinity API: only torch's thread count is set"]
     try:

@@ -19,7 +19,10 @@ above 0, that many times the device KV pool, as SGLang sizes it (0.5.23
 ``host_to_device_ratio``; ``--hicache-ratio`` defaults to 2.0 in
 ``arg_groups/hicache_hook.py``).  The device pool is the output of a step this
 one ``requires`` (a profile adds the edge) that has ``device_pool_bytes``.  A
-pool larger than the host memory available is refused, as SGLang checks it.
+pool larger than this rank's share of host memory is refused with SGLang's own
+message, on SGLang's rule (``pool_host/base.py:28, 68-108, 244-256``): each rank
+may take ``(available - 10 GiB) // ranks per host``, the reserve being
+``hicache.host_memory_reserve_mb``.
 
 Registration follows SGLang's ``MooncakeStore.register_mem_pool_host`` ->
 ``register_buffer(ptr, size)``; teardown unregisters.
@@ -27,6 +30,7 @@ Registration follows SGLang's ``MooncakeStore.register_mem_pool_host`` ->
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -36,7 +40,7 @@ from initorch.execution.native_output import capture_native_stderr
 from initorch.steps.kv_layout import DEPRECATED_LAYOUTS, IO_BACKENDS, LAYOUTS, resolve_layout
 from initorch.steps.settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
 from initorch.steps.store import StoreClient
-from initorch.steps.topology import host_available_bytes
+from initorch.steps.topology import host_available_bytes, local_world_size
 
 
 @runtime_checkable
@@ -122,6 +126,15 @@ LAYOUT = setting(
     "hicache.layout", str, default="page_first", choices=LAYOUTS + tuple(DEPRECATED_LAYOUTS),
     description="SGLang's --hicache-mem-layout (page_first_direct on NPU, page_first_kv_split "
                 "for MLA models; page_first_kv_spilt is a deprecated alias)")
+MLA = setting(
+    "hicache.mla", bool, default=False,
+    description="the model uses multi-head latent attention (SGLang's is_mla_model): its "
+                "host pool may stay layer_first with the Mooncake store and kernel_ascend io")
+HOST_MEMORY_RESERVE_MB = setting(
+    "hicache.host_memory_reserve_mb", int, default=10240, minimum=0, maximum=2**24,
+    description="host memory left free when checking the host pool's size (SGLang's "
+                "HICACHE_HOST_MEMORY_RESERVE_BYTES, 10 GiB); the rest is shared by the ranks "
+                "on this host")
 IO_BACKEND = setting(
     "hicache.io_backend", str, default="kernel", choices=IO_BACKENDS,
     description="SGLang's --hicache-io-backend (kernel_ascend on NPU); decides how layer_first "
@@ -135,7 +148,7 @@ IO_BACKEND = setting(
     device_bound=True,
     when="hicache.enabled",
     settings=(HICACHE_ENABLED, HOST_ALLOCATOR, HOST_POOL_MB, HOST_POOL_RATIO, LAYOUT, IO_BACKEND,
-              STORAGE_BACKEND),
+              STORAGE_BACKEND, HOST_MEMORY_RESERVE_MB, MLA),
 )
 def alloc_host_mem_pool(ctx: StepContext) -> HostPool:
     name = str(ctx.setting("device.host_allocator"))
@@ -145,20 +158,34 @@ def alloc_host_mem_pool(ctx: StepContext) -> HostPool:
                         hint=f"set device.host_allocator to one of {', '.join(ALLOCATORS)}")
     choice = resolve_layout(str(ctx.setting("hicache.layout")),
                             str(ctx.setting("hicache.storage_backend")),
-                            str(ctx.setting("hicache.io_backend")))
+                            str(ctx.setting("hicache.io_backend")),
+                            bool(ctx.setting("hicache.mla")))
     for note in choice.notes:
-        ctx.log.warning("layout_changed", layout=choice.layout, note=note)
+        ctx.log.warning("layout_changed", layout=choice.layout, io_backend=choice.io_backend,
+                        note=note)
     nbytes = host_pool_bytes(ctx)
-    available = host_available_bytes()
-    if nbytes > available:
-        raise StepError(f"a host pool of {nbytes / 2**30:.2f} GiB does not fit in the "
-                        f"{available / 2**30:.2f} GiB of host memory available",
-                        hint="lower hicache.host_pool_mb or hicache.host_pool_ratio")
+    reserve = int(ctx.setting("hicache.host_memory_reserve_mb")) * 2**20
+    ranks = ctx.rank.local_world_size or local_world_size(os.environ) or 1
+    budget = host_memory_budget(host_available_bytes(), reserve, ranks)
+    if nbytes > budget:
+        raise StepError(f"Not enough host memory available. Requesting {nbytes / 1e9:.2f} GB "
+                        f"but only have {budget / 1e9:.2f} GB free. Please reduce the size of "
+                        "the hierarchical cache.",
+                        hint=f"each rank may take (available - {reserve >> 20} MiB) // {ranks} "
+                             "ranks on this host, as in SGLang; lower hicache.host_pool_mb or "
+                             "hicache.host_pool_ratio (or hicache.host_memory_reserve_mb)")
     buffer, release = allocator(nbytes)
     pool = HostPool(buffer, nbytes, choice.layout, name, release)
     ctx.log.info("host_pool_allocated", nbytes=nbytes, allocator=name, ptr=hex(pool.ptr),
                  layout=pool.layout)
     return pool
+
+
+def host_memory_budget(available: int, reserve: int, ranks_per_host: int) -> int:
+    """The host memory one rank may give its host pool: SGLang 0.5.23's
+    ``host_memory_budget_bytes`` (``pool_host/base.py:103-108``), whose floor division
+    can go below zero when less than the reserve is free."""
+    return (available - reserve) // ranks_per_host
 
 
 def host_pool_bytes(ctx: StepContext) -> int:

@@ -5,13 +5,17 @@ choices): ``layer_first``, ``page_first``, ``page_first_direct``,
 ``page_first_kv_split``, ``page_head``.  ``page_first_kv_spilt``, a misspelling
 an older initorch accepted and that circulates in configs, is a deprecated alias.
 
-Rewrites follow ``srt/arg_groups/hicache_hook.py``:
-``resolve_layout_io_compatibility`` turns ``page_first`` with the ``direct`` io
-backend into ``page_first_direct``; ``resolve_storage_layout_compatibility``
-turns ``layer_first`` with the Mooncake store into ``page_first_direct``
-(``direct``) or ``page_first`` (``kernel``), and keeps it for other io backends
-(``kernel_ascend``), where the store then fails on the first MHA page
-(``mooncake_store.py _get_mha_buffer_meta``): initorch refuses that at once.
+Rewrites follow ``srt/arg_groups/hicache_hook.py``, in its order (:81-86):
+``resolve_layout_io_compatibility`` (:173-194) switches ``page_first_direct`` with
+the ``kernel`` io backend to the ``direct`` io backend, then ``page_first`` with
+``direct`` to ``page_first_direct``; ``resolve_storage_layout_compatibility``
+(:197-225) turns ``layer_first`` with the Mooncake store into
+``page_first_direct`` (``direct``) or ``page_first`` (``kernel``), and keeps it
+for other io backends (``kernel_ascend``).  There the store then fails on the
+first page of an MHA pool (``mooncake_store.py:1320 _get_mha_buffer_meta``), so
+initorch refuses MHA at once and keeps ``layer_first`` for MLA models
+(``hicache.mla``), where the store takes it.  ``tests/sglang/test_oracle_layout.py``
+runs SGLang's own hook functions on every combination.
 
 Page placement follows ``get_page_buffer_meta`` (``srt/mem_cache/pool_host/mha.py``
 and ``mla.py``): for the MHA page layouts a page's K and V are each one
@@ -38,11 +42,14 @@ class LayoutChoice:
     """The layout to use, and what was changed on the way (for warnings)."""
 
     layout: str
+    io_backend: str
     notes: tuple[str, ...] = ()
 
 
-def resolve_layout(requested: str, storage_backend: str, io_backend: str) -> LayoutChoice:
-    """The layout SGLang would run with for these settings, or a StepError."""
+def resolve_layout(requested: str, storage_backend: str, io_backend: str,
+                   mla: bool = False) -> LayoutChoice:
+    """The layout and io backend SGLang would run with for these settings, or a
+    StepError where SGLang would start and then fail."""
     notes: list[str] = []
     layout = requested
     if layout in DEPRECATED_LAYOUTS:
@@ -55,22 +62,29 @@ def resolve_layout(requested: str, storage_backend: str, io_backend: str) -> Lay
     if io_backend not in IO_BACKENDS:
         raise StepError(f"hicache.io_backend '{io_backend}' is not one of SGLang's",
                         hint=f"set hicache.io_backend to one of {', '.join(IO_BACKENDS)}")
+    if layout == "page_first_direct" and io_backend == "kernel":
+        io_backend = "direct"
+        notes.append("the kernel io backend does not support page_first_direct, switching to "
+                     "the direct io backend (as SGLang does)")
     if layout == "page_first" and io_backend == "direct":
         layout = "page_first_direct"
         notes.append("page_first is not supported with the direct io backend, switching to "
                      "page_first_direct (as SGLang does)")
     if layout == "layer_first" and storage_backend == "mooncake":
+        if io_backend == "kernel_ascend" and mla:
+            return LayoutChoice(layout, io_backend, tuple(notes))
         if io_backend == "kernel_ascend":
             raise StepError(
                 "host pool layout 'layer_first' is not supported by the Mooncake store with "
-                "io backend kernel_ascend: SGLang keeps it, and the store then fails with "
-                "'Mooncake layer_first multi-buffer is only supported for MLA host KV pool'",
+                "io backend kernel_ascend for an MHA model: SGLang keeps it, and the store "
+                "then fails with 'Mooncake layer_first multi-buffer is only supported for MLA "
+                "host KV pool'",
                 hint="set hicache.layout: page_first_direct (page_first_kv_split for MLA "
                      "models)")
         layout = "page_first_direct" if io_backend == "direct" else "page_first"
         notes.append(f"the Mooncake store does not support layer_first, switching to {layout} "
                      f"for the {io_backend} io backend (as SGLang does)")
-    return LayoutChoice(layout, tuple(notes))
+    return LayoutChoice(layout, io_backend, tuple(notes))
 
 
 @dataclass(frozen=True, slots=True)

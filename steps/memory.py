@@ -192,7 +192,10 @@ def memory_baseline(ctx: StepContext) -> MemoryBaseline:
     ctx.log.info("memory_baseline", local_gib=round(baseline.local_bytes / GIB, 3),
                  available_gib=round(baseline.available_bytes / GIB, 3),
                  per_rank_gib=[round(b / GIB, 3) for b in baseline.per_rank])
-    if ctx.setting("memory.balance_check") and not baseline.balanced(threshold):
+    # SGLang 0.5.23 bootstrap.py:214 checks the balance only with tp_size > 1: with one
+    # rank per tensor group there is nothing to balance a rank's KV pool against.
+    if ctx.setting("memory.balance_check") and parallel.layout.tp_size > 1 \
+            and not baseline.balanced(threshold):
         raise StepError(baseline.unbalanced_message(threshold),
                         hint="free the device memory held on the short rank, or relax "
                              "memory.balance_threshold")
@@ -208,7 +211,8 @@ def preview_memory_baseline(ctx: PreviewContext) -> list[str]:
         ctx.reject(str(exc), setting="memory.query", hint="set it in the device profile")
     threshold = float(ctx.setting("memory.balance_threshold"))
     summary = query.summary.format(module=ctx.setting("device.torch_module"))
-    check = (f"fail when a rank has < {threshold:.0%} of the best rank's memory"
+    check = (f"fail when a rank has < {threshold:.0%} of the best rank's memory (only with "
+             "parallel.tp_size > 1, as SGLang)"
              if ctx.setting("memory.balance_check") else "balance check off")
     return [f"query {name}: {summary}", check]
 

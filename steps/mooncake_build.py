@@ -1,13 +1,23 @@
 """Which Mooncake build is installed, read from the engine binary itself.
 
-Mooncake's Python API does not say which transports a wheel was built with,
-but the engine extension names every transport class it contains (log texts
-and C++ type names).  ``mooncake-transfer-engine-npu`` contains
-``AscendDirectTransport`` (the ascend-direct, ADXL/HIXL build); a source build
-with ``USE_ASCEND`` contains ``HcclTransport`` (the legacy HCCL build); the CPU
-and CUDA wheels contain neither (``multi_transport.cpp installTransport``,
-Mooncake 0.3.x).  Reading the file does not import it: importing
-``mooncake.engine`` before ``set_device`` can abort an Ascend worker.
+Mooncake's Python API does not say which transports a wheel was built with
+(its ``SUPPORT_*`` flags cover cuda, hip, musa, efa and nvlink, not ascend, and
+exist only once the module is imported), but the native code names every
+transport class it contains (log texts and C++ type names).  The engine
+extension is not always that code: in ``mooncake-transfer-engine-npu``
+0.3.13.post1 ``mooncake/engine.so`` is a thin binding that holds no transport
+name; it needs ``libtransfer_engine.so`` (``AscendDirectTransport``,
+``RdmaTransport``, ``TcpTransport``), which needs ``ascend_transport.so``
+(``AscendDirectTransport``), all in the ``mooncake/`` folder.  The CPU, CUDA and
+ROCm wheels (0.3.13.post1) and the cuda13 wheel (0.3.14) link their transports
+into ``engine.so`` itself.  So the build is read from the engine binary and every
+library it needs from its own folder, followed through ``DT_NEEDED``
+(:mod:`initorch.steps.elf`).  ``AscendDirectTransport`` marks the ascend-direct
+(ADXL/HIXL) build; a source build with ``USE_ASCEND`` contains ``HcclTransport``
+(the legacy HCCL build, never published as a wheel); the other wheels contain
+neither (``multi_transport.cpp installTransport``).  Reading the files does not
+import them: importing ``mooncake.engine`` before ``set_device`` can abort an
+Ascend worker.
 
 The two Ascend builds want different local hostnames (``transfer_engine_impl.cpp
 init``): the legacy build parses ``host:port:npu_<physical id>``
@@ -21,7 +31,10 @@ import importlib.util
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Literal
+
+from initorch.steps.elf import needed
 
 AscendBuild = Literal["ascend_direct", "hccl"]
 ASCEND_BUILDS: tuple[AscendBuild, ...] = ("ascend_direct", "hccl")
@@ -39,6 +52,27 @@ TRANSPORT_MARKERS = {
     b"EfaTransport": "efa",
 }
 
+# Metadata storage plugin class -> the schemes it serves.  MetadataStoragePlugin::Create
+# (transfer_metadata_plugin.cpp:544-595, Mooncake 0.3.13) compiles each in only with
+# USE_ETCD / USE_REDIS / USE_HTTP and LOG(FATAL)s -- abort(), the whole process -- on a
+# scheme it lacks; a value without "://" is etcd (parseConnectionString, :525-543).  The
+# published wheels (npu, non-cuda, CUDA, rocm 0.3.13.post1; cuda13 0.3.14) name
+# EtcdStoragePlugin and HTTPStoragePlugin, none RedisStoragePlugin.
+METADATA_PLUGINS = {
+    b"EtcdStoragePlugin": ("etcd",),
+    b"RedisStoragePlugin": ("redis",),
+    b"HTTPStoragePlugin": ("http", "https"),
+}
+_MARKERS = (*TRANSPORT_MARKERS, *METADATA_PLUGINS)
+
+
+def metadata_scheme(server: str) -> str | None:
+    """The plugin scheme Mooncake picks for a metadata server; None for P2PHANDSHAKE."""
+    if server == "P2PHANDSHAKE":
+        return None
+    scheme, found, _ = server.partition("://")
+    return scheme if found else "etcd"
+
 
 @dataclass(frozen=True, slots=True)
 class MooncakeBuild:
@@ -46,11 +80,19 @@ class MooncakeBuild:
 
     binary: str | None
     classes: frozenset[str]
+    files: tuple[str, ...] = ()
 
     @property
     def protocols(self) -> frozenset[str]:
         """Protocol names this build can install."""
-        return frozenset(TRANSPORT_MARKERS[name.encode()] for name in self.classes)
+        return frozenset(TRANSPORT_MARKERS[name.encode()] for name in self.classes
+                         if name.encode() in TRANSPORT_MARKERS)
+
+    @property
+    def metadata_schemes(self) -> frozenset[str]:
+        """Metadata server schemes this build has a plugin for."""
+        return frozenset(scheme for name in self.classes
+                         for scheme in METADATA_PLUGINS.get(name.encode(), ()))
 
     @property
     def ascend(self) -> AscendBuild | None:
@@ -63,31 +105,56 @@ class MooncakeBuild:
 
     def describe(self) -> str:
         names = ", ".join(sorted(self.classes)) or "no known transport"
-        return f"{self.binary or 'mooncake.engine (not found)'} ({names})"
+        linked = [Path(name).name for name in self.files[1:]]
+        via = f" with {', '.join(linked)}" if linked else ""
+        return f"{self.binary or 'mooncake.engine (not found)'}{via} ({names})"
 
 
 def engine_binary() -> str | None:
-    """Path of the ``mooncake.engine`` extension; found without importing it when it
-    is not imported yet."""
+    """Path of the ``mooncake.engine`` extension; found without importing ``mooncake``
+    or its engine when they are not imported yet (a plan must not import them)."""
     loaded = sys.modules.get("mooncake.engine")
     if loaded is not None:
         return getattr(loaded, "__file__", None)
     try:
-        spec = importlib.util.find_spec("mooncake.engine")
+        spec = importlib.util.find_spec("mooncake")  # top level: found, not executed
     except (ImportError, ValueError):
         return None
-    return spec.origin if spec is not None and spec.origin not in (None, "built-in") else None
+    for folder in (spec.submodule_search_locations or ()) if spec is not None else ():
+        found = sorted(Path(folder).glob("engine*.so"))
+        if found:
+            return str(found[0])
+    return None
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=32)
 def scan_binary(path: str) -> frozenset[str]:
-    """Transport class names that occur in the file at ``path`` (a few MB, read once)."""
+    """Transport and metadata plugin class names in the file at ``path`` (a few MB, read
+    once)."""
     with open(path, "rb") as handle:
         data = handle.read()
-    return frozenset(marker.decode() for marker in TRANSPORT_MARKERS if marker in data)
+    return frozenset(marker.decode() for marker in _MARKERS if marker in data)
+
+
+def linked_files(binary: str) -> tuple[str, ...]:
+    """``binary``, then every library it needs, directly or not, that lies in its own
+    folder (where Mooncake wheels put their own libraries; system and ``*.libs``
+    libraries hold no transport), each once, in the order found."""
+    folder = Path(binary).parent
+    found = [binary]
+    for current in found:
+        for name in needed(current):
+            candidate = str(folder / name)
+            if candidate not in found and Path(candidate).is_file():
+                found.append(candidate)
+    return tuple(found)
 
 
 def installed_build(binary: str | None = None) -> MooncakeBuild:
-    """The build of ``binary`` (default: the installed ``mooncake.engine``)."""
+    """The build of ``binary`` (default: the installed ``mooncake.engine``) and of the
+    libraries it loads from its folder."""
     path = binary or engine_binary()
-    return MooncakeBuild(path, scan_binary(path) if path else frozenset())
+    if path is None:
+        return MooncakeBuild(None, frozenset())
+    files = linked_files(path)
+    return MooncakeBuild(path, frozenset().union(*(scan_binary(file) for file in files)), files)

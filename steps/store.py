@@ -4,12 +4,17 @@ As SGLang 0.5.23 sets it up (``srt/mem_cache/storage/mooncake_store/mooncake_sto
 ``MooncakeStore.__init__``): ``MooncakeDistributedStore().setup(local_hostname,
 metadata_server, global_segment_size // (tp*pp), 16 MiB local buffer, protocol,
 device_name, master_server_address, engine)``, then a warm-up put/get.  The
-shared engine is reused only where SGLang reuses it
-(``SGLANG_HICACHE_MOONCAKE_REUSE_TE``, default on): the metadata server is
-``P2PHANDSHAKE``, the protocol is ``rdma`` and the device names match; the store
-then registers under the engine's session id.  Otherwise the store creates its
-own engine, which installs the transport the protocol names
-(``client_service.cpp InitTransferEngine``: no auto-discovery for tcp).
+shared engine is reused only where SGLang reuses it (``mooncake_store.py:523-537``):
+the metadata server is ``P2PHANDSHAKE``, the protocol is ``rdma`` and the store's
+device (``MOONCAKE_DEVICE``, default ``""``: ``mooncake.store.device_name``) equals
+the engine's RDMA device, which is ``None`` unless one is configured and ``""``
+under ``MC_FORCE_TCP=1`` (:func:`~initorch.steps.transfer_engine.ib_device_for`).
+So on CUDA without a configured device SGLang builds a second engine for the
+store, and so does initorch; ``tests/sglang/test_oracle_store.py`` runs SGLang's
+own ``MooncakeStore.__init__`` against this rule.  The store then registers under
+the engine's session id.  Otherwise the store creates its own engine, which
+installs the transport the protocol names (``client_service.cpp
+InitTransferEngine``: no auto-discovery for tcp).
 
 Device-bound: with the ascend protocol the store's own engine asks
 ``aclrtGetDevice`` on the calling thread, as the shared engine does.
@@ -17,10 +22,13 @@ Device-bound: with the ascend protocol the store's own engine asks
 
 from __future__ import annotations
 
+import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from initorch import StepContext, StepError, setting, step
+from initorch import PreviewContext, StepContext, StepError, setting, step
 from initorch.execution.native_output import capture_native_stderr
 from initorch.steps.engine_hostname import local_host
 from initorch.steps.listeners import listeners, warn_if_exposed
@@ -28,7 +36,6 @@ from initorch.steps.mooncake_master import MasterEndpoint
 from initorch.steps.network import split_host_port
 from initorch.steps.settings import (
     HICACHE_ENABLED,
-    MOONCAKE_DEVICE_NAME,
     MOONCAKE_ENABLED,
     MOONCAKE_PROTOCOL,
     STORAGE_BACKEND,
@@ -37,10 +44,12 @@ from initorch.steps.transfer_engine import (
     METADATA_SERVER,
     METADATA_SERVER_HELP,
     SharedTransferEngine,
-    device_name_for,
+    check_metadata_plugin,
 )
 
 WARMUP_BYTES = 4 * 1024  # what SGLang's MooncakeStore.warmup puts
+WARMUP_ATTEMPTS = 10  # SGLang 0.5.23 mooncake_store.py:726 max_retries
+WARMUP_DELAY_S = 1.0  # mooncake_store.py:727 retry_delay
 
 STORE_HOSTNAME = setting(
     "mooncake.store.hostname", str, default="auto", pattern=r"\S+",
@@ -57,6 +66,10 @@ GLOBAL_SEGMENT_MB = setting(
 LOCAL_BUFFER_MB = setting(
     "mooncake.store.local_buffer_mb", int, default=16, minimum=1, maximum=2**20,
     description="the store client's local buffer (SGLang's DEFAULT_LOCAL_BUFFER_SIZE, 16 MiB)")
+STORE_DEVICE_NAME = setting(
+    "mooncake.store.device_name", str, default="",
+    description="the store client's RDMA device(s) (SGLang's MOONCAKE_DEVICE, default \"\"); "
+                "the shared engine is reused only when it equals the engine's device")
 REUSE_ENGINE = setting(
     "mooncake.store.reuse_engine", bool, default=True,
     description="SGLANG_HICACHE_MOONCAKE_REUSE_TE: reuse the shared engine where SGLang does "
@@ -84,6 +97,13 @@ def import_store() -> Any:
     return MooncakeDistributedStore
 
 
+def store_reuses_engine(engine_ib_device: str | None, store_device: str, metadata: str,
+                        protocol: str) -> bool:
+    """SGLang 0.5.23's condition, ``mooncake_store.py:527-532``, on the same values."""
+    return engine_ib_device == store_device and metadata == "P2PHANDSHAKE" \
+        and protocol == "rdma"
+
+
 def reusable_engine(ctx: StepContext, metadata: str, protocol: str, device_name: str
                     ) -> SharedTransferEngine | None:
     """The shared engine when SGLang would reuse it, else None."""
@@ -91,7 +111,7 @@ def reusable_engine(ctx: StepContext, metadata: str, protocol: str, device_name:
             not ctx.has_output("init_shared_mooncake_transfer_engine"):
         return None
     shared: SharedTransferEngine = ctx.output("init_shared_mooncake_transfer_engine")
-    if metadata == "P2PHANDSHAKE" and protocol == "rdma" and device_name == shared.device_name:
+    if store_reuses_engine(shared.ib_device, device_name, metadata, protocol):
         return shared
     return None
 
@@ -108,18 +128,26 @@ def metadata_server(ctx: StepContext, master: MasterEndpoint) -> str:
     return master.metadata_url
 
 
-def warm_up(store: Any) -> None:
-    """SGLang's warm-up: put 4 KiB, check it exists and reads back equal."""
-    import uuid
-
+def warm_up(store: Any, sleep: Callable[[float], None] = time.sleep) -> None:
+    """SGLang's warm-up (``mooncake_store.py:721-745``): put 4 KiB, up to
+    ``WARMUP_ATTEMPTS`` times ``WARMUP_DELAY_S`` apart (the engine may still be
+    connecting), then check that it reads back equal.  SGLang also sleeps after the
+    last failed put; initorch fails at once instead."""
     key = f"initorch_mooncake_store_warmup_{uuid.uuid4().hex}"
     value = bytes(range(256)) * (WARMUP_BYTES // 256)
     with capture_native_stderr() as native:
-        rc = store.put(key, value)
+        for attempt in range(1, WARMUP_ATTEMPTS + 1):
+            rc = store.put(key, value)
+            if rc == 0 or attempt == WARMUP_ATTEMPTS:
+                break
+            sleep(WARMUP_DELAY_S)
         back = store.get(key) if rc == 0 else b""
         store.remove(key)
-    if rc != 0 or bytes(back) != value:
-        raise StepError(f"Warmup put failed (ret={rc}), Transfer Engine might not be ready",
+    if rc != 0:
+        raise StepError(f"Warmup put failed after {WARMUP_ATTEMPTS} attempts (last ret={rc}), "
+                        "Transfer Engine might not be ready", native_log=native.error_lines())
+    if bytes(back) != value:
+        raise StepError("the store's warm-up value did not read back equal",
                         native_log=native.error_lines())
 
 
@@ -132,14 +160,14 @@ def warm_up(store: Any) -> None:
     device_bound=True,
     when="hicache.enabled and mooncake.enabled and hicache.storage_backend == 'mooncake'",
     settings=(HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND, MOONCAKE_PROTOCOL,
-              MOONCAKE_DEVICE_NAME, STORE_HOSTNAME, STORE_METADATA_SERVER, GLOBAL_SEGMENT_MB,
+              STORE_DEVICE_NAME, STORE_HOSTNAME, STORE_METADATA_SERVER, GLOBAL_SEGMENT_MB,
               LOCAL_BUFFER_MB, REUSE_ENGINE),
 )
 def init_mooncake_store(ctx: StepContext) -> StoreClient:
     master: MasterEndpoint = ctx.output("mooncake_master")
     store_type = import_store()
     protocol = str(ctx.setting("device.mooncake_protocol"))
-    device_name = device_name_for(ctx)
+    device_name = str(ctx.setting("mooncake.store.device_name"))
     metadata = metadata_server(ctx, master)
     shared = reusable_engine(ctx, metadata, protocol, device_name)
     master_host, _ = split_host_port(master.address)
@@ -167,6 +195,13 @@ def init_mooncake_store(ctx: StepContext) -> StoreClient:
                  metadata_server=metadata, global_segment_bytes=segment,
                  reused_engine=client.reused_engine)
     return client
+
+
+@init_mooncake_store.preview
+def preview_mooncake_store(ctx: PreviewContext) -> list[str]:
+    if ctx.setting("mooncake.store.metadata_server") == "master":
+        return []  # the managed master's own HTTP metadata server, known at run time
+    return check_metadata_plugin(ctx, "mooncake.store.metadata_server")
 
 
 @init_mooncake_store.teardown

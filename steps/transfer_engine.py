@@ -17,14 +17,15 @@ import os
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from initorch import StepContext, StepError, setting, step
+from initorch import PreviewContext, StepContext, StepError, setting, step
 from initorch.execution.native_output import NativeLog, capture_native_stderr
 from initorch.steps.device import VISIBLE_DEVICES_ENV
 from initorch.steps.engine_hostname import EngineHostname, engine_hostname
 from initorch.steps.listeners import listeners, warn_if_exposed
-from initorch.steps.mooncake_build import ASCEND_BUILDS, installed_build
+from initorch.steps.mooncake_build import ASCEND_BUILDS, installed_build, metadata_scheme
 from initorch.steps.network import host_port
 from initorch.steps.rendezvous import MASTER_ADDR
 from initorch.steps.settings import MOONCAKE_DEVICE_NAME, MOONCAKE_ENABLED, MOONCAKE_PROTOCOL
@@ -38,7 +39,8 @@ MOONCAKE_HOSTNAME = setting(
 # (mooncake-transfer-engine/src/transfer_metadata_plugin.cpp, 0.3.13) knows etcd
 # (also a bare host:port), redis, http and https, and LOG(FATAL)s -- abort(), the
 # whole process -- on any other scheme ("Unable to find metadata storage plugin").
-# Refused at plan time instead.
+# Refused at plan time instead; so is a scheme the installed build was compiled without
+# (check_metadata_plugin: no published wheel has redis).
 METADATA_SCHEMES = ("etcd", "redis", "http", "https")
 METADATA_SERVER = rf"P2PHANDSHAKE|(?:(?:{'|'.join(METADATA_SCHEMES)})://)?(?!\S*://)\S+"
 METADATA_SERVER_HELP = ("host:port (etcd) or an etcd://, redis://, http:// or https:// URL "
@@ -92,10 +94,15 @@ class SharedTransferEngine:
     engine: Any
     hostname: EngineHostname
     protocol: str
-    device_name: str
+    ib_device: str | None
     metadata_server: str
     rpc_port: int = 0
     transports: list[str] = field(default_factory=list)
+
+    @property
+    def device_name(self) -> str:
+        """What ``initialize`` gets for the device: SGLang passes ``""`` for no device."""
+        return self.ib_device or ""
 
     @property
     def session_id(self) -> str:
@@ -141,11 +148,37 @@ def import_transfer_engine() -> Any:
     return TransferEngine
 
 
-def device_name_for(ctx: StepContext) -> str:
-    """SGLang passes no RDMA device when ``MC_FORCE_TCP=1`` makes them irrelevant."""
+def check_metadata_plugin(ctx: PreviewContext, name: str) -> list[str]:
+    """Refuse a metadata server whose plugin the installed Mooncake lacks: Mooncake would
+    abort the whole process at engine init (``transfer_metadata_plugin.cpp:592``
+    LOG(FATAL)), after torch and the other ranks started.  The build is read from the
+    installed binaries (no import), only when a plugin is needed at all."""
+    value = str(ctx.setting(name))
+    scheme = metadata_scheme(value)
+    if scheme is None:
+        return []
+    build = installed_build()
+    if build.binary is None:
+        return [f"{name}: Mooncake is not installed here, so its {scheme} plugin is unchecked"]
+    if scheme not in build.metadata_schemes:
+        ctx.reject(f"{name} {value!r} needs Mooncake's {scheme} metadata plugin, which the "
+                   f"installed build lacks ({build.describe()}): Mooncake would abort the "
+                   "process ('Unable to find metadata storage plugin')",
+                   setting=name,
+                   hint="use P2PHANDSHAKE or a scheme this build has: "
+                        f"{', '.join(sorted(build.metadata_schemes)) or 'none'}")
+    return [f"{name}: {scheme} plugin present in {Path(build.binary).name}'s build"]
+
+
+def ib_device_for(configured: str) -> str | None:
+    """The engine's RDMA device as SGLang 0.5.23 keeps it (``MooncakeTransferEngine.
+    __init__``, ``mooncake_transfer_engine.py:131-136``): ``""`` when ``MC_FORCE_TCP=1``
+    makes devices irrelevant, ``None`` when none is configured (``parse_ib_device_config``
+    :30-31 turns a blank value into ``None``), else the configured value.  The store
+    compares it with its own device, so ``None`` and ``""`` differ."""
     if os.environ.get("MC_FORCE_TCP") == "1":
         return ""
-    return str(ctx.setting("mooncake.device_name") or "")
+    return configured.strip() or None
 
 
 def check_transport(ctx: StepContext, shared: SharedTransferEngine, native: NativeLog) -> None:
@@ -182,7 +215,8 @@ def init_shared_mooncake_transfer_engine(ctx: StepContext) -> SharedTransferEngi
     engine_type = import_transfer_engine()
     protocol = str(ctx.setting("device.mooncake_protocol"))
     hostname = engine_hostname(ctx, protocol, installed_build)
-    shared = SharedTransferEngine(engine_type(), hostname, protocol, device_name_for(ctx),
+    shared = SharedTransferEngine(engine_type(), hostname, protocol,
+                                  ib_device_for(str(ctx.setting("mooncake.device_name"))),
                                   str(ctx.setting("mooncake.metadata_server")))
     before = listeners()
     try:
@@ -201,6 +235,11 @@ def init_shared_mooncake_transfer_engine(ctx: StepContext) -> SharedTransferEngi
                  transports=shared.transports, session_id=shared.session_id,
                  ascend_build=hostname.ascend_build)
     return shared
+
+
+@init_shared_mooncake_transfer_engine.preview
+def preview_transfer_engine(ctx: PreviewContext) -> list[str]:
+    return check_metadata_plugin(ctx, "mooncake.metadata_server")
 
 
 @init_shared_mooncake_transfer_engine.teardown

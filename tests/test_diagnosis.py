@@ -410,14 +410,15 @@ SAMPLES = [
         id="host-pool-step-layout",
     ),
     pytest.param(
+        # steps/rendezvous.py wraps torch's TCPStore error in its own StepError.
         lambda: chained(
-            ConnectionRefusedError(
-                "rendezvous tcp://127.0.0.1:29500: [../third_party/gloo/gloo/transport/tcp/"
-                "pair.cc:144] connect [127.0.0.1]:29500: Connection refused"
+            StepError(
+                "rendezvous tcp://127.0.0.1:29500: reaching the job's store failed: The client "
+                "socket has failed to connect to any network address of (127.0.0.1, 29500)."
             ),
             RuntimeError(
-                "[../third_party/gloo/gloo/transport/tcp/pair.cc:144] connect "
-                "[127.0.0.1]:29500: Connection refused"
+                "The client socket has failed to connect to any network address of "
+                "(127.0.0.1, 29500)."
             ),
         ),
         "rendezvous-connect-failed",

@@ -137,6 +137,8 @@ def run_failing(tmp_path: Path, profile: str, *settings: str, simulated: bool = 
          None, "cuda-host-register-on-non-cuda"),
         ("alloc_host_mem_pool", "npu", ("hicache.layout=layer_first",), True, None,
          "host-pool-layout-unsupported"),  # kernel_ascend io: SGLang's store would fail later
+        ("alloc_host_mem_pool", "cpu", ("hicache.host_memory_reserve_mb=16777216",), False,
+         None, "host-pool-over-budget"),  # SGLang's own message, on SGLang's rule
         ("init_shared_mooncake_transfer_engine", "cpu", ("device.mooncake_protocol=rdma",),
          False, None, "mooncake-transport-mismatch"),  # MC_FORCE_TCP: Mooncake installs tcp
         ("mooncake_master", "cpu", ("mooncake.master=127.0.0.1:1",), False, None,

@@ -24,7 +24,8 @@ pytestmark = pytest.mark.e2e
 
 SCRIPT = Path(__file__).with_name("torchrun_server_rank.py")
 # Mooncake and the host pool are covered elsewhere; here they would only add time.
-LEAN = {"mooncake.enabled": False, "hicache.enabled": False}
+# parallel.pre_warm: the warm-up's one-hot all-reduce proves each group's members.
+LEAN = {"mooncake.enabled": False, "hicache.enabled": False, "parallel.pre_warm": True}
 
 
 def free_port() -> int:
@@ -118,6 +119,14 @@ def test_unbalanced_memory_fails_every_rank_with_the_diagnosis(tmp_path: Path) -
         # Failed runs tear down what completed, groups and binding included.
         assert {"init_model_parallel", "bind_cpu_threads"} <= set(entry["teardown"])
         assert set(entry["masks_after"].values()) == {format_cpu_list(entry["before"]["mask"])}
+
+
+def test_with_one_rank_per_tensor_group_the_balance_is_not_checked(tmp_path: Path) -> None:
+    # SGLang 0.5.23 bootstrap.py:214 checks the balance only when tp_size > 1.
+    results = run_ranks(tmp_path, 2, {"parallel.pp_size": 2}, "--short-rank", "1")
+    for entry in results.values():
+        assert entry["ok"], entry
+        assert entry["per_rank"][1] < 0.5 * entry["per_rank"][0]  # unbalanced, yet accepted
 
 
 def test_world_size_mismatch_fails_at_run_time_too(tmp_path: Path) -> None:

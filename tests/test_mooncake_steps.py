@@ -95,6 +95,7 @@ def test_layout_names_are_sglangs() -> None:
     ("layer_first", "mooncake", "direct", "page_first_direct", True),
     ("layer_first", "none", "kernel_ascend", "layer_first", False),   # no store: kept
     ("page_first_kv_spilt", "mooncake", "kernel_ascend", "page_first_kv_split", True),
+    ("page_first_direct", "mooncake", "kernel", "page_first_direct", True),  # io -> direct
 ])
 def test_layouts_are_rewritten_as_sglang_does(requested: str, backend: str, io: str,
                                               layout: str, noted: bool) -> None:

@@ -57,8 +57,16 @@ def test_layout_problems_are_the_sizes_that_do_not_fit_together() -> None:
 
 @pytest.mark.parametrize("device", ["cpu", "cuda", "npu", "musa", "rocm", "xpu"])
 def test_server_overlay_orders_the_start_up_as_sglang(device: str) -> None:
-    order = load_plan(["server"], device=device).order
+    order = load_plan(["server"], device=device, settings={"parallel.pre_warm": True}).order
     assert [s for s in order if s in SERVER_ORDER] == list(SERVER_ORDER)
+
+
+def test_collectives_are_not_pre_warmed_unless_asked_as_in_sglang() -> None:
+    # SGLang 0.5.23 --pre-warm-nccl defaults to False (arg_groups/fields/exec_.py:744-747).
+    order = load_plan(["server"], device="cuda").order
+    assert "warmup_collectives" not in order
+    assert [s for s in order if s in SERVER_ORDER] == [
+        s for s in SERVER_ORDER if s != "warmup_collectives"]
 
 
 def plan_cli(run_cli, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], *argv: str):
@@ -84,7 +92,8 @@ def test_plan_shows_each_local_ranks_cores_under_torchrun(run_cli, monkeypatch) 
 
 
 def test_plan_outside_torchrun_describes_one_process(run_cli, monkeypatch) -> None:
-    code, out, _ = plan_cli(run_cli, monkeypatch, {}, "-p", "npu", "-p", "server")
+    code, out, _ = plan_cli(run_cli, monkeypatch, {}, "-p", "npu", "-p", "server",
+                            "--set", "cpu_binding.policy=split")  # npu's own is none
     assert code == 0
     assert "1 local rank(s) (one process; export LOCAL_WORLD_SIZE=N" in out
     assert "WORLD_SIZE not set here: checked at run time" in out
@@ -200,3 +209,23 @@ def test_a_saved_plan_keeps_what_the_previews_said(tmp_path: Path) -> None:
     assert loaded.fingerprint == plan.fingerprint
     assert loaded.step("bind_cpu_threads").notes == plan.step("bind_cpu_threads").notes
     assert "local rank 0: cpus" in str(loaded)
+
+
+@pytest.mark.parametrize(("device", "policy"), [
+    ("cpu", "split"), ("cuda", "split"), ("xpu", "split"),
+    ("npu", "none"), ("musa", "none"), ("rocm", "none")])
+def test_threads_are_bound_only_where_sglang_binds_them(device: str, policy: str) -> None:
+    # SGLang 0.5.23 bootstrap.py:75-87 (device cpu), numa at spawn on CUDA/XPU only.
+    config = load_plan(["server"], device=device).config()
+    assert config["cpu_binding.policy"] == policy
+
+
+def test_a_bind_entry_outside_the_allowed_cpus_or_the_rank_count_is_refused() -> None:
+    from initorch.steps.cpu_binding import sglang_thread_bind
+
+    assert sglang_thread_bind({}, 0, [0, 1]) is None
+    assert sglang_thread_bind({"SGLANG_CPU_OMP_THREADS_BIND": "all"}, 0, [0, 1]) is None
+    with pytest.raises(StepError, match="out of range for the 2"):
+        sglang_thread_bind({"SGLANG_CPU_OMP_THREADS_BIND": "0|1"}, 2, [0, 1])
+    with pytest.raises(StepError, match="names CPUs this process may not use"):
+        sglang_thread_bind({"SGLANG_CPU_OMP_THREADS_BIND": "0|7"}, 1, [0, 1])

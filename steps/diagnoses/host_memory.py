@@ -97,6 +97,28 @@ PINNED_NULL = Diagnosis(
     pattern=r"Pinned host memory allocation of [\d.]+ GiB \(\d+ bytes\) returned a null pointer",
 )
 
+BUDGET_EXCEEDED = Diagnosis(
+    id="host-pool-over-budget",
+    title="The host KV pool is larger than this rank's share of free host memory",
+    cause=(
+        "SGLang lets each rank take at most (available host memory - 10 GiB) // ranks per "
+        "host, the available memory bounded by the cgroup limit (SGLang 0.5.23 "
+        "mem_cache/pool_host/base.py:28 HICACHE_HOST_MEMORY_RESERVE_BYTES, :68-108 "
+        "host_memory_budget_bytes, :244-256). The host pool asked for more: hicache_ratio x "
+        "the device KV pool (or --hicache-size) times the ranks on this host does not fit."
+    ),
+    remedy=(
+        "Lower --hicache-ratio or --hicache-size (initorch: hicache.host_pool_mb), run fewer "
+        "ranks per host, or free host memory; in a container raise its memory limit."
+    ),
+    prevention=(
+        "alloc_host_mem_pool checks the same budget before allocating "
+        "(hicache.host_memory_reserve_mb, default 10240) and names the numbers."
+    ),
+    pattern=r"Not enough host memory available\. Requesting [\d.]+ GB but only have -?[\d.]+ GB "
+            r"free",  # below zero when less than the reserve is free
+)
+
 LAYOUT_UNSUPPORTED = Diagnosis(
     id="host-pool-layout-unsupported",
     title="The host KV pool's memory layout does not fit the storage backend",

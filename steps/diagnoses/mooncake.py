@@ -6,48 +6,79 @@ from initorch.reporting.diagnosis import Diagnosis
 
 _READ_NATIVE_LOG = "Read the Mooncake log lines before the failure (kept in native_log)."
 
+# DT_NEEDED of the published wheels (readelf -d; tests/test_diagnosis_corpus.py checks
+# each against the downloaded wheel): every build's engine (npu 0.3.13.post1: its
+# libtransfer_engine.so) needs libibverbs.so.1, libnuma.so.1 and libcurl.so.4; the CUDA
+# builds (mooncake-transfer-engine 0.3.13.post1, -cuda13 0.3.14) also libmlx5.so.1.
 LIBIBVERBS_MISSING = Diagnosis(
     id="libibverbs-missing",
-    title="Mooncake's native libraries need libibverbs (and libnuma), which are missing",
+    title="Mooncake's native libraries need system libraries that are missing",
     cause=(
-        "The Mooncake engine and store extensions link libibverbs.so.1 and libnuma.so.1 "
-        "whatever the protocol, including the non-CUDA build used with TCP; the wheels do "
-        "not bundle them."
+        "The Mooncake engine and store link libibverbs.so.1, libnuma.so.1 and libcurl.so.4 "
+        "whatever the protocol, including the non-CUDA build used with TCP, and the CUDA "
+        "builds also link libmlx5.so.1 (the mlx5 verbs provider); the wheels bundle none "
+        "of them."
     ),
     remedy=(
-        "Install them: apt-get install -y libibverbs1 libnuma1 (RHEL: dnf install -y "
-        "libibverbs numactl-libs). The later 'No RDMA devices found' log line is "
-        "harmless with TCP."
+        "Install them: apt-get install -y libibverbs1 libnuma1 libcurl4 ibverbs-providers "
+        "(libmlx5.so.1 is in ibverbs-providers; RHEL: dnf install -y libibverbs "
+        "numactl-libs libcurl). The later 'No RDMA devices found' log line is harmless "
+        "with TCP."
     ),
     prevention=(
-        "Bake libibverbs1 and libnuma1 into every image that runs Mooncake, including "
-        "CPU-only images."
+        "Bake these libraries into every image that runs Mooncake, including CPU-only "
+        "images."
     ),
-    pattern=r"\blib(?:ibverbs|numa)\.so\.1:\s*cannot open shared object file",
+    pattern=r"\blib(?:ibverbs\.so\.1|numa\.so\.1|curl\.so\.4|mlx5\.so\.1):\s*cannot open shared "
+            r"object file",
 )
 
 CUDA_BUILD_WITHOUT_DRIVER = Diagnosis(
     id="mooncake-cuda-build-without-driver",
     title="A CUDA build was imported on a machine without the NVIDIA driver (libcuda.so.1)",
     cause=(
-        "The CUDA build of Mooncake (mooncake-transfer-engine) links libcuda.so.1, the "
-        "NVIDIA driver library, and libcudart.so.12, which comes with a CUDA build of torch "
-        "(it does not bundle either). It was imported on a host without the NVIDIA driver "
-        "(CPU, NPU or MUSA node), next to a CPU build of torch, or in a container started "
-        "without the NVIDIA runtime."
+        "The CUDA builds of Mooncake (mooncake-transfer-engine 0.3.13.post1, "
+        "mooncake-transfer-engine-cuda13 0.3.14) link libcuda.so.1, the NVIDIA driver "
+        "library, which no wheel bundles. It was imported on a host without the NVIDIA "
+        "driver (CPU, NPU or MUSA node) or in a container started without the NVIDIA "
+        "runtime."
     ),
     remedy=(
-        "Without an NVIDIA GPU: pip uninstall -y mooncake-transfer-engine, then pip "
-        "install mooncake-transfer-engine-non-cuda (never both: they share the mooncake/ "
-        "package folder). On an NVIDIA host: start the container with the NVIDIA "
-        "runtime (--gpus all) so the driver library is mounted."
+        "Without an NVIDIA GPU: pip uninstall -y mooncake-transfer-engine (or "
+        "-cuda13), then pip install mooncake-transfer-engine-non-cuda (never two builds: "
+        "they share the mooncake/ package folder). On an NVIDIA host: start the container "
+        "with the NVIDIA runtime (--gpus all) so the driver library is mounted."
     ),
     prevention=(
-        "Install the Mooncake build that matches the device profile: the 'mooncake' "
-        "extra (CUDA build) for cuda, 'mooncake-cpu' (non-CUDA build) elsewhere, and "
-        "only one of them per environment."
+        "Install the Mooncake build that matches the device profile: the 'mooncake' or "
+        "'mooncake-cuda13' extra for cuda, 'mooncake-cpu' elsewhere, and only one of them "
+        "per environment."
     ),
-    pattern=r"\blib(?:cuda\.so\.1|cudart\.so\.12):\s*cannot open shared object file",
+    pattern=r"\blibcuda\.so\.1:\s*cannot open shared object file",
+)
+
+CUDA_RUNTIME_MISSING = Diagnosis(
+    id="mooncake-cuda-runtime-missing",
+    title="The CUDA build of Mooncake cannot find the CUDA runtime of its major version",
+    cause=(
+        "mooncake-transfer-engine 0.3.13.post1 links libcudart.so.12 and "
+        "mooncake-transfer-engine-cuda13 0.3.14 links libcudart.so.13; neither bundles it. "
+        "It comes with a CUDA build of torch of the same CUDA major (its nvidia-cuda-runtime "
+        "wheel, loaded when torch is imported). The runtime library is missing, not the "
+        "driver: torch is a CPU build, torch was built for the other CUDA major (torch 2.15 "
+        "from PyPI is a CUDA 13 build), or mooncake was imported before torch."
+    ),
+    remedy=(
+        "Match the Mooncake wheel to torch.version.cuda: 12.x -> mooncake-transfer-engine, "
+        "13.x -> mooncake-transfer-engine-cuda13; with a CPU torch and no NVIDIA GPU use "
+        "mooncake-transfer-engine-non-cuda. Import torch before mooncake."
+    ),
+    prevention=(
+        "Install torch and Mooncake from one extra ('mooncake' for CUDA 12 torch, "
+        "'mooncake-cuda13' for CUDA 13 torch); initorch's import_backend step imports torch "
+        "before any Mooncake step."
+    ),
+    pattern=r"\blibcudart\.so\.1[23]:\s*cannot open shared object file",
 )
 
 PG_MISSING_BUILD = Diagnosis(
@@ -252,15 +283,19 @@ TRANSFER_SUBMIT_FAILED = Diagnosis(
     title="The Mooncake Store could not submit a transfer",
     cause=(
         "A put or get reached the store's transfer engine, which refused the batch "
-        "(transfer_task.cpp TransferSubmitter::submitTransfer). On the ascend-direct build "
-        "in agent mode the submitting thread needs a device context ('aclrtGetDevice "
-        "failed'); otherwise the segment of the peer is unknown or unreachable."
+        "(transfer_task.cpp:1252 TransferSubmitter::submitTransfer, Mooncake 0.3.13). "
+        "Mooncake prints the status code by name (status.cpp CodeToString): 'Context' is "
+        "what the ascend-direct build returns when the submitting thread has no device "
+        "context (ascend_direct_transport.cpp:270 'aclrtGetDevice failed'); "
+        "'AddressNotRegistered' and 'InvalidArgument' mean a buffer or a peer segment the "
+        "engine does not know; 'TooManyRequests' a full batch."
     ),
     remedy=_READ_NATIVE_LOG + " Submit from a thread where set_device ran; check that every "
-    "rank's store registered with the same master and protocol.",
+    "rank's store registered its buffers with the same master and protocol.",
     prevention=(
         "verify_transfer is device_bound and proves a put/get round trip between ranks "
         "before the server serves."
     ),
-    pattern=r"\bFailed to submit all transfers, error code is (?P<code>-?\d+)",
+    # The code is a name (Status::Code printed through CodeToString), never a number.
+    pattern=r"\bFailed to submit all transfers, error code is (?P<code>[A-Z][A-Za-z]*)",
 )

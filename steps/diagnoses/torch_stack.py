@@ -133,7 +133,6 @@ RENDEZVOUS_CONNECT_FAILED = Diagnosis(
         r"client socket has failed to connect to"
         r"(?:[^\n]{0,300}?\((?:errno|system error):\s*(?P<code>\d+))?"
         r"|connection to the C10d store has failed"
-        r"|\brendezvous (?:env|tcp)://[^\n]{0,300}?connection refused"
     ),
 )
 

@@ -23,8 +23,10 @@ A failed install is followed by Mooncake's own lines (``Failed to install Ascend
 transport``) and ``initialize`` returns -1.  After a successful check the real
 CPU engine runs underneath over TCP, so real bytes move; it logs its own TCP lines
 after the simulated install line.  ``mooncake.engine.__file__`` is pointed at a
-stub whose bytes name the simulated build's transport classes, because initorch
-reads the installed build from the engine binary.
+stub ``engine.so`` laid out like the real npu wheel (a thin binding that needs
+``libtransfer_engine.so``, which needs ``ascend_transport.so``; only those two name
+the transport classes), because initorch reads the installed build from the
+engine binary and the libraries it links (:mod:`initorch_simulation.elf_stub`).
 
 The store client (``mooncake.store.MooncakeDistributedStore``) is simulated the
 same way for ``protocol="ascend"``: its own engine (``client_service.cpp
@@ -48,10 +50,10 @@ import time
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from initorch_simulation.acl import ACL, SimulatedAclError
+from initorch_simulation.elf_stub import engine_stub
 
 ENGINE_MODULE = "mooncake.engine"
 STORE_MODULE = "mooncake.store"
@@ -59,7 +61,6 @@ ASCEND_PROTOCOL = "ascend"
 DELEGATE_PROTOCOL = "tcp"
 BUILD_ENV = "INITORCH_SIM_MOONCAKE_BUILD"
 BUILDS = ("ascend_direct", "hccl")
-STUBS = Path(__file__).with_name("engine_stubs")
 STORE_INVALID_PARAMS = -600  # mooncake-store/include/types.h ErrorCode::INVALID_PARAMS
 
 _ASCEND_HOSTNAME = re.compile(r"^(?P<base>.+):npu_(?P<physical>\d+)$")
@@ -281,9 +282,10 @@ def _swap(module: types.ModuleType, attribute: str, make: Callable[[type], type]
 
 def patch_engine_module(module: types.ModuleType) -> type:
     """Replace ``module.TransferEngine`` by the simulated subclass (idempotent) and point
-    ``module.__file__`` at the stub that names the simulated build's transports."""
+    ``module.__file__`` at the stub ``engine.so`` of the simulated build, laid out as in
+    the real npu wheel (:mod:`initorch_simulation.elf_stub`)."""
     simulated = _swap(module, "TransferEngine", _simulated_engine_class)
-    module.__file__ = str(STUBS / f"{simulated_build()}.bin")
+    module.__file__ = str(engine_stub(simulated_build()))
     return simulated
 
 

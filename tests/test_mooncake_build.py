@@ -1,0 +1,119 @@
+"""Build detection against the published Mooncake wheels (tests/wheels.py), not stubs.
+
+The five wheels are downloaded once; each test reads their real binaries.  The
+simulated Ascend stubs (tests/simulated) are checked here against the npu wheel,
+so that the simulation cannot drift into what initorch believes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from initorch.steps.elf import needed
+from initorch.steps.mooncake_build import installed_build, metadata_scheme, scan_binary
+from tests.wheels import (
+    MOONCAKE_CPU,
+    MOONCAKE_CUDA12,
+    MOONCAKE_CUDA13,
+    MOONCAKE_NPU,
+    MOONCAKE_ROCM,
+    MOONCAKE_WHEELS,
+    wheel,
+)
+
+SIMULATION = Path(__file__).parent / "simulated" / "site" / "initorch_simulation"
+
+# What each published wheel was built with, as its binaries show.
+BUILDS = {
+    MOONCAKE_NPU: ("ascend_direct", {"ascend", "rdma", "tcp"}),
+    MOONCAKE_CPU: (None, {"rdma", "tcp"}),
+    MOONCAKE_CUDA12: (None, {"nvlink", "rdma", "tcp"}),
+    MOONCAKE_CUDA13: (None, {"efa", "nvlink", "rdma", "tcp"}),
+    MOONCAKE_ROCM: (None, {"hip", "rdma", "tcp"}),
+}
+
+
+def elf_stub() -> ModuleType:
+    """The simulation's stub writer, loaded from its file (it imports nothing of ours)."""
+    spec = importlib.util.spec_from_file_location("_elf_stub", SIMULATION / "elf_stub.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("dist", MOONCAKE_WHEELS, ids=lambda d: d[0])
+def test_each_published_build_is_read_from_its_binaries(dist: tuple[str, str]) -> None:
+    folder = wheel(*dist).unpack("mooncake")
+    build = installed_build(str(folder / "engine.so"))
+    ascend, protocols = BUILDS[dist]
+    assert (build.ascend, set(build.protocols)) == (ascend, protocols), build.describe()
+
+
+def test_the_npu_binding_holds_no_transport_its_libraries_do() -> None:
+    npu = wheel(*MOONCAKE_NPU)
+    folder = npu.unpack("mooncake")
+    assert scan_binary(str(folder / "engine.so")) == frozenset()
+    assert scan_binary(str(folder / "libtransfer_engine.so")) >= {"AscendDirectTransport"}
+    assert scan_binary(str(folder / "ascend_transport.so")) == {"AscendDirectTransport"}
+    assert "libtransfer_engine.so" in npu.needed("mooncake/engine.so")
+    assert "ascend_transport.so" in npu.needed("mooncake/libtransfer_engine.so")
+
+
+@pytest.mark.parametrize("dist", [MOONCAKE_NPU, MOONCAKE_CUDA12], ids=lambda d: d[0])
+def test_needed_entries_agree_with_readelf(dist: tuple[str, str]) -> None:
+    real = wheel(*dist)
+    members = [m for m in real.members if m.startswith("mooncake/") and m.endswith(".so")]
+    assert members
+    for member in members:
+        assert needed(real.file(member)) == real.needed(member), member
+
+
+def test_needed_of_a_file_that_is_not_elf_is_empty(tmp_path: Path) -> None:
+    stub = tmp_path / "engine.so"
+    stub.write_bytes(b"TcpTransport")
+    assert needed(stub) == ()
+
+
+def test_the_simulated_npu_stubs_match_the_real_npu_wheel() -> None:
+    real = wheel(*MOONCAKE_NPU)
+    stubs = elf_stub()
+    folder = stubs.engine_stub("ascend_direct").parent
+    layout = stubs.LAYOUTS["ascend_direct"]
+    for name in layout:
+        member = f"mooncake/{name}"
+        assert member in real.members, f"the npu wheel has no {member}"
+        in_folder = tuple(n for n in real.needed(member) if n in layout)
+        assert needed(folder / name) == in_folder, name
+        assert scan_binary(str(folder / name)) == scan_binary(str(real.file(member))), name
+    assert installed_build(str(folder / "engine.so")).classes == installed_build(
+        str(real.unpack("mooncake") / "engine.so")).classes
+
+
+@pytest.mark.parametrize("dist", MOONCAKE_WHEELS, ids=lambda d: d[0])
+def test_no_published_build_has_a_redis_metadata_plugin(dist: tuple[str, str]) -> None:
+    folder = wheel(*dist).unpack("mooncake")
+    build = installed_build(str(folder / "engine.so"))
+    assert build.metadata_schemes == {"etcd", "http", "https"}, build.describe()
+
+
+@pytest.mark.parametrize(("server", "scheme"), [
+    ("P2PHANDSHAKE", None), ("10.0.0.1:2379", "etcd"), ("etcd://10.0.0.1:2379", "etcd"),
+    ("redis://10.0.0.1:6379", "redis"), ("https://meta/metadata", "https")])
+def test_the_metadata_scheme_is_read_as_mooncake_parses_it(server: str, scheme: str | None
+                                                           ) -> None:
+    assert metadata_scheme(server) == scheme
+
+
+@pytest.mark.parametrize("key", ["mooncake.metadata_server", "mooncake.store.metadata_server"])
+def test_a_scheme_the_installed_build_lacks_is_refused_at_plan_time(run_cli, key: str) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("mooncake")  # the installed CPU wheel, no redis (test above)
+    code, out, err = run_cli("plan", "-p", "cpu", "--set", f"{key}=redis://10.0.0.1:6379")
+    assert (code, out) == (2, ""), err
+    assert f"{key} 'redis://10.0.0.1:6379' needs Mooncake's redis metadata plugin" in err
+    code, out, _ = run_cli("plan", "-p", "cpu", "--set", f"{key}=http://10.0.0.1:8080/m")
+    assert code == 0 and f"{key}: http plugin present" in out
