@@ -540,3 +540,20 @@ def test_version_option_and_attribute_agree_with_the_installed_metadata(run_cli,
     assert capsys.readouterr().out == f"initorch {initorch.__version__}\n"
     assert importlib.metadata.version("initorch") == initorch.__version__
     assert re.fullmatch(r"\d+\.\d+\.\d+(?:\S*)", initorch.__version__)
+
+
+def test_the_builtin_command_names_are_the_parsers() -> None:
+    from initorch.cli import BUILTIN_COMMANDS, build_parser
+
+    parser = build_parser(with_extensions=False)
+    actions = [action for action in parser._actions if action.dest == "command"]
+    assert set(actions[0].choices) == BUILTIN_COMMANDS  # type: ignore[arg-type]
+
+
+def test_extension_commands_are_looked_up_only_when_a_command_is_not_builtin() -> None:
+    from initorch.cli import _names_extension_command
+
+    assert not _names_extension_command(["plan", "-p", "cpu"])
+    assert not _names_extension_command(["--debug", "run"])
+    assert _names_extension_command(["sglang", "check"])
+    assert _names_extension_command(["--help"])

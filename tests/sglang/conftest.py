@@ -1,12 +1,15 @@
 """Fixtures of the SGLang tests: the SGLang venv, the tiny model, a managed master, the wheel.
 
 These tests start the real SGLang 0.5.23 server (``tests/sglang/server.py``); the unit
-tests here import ``initorch_sglang`` from ``integrations/sglang`` directly, since it
-imports SGLang only inside the functions that need it.
+tests here import ``initorch_sglang`` from ``integrations/sglang`` directly (it imports
+SGLang only inside the functions that need it).  It is imported by path, not put on
+``sys.path``: its folder holds the editable install's metadata, whose entry points would
+load the ``sglang`` plugin into every other test of this process.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,9 +20,21 @@ import pytest
 from tests.sglang.server import REPO, Master, managed_master, sglang_venv
 from tests.sglang.tiny_model import make_tiny_model
 
-INTEGRATION = REPO / "integrations" / "sglang"
-if str(INTEGRATION) not in sys.path:
-    sys.path.insert(0, str(INTEGRATION))
+PACKAGE = REPO / "integrations" / "sglang" / "initorch_sglang"
+
+
+def _import_integration() -> None:
+    if "initorch_sglang" in sys.modules:
+        return
+    spec = importlib.util.spec_from_file_location(
+        "initorch_sglang", PACKAGE / "__init__.py", submodule_search_locations=[str(PACKAGE)])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["initorch_sglang"] = module
+    spec.loader.exec_module(module)
+
+
+_import_integration()
 
 WHEEL_CACHE = REPO / ".cache" / "wheels"
 SGLANG_VERSION = "0.5.23"

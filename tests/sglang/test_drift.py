@@ -40,8 +40,8 @@ def test_the_real_wheel_has_no_drift(sglang_wheel: Path) -> None:
     assert not report.drifted and report.missing == ()
     verdicts = {(c.edge.source, c.edge.target): c.verdict for c in report.checks}
     assert verdicts[("init_shared_mooncake_transfer_engine", "init_torch_distributed")] == "ok"
-    assert verdicts[("memory_baseline", "load_model")] == "ok"
-    assert verdicts[("alloc_kv_pool", "alloc_host_mem_pool")] == "ok"
+    assert verdicts[("memory_baseline", "sglang_load_model")] == "ok"
+    assert verdicts[("sglang_alloc_kv_pool", "alloc_host_mem_pool")] == "ok"
     text = report.text(plan)
     assert "srt/distributed/bootstrap.py init_parallel_runtime: " \
            "maybe_init_shared_mooncake_transfer_engine at :143, _init_parallel_groups at :152" \

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.e2e
 # (../shared/SGLANG.md: bootstrap.py init_parallel_runtime, model_runner.py, HiCache).
 SGLANG_ORDER = ["bind_cpu_threads", "set_device", "init_shared_mooncake_transfer_engine",
                 "init_torch_distributed", "init_model_parallel", "set_device",
-                "memory_baseline", "load_model", "alloc_kv_pool", "alloc_host_mem_pool",
+                "memory_baseline", "sglang_load_model", "sglang_alloc_kv_pool", "alloc_host_mem_pool",
                 "init_mooncake_store", "register_mem_pool_host"]
 BIND = {"SGLANG_CPU_OMP_THREADS_BIND": "0|1"}
 
@@ -93,7 +93,7 @@ def test_drive_mode_runs_the_parallel_runtime_and_gives_stock_tokens(
         drive = report["sglang"]["drive"]
         ran = {step["step"]: step["status"] for step in drive["steps"]}
         assert ran["rendezvous"] == ran["init_torch_distributed"] == "succeeded"
-        assert ran["load_model"] == "skipped"  # SGLang's own, observed
+        assert ran["sglang_load_model"] == "skipped"  # SGLang's own, observed
         assert [call["step"] for call in report["sglang"]["calls"]
                 if call["step"] != "set_device"] == [s for s in SGLANG_ORDER
                                                       if s != "set_device"]

@@ -42,6 +42,6 @@ def test_a_launch_that_would_start_gets_its_plan(tiny_model: Path, master: Maste
     assert outcome["ok"] and outcome["refusals"] == []
     steps = [step["name"] for step in outcome["plan"]["steps"]]
     assert steps.index("init_shared_mooncake_transfer_engine") < \
-        steps.index("init_torch_distributed") < steps.index("load_model") < \
+        steps.index("init_torch_distributed") < steps.index("sglang_load_model") < \
         steps.index("alloc_host_mem_pool")
     assert "--set parallel.tp_size=2" in outcome["selection"]

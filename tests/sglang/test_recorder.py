@@ -11,7 +11,7 @@ from tests.sglang.helpers import sglang_plan
 
 ORDER = ["bind_cpu_threads", "set_device", "init_shared_mooncake_transfer_engine",
          "init_torch_distributed", "init_model_parallel", "set_device", "memory_baseline",
-         "load_model", "alloc_kv_pool", "alloc_host_mem_pool", "init_mooncake_store",
+         "sglang_load_model", "sglang_alloc_kv_pool", "alloc_host_mem_pool", "init_mooncake_store",
          "register_mem_pool_host"]
 
 
@@ -52,9 +52,9 @@ def test_warn_mode_keeps_the_violation_and_goes_on() -> None:
 
 def test_a_step_that_starts_inside_its_predecessor_is_a_violation() -> None:
     recorder = Recorder(sglang_plan())
-    with recorder.observe("load_model"), pytest.raises(OrderViolation) as caught:
-        record(recorder, ["alloc_kv_pool"])
-    assert "load_model was still running when it started" in str(caught.value)
+    with recorder.observe("sglang_load_model"), pytest.raises(OrderViolation) as caught:
+        record(recorder, ["sglang_alloc_kv_pool"])
+    assert "sglang_load_model was still running when it started" in str(caught.value)
 
 
 def test_a_device_bound_call_on_a_thread_without_the_device_is_a_violation() -> None:
@@ -77,5 +77,5 @@ def test_a_device_bound_call_on_a_thread_without_the_device_is_a_violation() -> 
 
 def test_calls_outside_the_plan_are_recorded_not_checked() -> None:
     recorder = Recorder(sglang_plan("sglang-drive"))
-    record(recorder, ["set_device", "load_model", "init_shared_mooncake_transfer_engine"])
+    record(recorder, ["set_device", "sglang_load_model", "init_shared_mooncake_transfer_engine"])
     assert recorder.violations == []

@@ -74,10 +74,16 @@ class SourceTree:
         return self._parsed[file]
 
     def version(self) -> str | None:
-        """The release, from the wheel's metadata or the package's ``version.py``."""
+        """The release: the wheel's name, the installed distribution's metadata beside
+        the package, else the package's ``version.py`` (a source checkout)."""
         if self._wheel is not None:
             match = re.search(r"sglang-([^-]+)-", self.origin.name)
             return match.group(1) if match else None
+        assert self._root is not None
+        for metadata in sorted(self._root.parent.glob("sglang-*.dist-info/METADATA")):
+            found = re.search(r"^Version: (\S+)$", metadata.read_text(), re.MULTILINE)
+            if found:
+                return found.group(1)
         text = self.text("version.py") or ""
         match = re.search(r"__version__\s*=\s*[\"']([^\"']+)", text)
         return match.group(1) if match else None

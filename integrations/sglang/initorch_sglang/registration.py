@@ -1,6 +1,6 @@
 """The ``sglang`` initorch plugin: SGLang's own start-up steps and its two overlays.
 
-``load_model`` and ``alloc_kv_pool`` are steps only SGLang performs (in ``ModelRunner``):
+``sglang_load_model`` and ``sglang_alloc_kv_pool`` are steps only SGLang performs (in ``ModelRunner``):
 they exist so that the ``sglang`` overlay can place them, so that verify mode can check
 SGLang's calls against that order and drift can check it against SGLang's source.
 Outside a running SGLang server they refuse to run, with that reason.
@@ -27,16 +27,16 @@ def _performed_by_sglang(ctx: StepContext) -> NoReturn:
 
 
 LOAD_MODEL = step(
-    "load_model",
+    "sglang_load_model",
     description="SGLang loads the weights (ModelRunner.load_model, model_runner.py:715)",
     requires=["memory_baseline"],
 )(_performed_by_sglang)
 
 ALLOC_KV_POOL = step(
-    "alloc_kv_pool",
+    "sglang_alloc_kv_pool",
     description="SGLang allocates the device KV pool from what the weights left "
                 "(ModelRunner.alloc_memory_pool, model_runner.py:971)",
-    requires=["load_model"],
+    requires=["sglang_load_model"],
 )(_performed_by_sglang)
 
 
