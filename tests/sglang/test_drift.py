@@ -8,8 +8,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from initorch_sglang.drift import SourceError, SourceTree, check_drift
 
+from initorch_sglang.drift import SourceError, SourceTree, check_drift
 from tests.sglang.helpers import sglang_plan
 from tests.sglang.server import initorch_in_sglang, run_in_sglang
 

@@ -19,8 +19,8 @@ pytestmark = pytest.mark.e2e
 # (../shared/SGLANG.md: bootstrap.py init_parallel_runtime, model_runner.py, HiCache).
 SGLANG_ORDER = ["bind_cpu_threads", "set_device", "init_shared_mooncake_transfer_engine",
                 "init_torch_distributed", "init_model_parallel", "set_device",
-                "memory_baseline", "sglang_load_model", "sglang_alloc_kv_pool", "alloc_host_mem_pool",
-                "init_mooncake_store", "register_mem_pool_host"]
+                "memory_baseline", "sglang_load_model", "sglang_alloc_kv_pool",
+                "alloc_host_mem_pool", "init_mooncake_store", "register_mem_pool_host"]
 BIND = {"SGLANG_CPU_OMP_THREADS_BIND": "0|1"}
 
 

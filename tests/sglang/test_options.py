@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from initorch_sglang.options import Options, OptionsError, read_options
 from initorch_sglang.version import KNOWN_SGLANG, UnknownSGLangError, check_sglang_version
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-from initorch_sglang.recorder import OrderViolation, Recorder
 
+from initorch_sglang.recorder import OrderViolation, Recorder
 from tests.sglang.helpers import sglang_plan
 
 ORDER = ["bind_cpu_threads", "set_device", "init_shared_mooncake_transfer_engine",

@@ -93,10 +93,9 @@ def cmd_check(args: argparse.Namespace, registry: Registry) -> int:
 
 
 def cmd_drift(args: argparse.Namespace, registry: Registry) -> int:
+    from initorch import load_plan
     from initorch_sglang.drift import SourceError, SourceTree, check_drift
     from initorch_sglang.selection import OVERLAYS
-
-    from initorch import load_plan
 
     try:
         tree = SourceTree.open(args.source)

@@ -27,11 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from initorch import StepFailedError
 from initorch_sglang.options import Options, read_options
 from initorch_sglang.selection import DRIVE_OVERLAY, selection_for
 from initorch_sglang.session import active
-
-from initorch import StepFailedError
 
 if TYPE_CHECKING:
     from initorch import Registry, Run, Step, StepContext

@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from initorch_sglang.recorder import Recorder
-
     from initorch import RunReport
+    from initorch_sglang.recorder import Recorder
 
 __all__ = ["build_report", "rank_path", "write_outputs"]
 

@@ -1,8 +1,9 @@
 """The ``sglang`` initorch plugin: SGLang's own start-up steps and its two overlays.
 
-``sglang_load_model`` and ``sglang_alloc_kv_pool`` are steps only SGLang performs (in ``ModelRunner``):
-they exist so that the ``sglang`` overlay can place them, so that verify mode can check
-SGLang's calls against that order and drift can check it against SGLang's source.
+``sglang_load_model`` and ``sglang_alloc_kv_pool`` are steps only SGLang performs (in
+``ModelRunner``): they exist so that the ``sglang`` overlay can place them, so that
+verify mode can check SGLang's calls against that order and drift can check it against
+SGLang's source.
 Outside a running SGLang server they refuse to run, with that reason.
 """
 
