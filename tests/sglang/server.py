@@ -143,6 +143,7 @@ class Server:
     port: int
     log: Path
     started: float
+    up_after: float | None = None  # every rank's Scheduler built, HTTP answering
     ready_after: float | None = None
     leftovers: list[int] = field(default_factory=list)
 
@@ -158,6 +159,8 @@ class Server:
             if self.process.poll() is not None:
                 raise RuntimeError(f"SGLang exited with {self.process.returncode} before it "
                                    f"was ready:\n{self.tail()}")
+            if self.up_after is None and self._answers("/model_info"):
+                self.up_after = time.monotonic() - self.started
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health_generate",
                                             timeout=60) as reply:
@@ -168,6 +171,14 @@ class Server:
                 pass
             time.sleep(0.25)
         raise RuntimeError(f"SGLang was not ready within {timeout:.0f} s:\n{self.tail()}")
+
+    def _answers(self, path: str) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}",
+                                        timeout=5) as reply:
+                return bool(reply.status == 200)
+        except (OSError, urllib.error.URLError):
+            return False
 
     def wait_exit(self, timeout: float = READY_TIMEOUT_S) -> int:
         return self.process.wait(timeout)
