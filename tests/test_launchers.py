@@ -190,11 +190,31 @@ def test_arguments_without_environment_variables():
     (LaunchArguments(dist_init_addr="10.0.0.1"), "--dist-init-addr: '10.0.0.1' is not "
                                                  "HOST:PORT"),
     (LaunchArguments(dist_init_addr="host:70000"), "a port in 1-65535"),
+    # Without a launcher's variables nothing else says which process this is.
+    (LaunchArguments("10.0.0.1:5000", nnodes=2),
+     "--nnodes 2 needs --node-rank: which one of the 2 is this process?"),
+    (LaunchArguments("10.0.0.1:5000", nproc_per_node=4),
+     "--nproc-per-node 4 needs --local-rank: which one of the 4 is this process?"),
 ])
 def test_bad_arguments_are_refused(arguments, fragment):
     with pytest.raises(LaunchError) as caught:
         detect_rank({}, arguments)
     assert fragment in problem(caught.value)
+
+
+def test_a_launcher_that_numbers_the_processes_needs_no_node_rank():
+    env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}
+    info = detect_rank(env, LaunchArguments(nnodes=2))  # it restates what the launcher says
+    assert (info.rank, info.world_size, info.launcher) == (0, 2, "args")
+
+
+def test_master_addr_and_port_in_a_world_of_one_are_where_it_meets():
+    # As torch's env:// reads them; before, they were silently ignored for a free port.
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511"}
+    assert detect_rank(env) == RankInfo(rendezvous="127.0.0.1:29511", launcher="none")
+    assert detect_rank({"MASTER_ADDR": "127.0.0.1"}).rendezvous is None  # torch needs both
+    with pytest.raises(LaunchError, match=re.escape("MASTER_PORT='x' is not a whole number")):
+        detect_rank({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "x"})
 
 
 def test_arguments_may_restate_the_launcher_but_not_contradict_it():

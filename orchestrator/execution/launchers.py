@@ -124,8 +124,10 @@ def detect_rank(env: Mapping[str, str], arguments: LaunchArguments | None = None
     """
     from_env = _torchrun(env) or _slurm(env)
     if arguments is None or not arguments.given:
-        return from_env or RankInfo(launcher="none")
-    from_args = _from_arguments(arguments)
+        # A world of one still meets where MASTER_ADDR:MASTER_PORT say, as torch's env://
+        # would: set and silently ignored, they would leave the user looking for a port.
+        return from_env or RankInfo(rendezvous=_env_rendezvous(env), launcher="none")
+    from_args = _from_arguments(arguments, described=from_env is not None)
     if from_env is None:
         return from_args
     _check_agreement(from_args, from_env)
@@ -151,11 +153,15 @@ def _torchrun(env: Mapping[str, str]) -> RankInfo | None:
                           hint=f"{TORCHRUN_HINT}, or unset {given} to run a world of one")
     _check_inside(world, "WORLD_SIZE", {"RANK": rank or 0, "LOCAL_RANK": local_rank or 0},
                   TORCHRUN_HINT)
+    return RankInfo(rank or 0, local_rank or 0, world, local_world, _env_rendezvous(env),
+                    "torchrun" if env.get("TORCHELASTIC_RUN_ID") else "env")
+
+
+def _env_rendezvous(env: Mapping[str, str]) -> str | None:
+    """``MASTER_ADDR:MASTER_PORT`` when both are set (as torch's ``env://`` reads them)."""
     address = env.get("MASTER_ADDR", "").strip()
     port = _number(env, "MASTER_PORT", TORCHRUN_HINT)
-    return RankInfo(rank or 0, local_rank or 0, world, local_world,
-                    host_port(address, port) if address and port else None,
-                    "torchrun" if env.get("TORCHELASTIC_RUN_ID") else "env")
+    return host_port(address, port) if address and port else None
 
 
 def _check_inside(world: int, world_name: str, ranks: Mapping[str, int], hint: str) -> None:
@@ -296,11 +302,23 @@ def first_host(hostlist: str) -> str:
 
 # -- arguments --------------------------------------------------------------------------------
 
-def _from_arguments(arguments: LaunchArguments) -> RankInfo:
+def _from_arguments(arguments: LaunchArguments, *, described: bool) -> RankInfo:
+    """The job as the arguments describe it.  Unless a launcher's variables say it too
+    (``described``), several nodes need ``--node-rank`` and several processes per node
+    ``--local-rank``: assuming 0 would make every process rank 0, each waiting the whole
+    join timeout for ranks that never come."""
     nnodes = _at_least(arguments.nnodes, 1, "--nnodes")
     nproc = _at_least(arguments.nproc_per_node, 1, "--nproc-per-node")
     node_rank = _at_least(arguments.node_rank, 0, "--node-rank")
     local_rank = _at_least(arguments.local_rank, 0, "--local-rank")
+    for count, option, given, needed in (
+            (nnodes, "--nnodes", arguments.node_rank, "--node-rank"),
+            (nproc, "--nproc-per-node", arguments.local_rank, "--local-rank")):
+        if count > 1 and given is None and not described:
+            raise LaunchError(f"{option} {count} needs {needed}: which one of the {count} is "
+                              "this process?",
+                              hint=f"pass {needed} N (0 to {count - 1}), a different one to "
+                                   "each process")
     if node_rank >= nnodes:
         raise LaunchError(f"--node-rank {node_rank} is outside --nnodes {nnodes}",
                           hint="node ranks count from 0")
