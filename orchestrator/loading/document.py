@@ -437,18 +437,34 @@ def _edge_targets(out: _Collector, value: Any, *path: str | int
 
 # Variables that make a program (this interpreter's children: the Mooncake master, the
 # watchdog; or a Python that starts later) load code named by their value: a profile
-# is data and may name none (issue 10, point 1).
-CODE_LOADING_PREFIXES = ("LD_", "DYLD_")
+# is data and may name none (issue 10, point 1).  Refused by family, since the stacks
+# initorch starts keep adding members (issue 19): the dynamic loaders' LD_* / DYLD_*;
+# the CUDA driver's injection libraries (CUDA_INJECTION64_PATH, loaded at cuInit);
+# plugins and their search paths (NCCL_NET_PLUGIN, NCCL_TUNER_PLUGIN,
+# NCCL_PROFILER_PLUGIN -- NCCL dlopens libnccl-<kind>-<value>.so --, QT_PLUGIN_PATH);
+# the ROCm runtime's tool libraries (HSA_TOOLS_LIB); and OpenSSL's configuration and
+# module folders (OPENSSL_CONF loads engines and providers, OPENSSL_MODULES names them).
+CODE_LOADING_FAMILIES = re.compile(
+    r"(?:LD|DYLD)_\w*"
+    r"|\w*_INJECTION\w*"
+    r"|\w*_PLUGINS?(?:_\w*)?"
+    r"|HSA_TOOLS_\w*"
+    r"|OPENSSL_\w*")
 CODE_LOADING_VARIABLES = frozenset({
     "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONPLATLIBDIR",
     "PYTHONBREAKPOINT", "PYTHONWARNINGS", "PYTHONINSPECT", "BASH_ENV", "ENV", "PERL5LIB",
     "PERL5OPT", "RUBYOPT", "NODE_OPTIONS", "GCONV_PATH", "JAVA_TOOL_OPTIONS"})
 
 
+MAX_ENV_STRING = 128 * 1024
+"""Linux's MAX_ARG_STRLEN: the most bytes of one ``NAME=value`` string (its NUL
+included) that ``execve`` passes on; longer ones fail with E2BIG."""
+
+
 def loads_code(name: str) -> bool:
     """True for an environment variable that names code a program then loads."""
     upper = name.upper()
-    return upper in CODE_LOADING_VARIABLES or upper.startswith(CODE_LOADING_PREFIXES)
+    return upper in CODE_LOADING_VARIABLES or CODE_LOADING_FAMILIES.fullmatch(upper) is not None
 
 
 def _parse_env(out: _Collector, value: Any, source: str) -> tuple[EnvEntry, ...]:
@@ -476,6 +492,13 @@ def _parse_env(out: _Collector, value: Any, source: str) -> tuple[EnvEntry, ...]
                     f"quote it: {key}: \"{item}\"")
         elif isinstance(item, str) and "\0" in item:
             out.add(f"env.{key} contains a NUL byte, which no environment can hold", where)
+        elif isinstance(item, str) and ("\n" in item or "\r" in item):
+            out.add(f"env.{key} contains a line break: printed by 'initorch plan' or a log, "
+                    "it would start a line of its own", where, "keep the value on one line")
+        elif len(f"{key}={item}".encode()) >= MAX_ENV_STRING:
+            out.add(f"env.{key} is {len(str(item).encode())} bytes: Linux gives a program it "
+                    f"starts at most {MAX_ENV_STRING} bytes per variable (NAME=value), so "
+                    "every child process would fail with 'Argument list too long'", where)
         else:
             entries.append(EnvEntry(key, None if item is None else str(item), where, source))
     return tuple(entries)
