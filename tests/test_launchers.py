@@ -148,10 +148,23 @@ def test_slurm_host_lists_expand(hostlist, hosts):
     assert first_host(hostlist) == hosts[0]
 
 
-@pytest.mark.parametrize("hostlist", ["", "node[1-", "node[3-1]", "node[a-b]", "n]1", "n[]"])
+@pytest.mark.parametrize("hostlist", ["", "node[1-", "node[3-1]", "node[a-b]", "n]1", "n[]",
+                                      "n1,x[2-"])
 def test_malformed_host_lists_are_refused(hostlist):
     with pytest.raises(ValueError, match=r"host list|range"):
         expand_hostlist(hostlist)
+    with pytest.raises(ValueError, match=r"host list|range"):
+        first_host(hostlist)  # checked whole, though only the first host is read
+
+
+def test_the_first_host_of_a_huge_host_list_is_read_without_expanding_it():
+    # It used to be expanded in full: a MemoryError, exit 70 (issue 19).
+    assert first_host("n[1-999999999]") == "n1"
+    assert first_host("rack[07-99999]n[0005-99999999],gpu[1-9999999]") == "rack07n0005"
+    info = detect_rank({**SRUN_TASK, "SLURM_PROCID": "0", "SLURM_NODELIST": "n[1-999999999]"})
+    assert info.rendezvous == "n1:15505"
+    with pytest.raises(ValueError, match="names 999999999 hosts, more than 1048576"):
+        expand_hostlist("n[1-999999999]")
 
 
 @given(prefix=st.from_regex(r"[a-z][a-z0-9-]{0,6}", fullmatch=True),

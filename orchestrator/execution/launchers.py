@@ -21,6 +21,8 @@ arguments disagree, instead of each process silently running as a world of one.
 
 from __future__ import annotations
 
+import itertools
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -249,55 +251,85 @@ def _slurm_rendezvous(env: Mapping[str, str]) -> str | None:
 
 _HOSTLIST_ITEM = re.compile(r"([^,\[]*(?:\[[^\]]*\][^,\[]*)*)(?:,|$)")
 
+MAX_HOSTS = 1 << 20
+"""The most hosts :func:`expand_hostlist` lists; :func:`first_host` expands nothing, so
+that ``n[1-999999999]`` costs no more than ``n1``."""
+
+_Ranges = tuple[tuple[int, int, int], ...]  # (first, last, zero-padded width) per part
+_Segment = str | _Ranges
+
 
 def expand_hostlist(hostlist: str) -> list[str]:
     """Slurm's compressed host list: ``node[01-03,07],gpu5`` -> ``node01 ... gpu5``.
 
     Zero padding is kept; several bracket groups in one name expand as a product
-    (``rack[1-2]n[1-2]``).  Raises ValueError when malformed.
+    (``rack[1-2]n[1-2]``).  Raises ValueError when malformed, or when it names more
+    than :data:`MAX_HOSTS` hosts.
     """
+    items = _parse_hostlist(hostlist)
+    count = sum(math.prod(sum(last - first + 1 for first, last, _ in segment)
+                          for segment in item if not isinstance(segment, str))
+                for item in items)
+    if count > MAX_HOSTS:
+        raise ValueError(f"host list {hostlist[:80]!r} names {count} hosts, more than "
+                         f"{MAX_HOSTS}")
+    return ["".join(parts) for item in items
+            for parts in itertools.product(*(_choices(segment) for segment in item))]
+
+
+def first_host(hostlist: str) -> str:
+    """The first host of a Slurm host list (the one that hosts the rendezvous), read
+    without expanding the list; the whole list is still checked."""
+    first_item = _parse_hostlist(hostlist)[0]
+    return "".join(segment if isinstance(segment, str)
+                   else str(segment[0][0]).zfill(segment[0][2]) for segment in first_item)
+
+
+def _choices(segment: _Segment) -> list[str]:
+    if isinstance(segment, str):
+        return [segment]
+    return [str(number).zfill(width) for first, last, width in segment
+            for number in range(first, last + 1)]
+
+
+def _parse_hostlist(hostlist: str) -> list[list[_Segment]]:
+    """Each name of the list as its text and bracket groups, checked, nothing expanded."""
     text = hostlist.strip()
-    hosts: list[str] = []
+    items: list[list[_Segment]] = []
     position = 0
     while position < len(text):
         match = _HOSTLIST_ITEM.match(text, position)
         if match is None or not match.group(1):
             raise ValueError(f"malformed host list {hostlist!r}")
-        hosts += _expand_name(match.group(1), hostlist)
+        items.append(_parse_name(match.group(1), hostlist))
         position = match.end()
-    if not hosts:
+    if not items:
         raise ValueError(f"empty host list {hostlist!r}")
-    return hosts
+    return items
 
 
-def _expand_name(name: str, hostlist: str) -> list[str]:
-    head, bracket, rest = name.partition("[")
-    if not bracket:
-        if "]" in name:
+def _parse_name(name: str, hostlist: str) -> list[_Segment]:
+    segments: list[_Segment] = []
+    while True:
+        head, bracket, rest = name.partition("[")
+        if not bracket:
+            if "]" in name:
+                raise ValueError(f"malformed host list {hostlist!r}")
+            return [*segments, name]
+        body, closing, name = rest.partition("]")
+        if not closing or not body:
             raise ValueError(f"malformed host list {hostlist!r}")
-        return [name]
-    body, closing, tail = rest.partition("]")
-    if not closing or not body:
-        raise ValueError(f"malformed host list {hostlist!r}")
-    numbers: list[str] = []
-    for part in body.split(","):
-        first, dash, last = part.partition("-")
-        if not first.isdigit() or (dash and not last.isdigit()):
-            raise ValueError(f"malformed range {part!r} in host list {hostlist!r}")
-        if not dash:
-            numbers.append(first)
-            continue
-        if int(last) < int(first):
-            raise ValueError(f"descending range {part!r} in host list {hostlist!r}")
-        width = len(first) if first.startswith("0") else 0
-        numbers += [str(n).zfill(width) for n in range(int(first), int(last) + 1)]
-    return [f"{head}{number}{suffix}" for number in numbers
-            for suffix in _expand_name(tail, hostlist)]
+        segments += [head, tuple(_parse_range(part, hostlist) for part in body.split(","))]
 
 
-def first_host(hostlist: str) -> str:
-    """The first host of a Slurm host list (the one that hosts the rendezvous)."""
-    return expand_hostlist(hostlist)[0]
+def _parse_range(part: str, hostlist: str) -> tuple[int, int, int]:
+    first, dash, last = part.partition("-")
+    if not first.isdigit() or (dash and not last.isdigit()):
+        raise ValueError(f"malformed range {part!r} in host list {hostlist!r}")
+    low, high = int(first), int(last) if dash else int(first)
+    if high < low:
+        raise ValueError(f"descending range {part!r} in host list {hostlist!r}")
+    return low, high, len(first) if first.startswith("0") else 0
 
 
 # -- arguments --------------------------------------------------------------------------------
