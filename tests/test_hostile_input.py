@@ -107,6 +107,15 @@ def test_harmless_variables_are_still_set_by_profiles(run_cli, tmp_path):
     assert code == EXIT_OK, err
 
 
+def test_an_unknown_tag_in_set_is_refused_by_name(run_cli):
+    code, out, err = run_cli("plan", "-p", "cpu", "--set",
+                             "hicache.host_pool_mb=!!python/object:os.system [1]")
+    assert (code, out) == (EXIT_INVALID_INPUT, "")
+    assert_single_error_line(err, "unsupported YAML tag '!!python/object:os.system' on a list",
+                             located=False)
+    assert "list [1]" not in err
+
+
 @pytest.mark.parametrize("key", ["mooncake.metadata_server", "mooncake.store.metadata_server"])
 def test_a_metadata_server_mooncake_would_abort_on_is_refused_at_plan_time(run_cli, key):
     # Mooncake LOG(FATAL)s -- abort() -- on an unknown scheme: "Unable to find metadata
