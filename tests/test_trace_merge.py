@@ -119,6 +119,9 @@ def test_rank_placeholders_are_filled_in(tmp_path):
 @pytest.mark.parametrize(("name", "fragment"), [
     ("run.json", "every one of the 4 ranks would write this file"),
     ("run-{node}.json", "unknown placeholder {node}"),
+    # judged on the paths the placeholders make, not their spelling (issue 19)
+    ("out/{rank}/../run.json", "every one of the 4 ranks would write this file"),
+    ("{local_rank}/../{rank}/../run.json", "every one of the 4 ranks would write this file"),
 ])
 def test_paths_every_rank_would_share_or_cannot_fill_are_refused(tmp_path, name, fragment):
     with pytest.raises(InitorchError, match=fragment) as caught:
