@@ -107,6 +107,26 @@ def test_harmless_variables_are_still_set_by_profiles(run_cli, tmp_path):
     assert code == EXIT_OK, err
 
 
+def test_a_peer_timeout_the_heartbeat_cannot_meet_is_refused(run_cli):
+    # Heartbeats move at most every MIN_BEAT_S, several per timeout: 0.01 s used to
+    # pass, and healthy ranks were then named as having stopped answering (issue 19).
+    from initorch.execution.liveness import (
+        BEATS_PER_PEER_TIMEOUT,
+        MIN_PEER_TIMEOUT_S,
+        beat_interval,
+    )
+
+    code, out, err = run_cli("plan", "-p", "cpu", "--set", "distributed.peer_timeout_s=0.01")
+    assert (code, out) == (EXIT_INVALID_INPUT, "")
+    assert_single_error_line(err, "distributed.peer_timeout_s must be >= 0.3, got 0.01",
+                             located=False)
+    # at the bound, as many beats as promised still fit in one timeout
+    assert beat_interval(MIN_PEER_TIMEOUT_S) * BEATS_PER_PEER_TIMEOUT <= MIN_PEER_TIMEOUT_S + 1e-9
+    code, _, err = run_cli("plan", "-p", "cpu", "--set",
+                           f"distributed.peer_timeout_s={MIN_PEER_TIMEOUT_S}")
+    assert code == EXIT_OK, err
+
+
 def test_an_unknown_tag_in_set_is_refused_by_name(run_cli):
     code, out, err = run_cli("plan", "-p", "cpu", "--set",
                              "hicache.host_pool_mb=!!python/object:os.system [1]")
