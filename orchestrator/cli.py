@@ -398,7 +398,7 @@ def cmd_trace_merge(args: argparse.Namespace, registry: Registry) -> int:
 
     check_outputs([OutputFile("--out", args.out)], args.files)
     merged = merge_traces(args.files)
-    write_atomically(args.out, json.dumps(merged, indent=1))
+    write_atomically(args.out, json.dumps(merged, indent=1, allow_nan=False))
     ranks = merged["otherData"]["ranks"]
     sys.stderr.write(f"initorch: merged {len(ranks)} rank(s) into {display_path(args.out)}; "
                      "open it in Perfetto (ui.perfetto.dev)\n")

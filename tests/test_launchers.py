@@ -16,7 +16,7 @@ from initorch.execution.launchers import (
     detect_rank,
     expand_hostlist,
     first_host,
-    tasks_per_node,
+    tasks_on_node,
 )
 
 SRUN_TASK = {"SLURM_JOB_ID": "200505", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2",
@@ -178,9 +178,24 @@ def test_a_padded_range_expands_to_every_number_in_order(prefix, start, count, w
 
 
 @pytest.mark.parametrize(("layout", "counts"), [
-    ("4", [4]), ("2(x3),1", [2, 2, 2, 1]), ("1(x2)", [1, 1]), ("2(x", None), ("a", None)])
-def test_tasks_per_node(layout, counts):
-    assert tasks_per_node(layout) == counts
+    ("4", [4]), ("2(x3),1", [2, 2, 2, 1]), ("1(x2)", [1, 1])])
+def test_tasks_on_each_node(layout, counts):
+    assert [tasks_on_node(layout, node) for node in range(len(counts) + 1)] == [*counts, None]
+
+
+def test_a_huge_repeat_is_read_without_expanding_it():
+    assert tasks_on_node("8(x999999999),1", 999999999) == 1
+
+
+@pytest.mark.parametrize("layout", ["2(x", "a", "1,,2"])
+def test_a_malformed_tasks_per_node_is_refused_not_ignored(layout):
+    with pytest.raises(ValueError, match="not a tasks-per-node layout"):
+        tasks_on_node(layout, 0)
+    env = {**SRUN_TASK, "SLURM_PROCID": "0", "SLURM_NODEID": "0",
+           "SLURM_TASKS_PER_NODE": layout}
+    with pytest.raises(LaunchError) as caught:
+        detect_rank(env)
+    assert problem(caught.value).startswith(f"SLURM_TASKS_PER_NODE={layout!r}: not a ")
 
 
 # -- SGLang-style arguments ----------------------------------------------------------------------

@@ -67,6 +67,10 @@ def test_traces_without_a_start_time_are_merged_unaligned(tmp_path):
     ("{not json", "not JSON"),
     ('{"events": []}', "not a Chrome trace (no traceEvents list)"),
     ('{"traceEvents": [{"pid": 1}, {"pid": 2}]}', "cannot tell which rank wrote it"),
+    # issue 19: these gave exit 70, and a merged file that is not JSON
+    ("[" * 100_000 + "]" * 100_000, "its JSON nests deeper than Python can read"),
+    ('{"traceEvents": [{"pid": 0, "ts": NaN}]}', "NaN is not a JSON number"),
+    ('{"traceEvents": [{"pid": 0, "dur": -Infinity}]}', "-Infinity is not a JSON number"),
 ])
 def test_files_that_are_no_rank_trace_are_named(tmp_path, contents, fragment):
     path = tmp_path / "bad.json"

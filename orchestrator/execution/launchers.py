@@ -209,24 +209,34 @@ def _slurm(env: Mapping[str, str]) -> RankInfo | None:
 
 def _slurm_local_world(env: Mapping[str, str]) -> int | None:
     """Tasks on this node, from ``SLURM_STEP_TASKS_PER_NODE`` (``2(x3),1``) and
-    ``SLURM_NODEID``; ``None`` when SLURM does not say."""
-    layout = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+    ``SLURM_NODEID``; ``None`` when SLURM does not say.  A malformed layout is refused:
+    ignored, it would leave the local world unknown without a word."""
+    name = next((name for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
+                 if env.get(name)), None)
     node = _number(env, "SLURM_NODEID", SLURM_HINT)
-    if not layout or node is None:
+    if name is None or node is None:
         return None
-    counts = tasks_per_node(layout)
-    return counts[node] if counts is not None and node < len(counts) else None
+    try:
+        return tasks_on_node(env[name], node)
+    except ValueError as exc:
+        raise LaunchError(f"{name}={env[name][:80]!r}: {exc}", hint=SLURM_HINT) from None
 
 
-def tasks_per_node(layout: str) -> list[int] | None:
-    """``2(x3),1`` -> ``[2, 2, 2, 1]``; ``None`` when malformed."""
-    counts: list[int] = []
+def tasks_on_node(layout: str, node: int) -> int | None:
+    """How many tasks Slurm's ``layout`` (``2(x3),1``: 2, 2, 2, then 1) puts on node
+    ``node``, read without expanding the repeats (``1(x999999999)`` costs nothing);
+    ``None`` when the layout has fewer nodes.  Raises ValueError when malformed."""
+    found: int | None = None
+    seen = 0
     for item in layout.split(","):
         match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", item)
         if match is None:
-            return None
-        counts += [int(match.group(1))] * int(match.group(2) or 1)
-    return counts
+            raise ValueError("not a tasks-per-node layout such as 2(x3),1")
+        repeat = int(match.group(2) or 1)
+        if found is None and seen <= node < seen + repeat:
+            found = int(match.group(1))
+        seen += repeat
+    return found
 
 
 def _slurm_rendezvous(env: Mapping[str, str]) -> str | None:
