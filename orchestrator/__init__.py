@@ -47,6 +47,7 @@ from initorch.resolution.preview import PreviewContext
 
 if TYPE_CHECKING:
     from initorch.api import detect_device, load_plan, start
+    from initorch.execution.executors import Executor, RunDriver
     from initorch.execution.peers import JobStore, PeerBounds
     from initorch.execution.run import Run
     from initorch.reporting.logs import configure_logging
@@ -69,6 +70,8 @@ _ON_FIRST_USE = {
     "resolve": "initorch.resolution.resolve",
     "load_saved_plan": "initorch.resolution.saved",
     "StepGraph": "initorch.resolution.graph",
+    "Executor": "initorch.execution.executors",
+    "RunDriver": "initorch.execution.executors",
     "JobStore": "initorch.execution.peers",
     "PeerBounds": "initorch.execution.peers",
     "Run": "initorch.execution.run",
@@ -105,6 +108,7 @@ __all__ = [
     "Diagnosis",
     "DiagnosisBook",
     "Edge",
+    "Executor",
     "Finding",
     "InitorchError",
     "InterruptedBySigint",
@@ -123,6 +127,7 @@ __all__ = [
     "Registry",
     "ResolveError",
     "Run",
+    "RunDriver",
     "RunInterrupted",
     "RunReport",
     "SavedPlanError",

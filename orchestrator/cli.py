@@ -271,12 +271,17 @@ def per_rank_path(option: str, path: str | None, rank: RankInfo) -> str | None:
     if unknown:
         raise InitorchError(f"{option} {path}: unknown placeholder {{{sorted(unknown)[0]}}}",
                             hint="use {rank} or {local_rank}")
-    if rank.world_size > 1 and not placeholders:
+    def filled(rank_number: int, local_rank: int) -> str:
+        return path.replace("{rank}", str(rank_number)).replace("{local_rank}", str(local_rank))
+
+    # Two ranks that differ in both numbers must get two files: judged on the paths the
+    # placeholders make, not on their spelling ('out/{rank}/../run.json' is one file).
+    if rank.world_size > 1 and os.path.normpath(filled(0, 0)) == os.path.normpath(filled(1, 1)):
         raise InitorchError(f"{option} {display_path(path)}: every one of the "
                             f"{rank.world_size} ranks would write this file",
                             hint="put {rank} in the name (run-{rank}.json), or {local_rank} "
                                  "on storage that is not shared between hosts")
-    return path.replace("{rank}", str(rank.rank)).replace("{local_rank}", str(rank.local_rank))
+    return filled(rank.rank, rank.local_rank)
 
 
 def _run(args: argparse.Namespace, registry: Registry, rank: RankInfo,
@@ -404,7 +409,7 @@ def cmd_trace_merge(args: argparse.Namespace, registry: Registry) -> int:
 
     check_outputs([OutputFile("--out", args.out)], args.files)
     merged = merge_traces(args.files)
-    write_atomically(args.out, json.dumps(merged, indent=1))
+    write_atomically(args.out, json.dumps(merged, indent=1, allow_nan=False))
     ranks = merged["otherData"]["ranks"]
     sys.stderr.write(f"initorch: merged {len(ranks)} rank(s) into {display_path(args.out)}; "
                      "open it in Perfetto (ui.perfetto.dev)\n")

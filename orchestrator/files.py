@@ -133,6 +133,23 @@ def _output_problem(output: OutputFile, read: set[str], seen: Mapping[str, Outpu
     if not os.access(folder, os.W_OK | os.X_OK):
         return ("the folder is not writable (the file is written beside it, then "
                 "renamed)", "check the folder's permissions, or write the file elsewhere")
+    return _try_writing_beside(target)
+
+
+def _try_writing_beside(target: str) -> tuple[str, str] | None:
+    """Create (and remove) the temporary file :func:`write_atomically` will create:
+    permissions say nothing about /proc, a read-only mount or a full disk, and root
+    passes every ``os.access`` check (``--report /proc/version`` used to pass, and
+    fail only after the run)."""
+    try:
+        handle, probe = tempfile.mkstemp(dir=os.path.dirname(target),
+                                         prefix=f".{os.path.basename(target)}.",
+                                         suffix=".tmp")
+    except OSError as exc:
+        return (f"cannot be written: creating a file beside it failed "
+                f"({exc.strerror or type(exc).__name__})", "write the file elsewhere")
+    os.close(handle)
+    os.unlink(probe)
     return None
 
 

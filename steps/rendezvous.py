@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from initorch import LaunchError, StepContext, StepError, setting, step
 from initorch.addresses import host_port, split_host_port
+from initorch.execution.liveness import MIN_PEER_TIMEOUT_S
 from initorch.model.step import MAX_TIMEOUT_S
 from initorch.steps.engine_hostname import local_host
 from initorch.steps.network import free_port, interface_with
@@ -66,8 +67,10 @@ JOIN_TIMEOUT_S = setting(
     maximum=MAX_TIMEOUT_S,
     description="how long the ranks wait for each other to join the job's store and "
                 "publish their plans")
+# The heartbeat cannot move faster than every MIN_BEAT_S, several beats per timeout: a
+# shorter peer timeout would name healthy ranks as dead.
 PEER_TIMEOUT_S = setting(
-    "distributed.peer_timeout_s", float, default=30, exclusive_minimum=0,
+    "distributed.peer_timeout_s", float, default=30, minimum=MIN_PEER_TIMEOUT_S,
     maximum=MAX_TIMEOUT_S,
     description="a rank whose heartbeat has not moved for this long counts as lost: the "
                 "others stop, naming it, instead of waiting for the collective timeout")

@@ -177,6 +177,27 @@ def test_a_world_of_two_without_an_address_is_a_usage_error_in_initorchs_own_wor
     assert "no known diagnosis" not in result.stderr
 
 
+def test_several_nodes_without_a_node_rank_are_refused_before_anything_runs():
+    result = run(*NO_MOONCAKE, "--dist-init-addr", "127.0.0.1:29500", "--nnodes", "2")
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr[-3000:]
+    assert result.stderr.splitlines() == [
+        "initorch: error: --nnodes 2 needs --node-rank: which one of the 2 is this process? "
+        "(pass --node-rank N (0 to 1), a different one to each process)"]
+
+
+def test_master_addr_and_port_in_a_world_of_one_are_used():
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = run(*NO_MOONCAKE, "--log-format", "json",
+                 env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    [joining] = [e for e in json_lines(result.stderr) if e["event"] == "job_store_joining"]
+    assert (joining["address"], joining["world_size"]) == (f"127.0.0.1:{port}", 1)
+
+
 def test_debug_prints_the_traceback_of_the_failed_step():
     # A rendezvous host that does not resolve: valid as a setting, fails only at run time
     # (an unknown allocator is refused at plan time now).

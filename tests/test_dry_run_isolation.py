@@ -140,6 +140,7 @@ def test_run_time_names_are_still_public():
     from initorch.execution.run import Run
 
     assert initorch.Run is Run
-    assert {"Run", "RunReport", "StepOutcome", "RunInterrupted"} <= set(initorch.__all__)
+    assert {"Run", "RunReport", "StepOutcome", "RunInterrupted", "Executor",
+            "RunDriver"} <= set(initorch.__all__)
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         initorch.Nope  # noqa: B018

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from initorch import Executor, RunDriver
 from initorch.execution.executors import (
     DryRunExecutor,
     ParallelExecutor,
@@ -269,3 +270,30 @@ def test_a_plan_whose_every_step_is_skipped_at_plan_time_finishes(executor):
     assert not runner.is_alive(), "the run never finished"
     assert recorder.order == []
     assert run.report.outcomes["gated"].status == "skipped"
+
+
+class OwnExecutor:
+    """A launcher's own executor, written against the public protocol only."""
+
+    name = "own"
+
+    def execute(self, driver: RunDriver) -> None:
+        for planned in driver.plan.steps:
+            root = driver.blocked_by(planned)
+            if root is None:
+                driver.run_step(planned)
+            else:
+                driver.skip(planned, root)
+
+
+def test_a_launcher_brings_its_own_executor_through_the_public_protocol():
+    def fail(ctx):
+        raise RuntimeError("boom")
+
+    executor: Executor = OwnExecutor()
+    plan = plan_of([define("a"), define("b", fail, requires=["a"]), define("c")])
+    report = Run(plan, executor=executor).start()
+    assert report.executor == "own"
+    assert {n: (o.status, o.reason) for n, o in report.outcomes.items()} == {
+        "a": ("succeeded", None), "b": ("failed", None),
+        "c": ("skipped", "not started: step 'b' failed (fail fast)")}

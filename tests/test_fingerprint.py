@@ -24,7 +24,14 @@ from initorch.location import SourceLocation
 from initorch.model.devices import DeviceRef
 from initorch.model.step import Step
 from initorch.resolution.fingerprint import fingerprint
-from initorch.resolution.plan import Plan, PlannedStep, declaration, env_values, step_fields
+from initorch.resolution.plan import (
+    Plan,
+    PlannedStep,
+    declaration,
+    env_values,
+    read_settings,
+    step_fields,
+)
 from initorch.resolution.plangraph import PlanGraph
 from tests.conftest import noop
 from tests.helpers_foundation import DEVICE_PROFILES, MOONCAKE_PG_PROFILES
@@ -37,11 +44,13 @@ SELECTIONS = [
 
 
 def reference_fingerprint(plan: Plan) -> str:
-    """The fingerprint as initorch 0.1 computed it: one canonical JSON document."""
+    """The fingerprint as one canonical JSON document (initorch 0.1's, with only the
+    settings the planned steps read)."""
     canonical = {
         "profiles": list(plan.profiles),
         "device": [plan.device.type, plan.device.index],
-        "settings": {key: s.value for key, s in sorted(plan.settings.items())},
+        "settings": {key: s.value
+                     for key, s in sorted(read_settings(plan.settings, plan.steps).items())},
         "env": dict(sorted(env_values(plan.env).items())),
         "steps": [{"name": p.name, "wave": p.wave, **step_fields(p.step),
                    "declared": declaration(p.declared)} for p in plan.steps],

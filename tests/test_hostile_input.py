@@ -72,13 +72,68 @@ def test_every_builtin_profile_names_a_declared_backend(run_cli):
 
 @pytest.mark.parametrize("name", ["LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH",
                                   "PYTHONSTARTUP", "PYTHONBREAKPOINT", "PYTHONWARNINGS",
-                                  "DYLD_INSERT_LIBRARIES", "BASH_ENV", "ld_preload"])
+                                  "DYLD_INSERT_LIBRARIES", "BASH_ENV", "ld_preload",
+                                  # by family (issue 19): what the started stacks load
+                                  "CUDA_INJECTION64_PATH", "NCCL_NET_PLUGIN",
+                                  "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN", "QT_PLUGIN_PATH",
+                                  "HSA_TOOLS_LIB", "OPENSSL_CONF", "OPENSSL_MODULES"])
 def test_a_profile_cannot_set_a_variable_that_loads_code(run_cli, tmp_path, name):
     path = write(tmp_path, "p.yaml", f"extends: cpu\nenv:\n  {name}: /tmp/evil.so\n")
     code, out, err = run_cli("plan", "-p", str(path))
     assert (code, out) == (EXIT_INVALID_INPUT, "")
     match = assert_single_error_line(err, f"env.{name} would make programs load code")
     assert match is not None and (match.group("line"), match.group("col")) == ("3", "3")
+
+
+@pytest.mark.parametrize(("value", "said"), [
+    ('"1\\nfingerprint: forged"', "env.MC_LOG_LEVEL contains a line break"),
+    ('"1\\r"', "env.MC_LOG_LEVEL contains a line break"),
+    ("x" * 200_000, "env.MC_LOG_LEVEL is 200000 bytes: Linux gives a program it starts at "
+                    "most 131072 bytes per variable"),
+])
+def test_an_env_value_that_would_forge_a_line_or_break_every_child_is_refused(
+        run_cli, tmp_path, value, said):
+    path = write(tmp_path, "p.yaml", f"extends: cpu\nenv:\n  MC_LOG_LEVEL: {value}\n")
+    code, out, err = run_cli("plan", "-p", str(path))
+    assert (code, out) == (EXIT_INVALID_INPUT, "")
+    match = assert_single_error_line(err, said)
+    assert match is not None and match.group("line") == "3"
+
+
+def test_harmless_variables_are_still_set_by_profiles(run_cli, tmp_path):
+    path = write(tmp_path, "p.yaml", "extends: cpu\nenv:\n  NCCL_DEBUG: INFO\n"
+                                     "  MC_LOG_LEVEL: \"1\"\n  OMP_NUM_THREADS: 2\n")
+    code, _, err = run_cli("plan", "-p", str(path))
+    assert code == EXIT_OK, err
+
+
+def test_a_peer_timeout_the_heartbeat_cannot_meet_is_refused(run_cli):
+    # Heartbeats move at most every MIN_BEAT_S, several per timeout: 0.01 s used to
+    # pass, and healthy ranks were then named as having stopped answering (issue 19).
+    from initorch.execution.liveness import (
+        BEATS_PER_PEER_TIMEOUT,
+        MIN_PEER_TIMEOUT_S,
+        beat_interval,
+    )
+
+    code, out, err = run_cli("plan", "-p", "cpu", "--set", "distributed.peer_timeout_s=0.01")
+    assert (code, out) == (EXIT_INVALID_INPUT, "")
+    assert_single_error_line(err, "distributed.peer_timeout_s must be >= 0.3, got 0.01",
+                             located=False)
+    # at the bound, as many beats as promised still fit in one timeout
+    assert beat_interval(MIN_PEER_TIMEOUT_S) * BEATS_PER_PEER_TIMEOUT <= MIN_PEER_TIMEOUT_S + 1e-9
+    code, _, err = run_cli("plan", "-p", "cpu", "--set",
+                           f"distributed.peer_timeout_s={MIN_PEER_TIMEOUT_S}")
+    assert code == EXIT_OK, err
+
+
+def test_an_unknown_tag_in_set_is_refused_by_name(run_cli):
+    code, out, err = run_cli("plan", "-p", "cpu", "--set",
+                             "hicache.host_pool_mb=!!python/object:os.system [1]")
+    assert (code, out) == (EXIT_INVALID_INPUT, "")
+    assert_single_error_line(err, "unsupported YAML tag '!!python/object:os.system' on a list",
+                             located=False)
+    assert "list [1]" not in err
 
 
 @pytest.mark.parametrize("key", ["mooncake.metadata_server", "mooncake.store.metadata_server"])

@@ -16,7 +16,7 @@ from initorch.execution.launchers import (
     detect_rank,
     expand_hostlist,
     first_host,
-    tasks_per_node,
+    tasks_on_node,
 )
 
 SRUN_TASK = {"SLURM_JOB_ID": "200505", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2",
@@ -148,10 +148,23 @@ def test_slurm_host_lists_expand(hostlist, hosts):
     assert first_host(hostlist) == hosts[0]
 
 
-@pytest.mark.parametrize("hostlist", ["", "node[1-", "node[3-1]", "node[a-b]", "n]1", "n[]"])
+@pytest.mark.parametrize("hostlist", ["", "node[1-", "node[3-1]", "node[a-b]", "n]1", "n[]",
+                                      "n1,x[2-"])
 def test_malformed_host_lists_are_refused(hostlist):
     with pytest.raises(ValueError, match=r"host list|range"):
         expand_hostlist(hostlist)
+    with pytest.raises(ValueError, match=r"host list|range"):
+        first_host(hostlist)  # checked whole, though only the first host is read
+
+
+def test_the_first_host_of_a_huge_host_list_is_read_without_expanding_it():
+    # It used to be expanded in full: a MemoryError, exit 70 (issue 19).
+    assert first_host("n[1-999999999]") == "n1"
+    assert first_host("rack[07-99999]n[0005-99999999],gpu[1-9999999]") == "rack07n0005"
+    info = detect_rank({**SRUN_TASK, "SLURM_PROCID": "0", "SLURM_NODELIST": "n[1-999999999]"})
+    assert info.rendezvous == "n1:15505"
+    with pytest.raises(ValueError, match="names 999999999 hosts, more than 1048576"):
+        expand_hostlist("n[1-999999999]")
 
 
 @given(prefix=st.from_regex(r"[a-z][a-z0-9-]{0,6}", fullmatch=True),
@@ -165,9 +178,24 @@ def test_a_padded_range_expands_to_every_number_in_order(prefix, start, count, w
 
 
 @pytest.mark.parametrize(("layout", "counts"), [
-    ("4", [4]), ("2(x3),1", [2, 2, 2, 1]), ("1(x2)", [1, 1]), ("2(x", None), ("a", None)])
-def test_tasks_per_node(layout, counts):
-    assert tasks_per_node(layout) == counts
+    ("4", [4]), ("2(x3),1", [2, 2, 2, 1]), ("1(x2)", [1, 1])])
+def test_tasks_on_each_node(layout, counts):
+    assert [tasks_on_node(layout, node) for node in range(len(counts) + 1)] == [*counts, None]
+
+
+def test_a_huge_repeat_is_read_without_expanding_it():
+    assert tasks_on_node("8(x999999999),1", 999999999) == 1
+
+
+@pytest.mark.parametrize("layout", ["2(x", "a", "1,,2"])
+def test_a_malformed_tasks_per_node_is_refused_not_ignored(layout):
+    with pytest.raises(ValueError, match="not a tasks-per-node layout"):
+        tasks_on_node(layout, 0)
+    env = {**SRUN_TASK, "SLURM_PROCID": "0", "SLURM_NODEID": "0",
+           "SLURM_TASKS_PER_NODE": layout}
+    with pytest.raises(LaunchError) as caught:
+        detect_rank(env)
+    assert problem(caught.value).startswith(f"SLURM_TASKS_PER_NODE={layout!r}: not a ")
 
 
 # -- SGLang-style arguments ----------------------------------------------------------------------
@@ -190,11 +218,31 @@ def test_arguments_without_environment_variables():
     (LaunchArguments(dist_init_addr="10.0.0.1"), "--dist-init-addr: '10.0.0.1' is not "
                                                  "HOST:PORT"),
     (LaunchArguments(dist_init_addr="host:70000"), "a port in 1-65535"),
+    # Without a launcher's variables nothing else says which process this is.
+    (LaunchArguments("10.0.0.1:5000", nnodes=2),
+     "--nnodes 2 needs --node-rank: which one of the 2 is this process?"),
+    (LaunchArguments("10.0.0.1:5000", nproc_per_node=4),
+     "--nproc-per-node 4 needs --local-rank: which one of the 4 is this process?"),
 ])
 def test_bad_arguments_are_refused(arguments, fragment):
     with pytest.raises(LaunchError) as caught:
         detect_rank({}, arguments)
     assert fragment in problem(caught.value)
+
+
+def test_a_launcher_that_numbers_the_processes_needs_no_node_rank():
+    env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}
+    info = detect_rank(env, LaunchArguments(nnodes=2))  # it restates what the launcher says
+    assert (info.rank, info.world_size, info.launcher) == (0, 2, "args")
+
+
+def test_master_addr_and_port_in_a_world_of_one_are_where_it_meets():
+    # As torch's env:// reads them; before, they were silently ignored for a free port.
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511"}
+    assert detect_rank(env) == RankInfo(rendezvous="127.0.0.1:29511", launcher="none")
+    assert detect_rank({"MASTER_ADDR": "127.0.0.1"}).rendezvous is None  # torch needs both
+    with pytest.raises(LaunchError, match=re.escape("MASTER_PORT='x' is not a whole number")):
+        detect_rank({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "x"})
 
 
 def test_arguments_may_restate_the_launcher_but_not_contradict_it():

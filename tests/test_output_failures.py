@@ -119,6 +119,21 @@ def test_a_report_on_a_device_is_refused_before_anything_runs(tmp_path, spoiler,
     assert_single_error_line(done.stderr, "--report", "a character device", located=False)
 
 
+@pytest.mark.skipif(not os.path.isfile("/proc/version"), reason="needs Linux's /proc")
+def test_a_report_on_a_file_that_cannot_be_replaced_is_refused_by_trying(tmp_path, spoiler):
+    # /proc/version is a regular file, and root passes every permission check: only
+    # trying to write beside it shows that the report could never land (issue 19).
+    _, env = spoiler
+    folder = tmp_path / "out"
+    folder.mkdir()
+    done = run_initorch_in(tmp_path, "run", "-p", str(profile(tmp_path, "fail")), "--set",
+                           f"t.folder={folder}", "--report", "/proc/version", env=env)
+    assert done.returncode == EXIT_INVALID_INPUT, done.stderr
+    assert folder.exists()  # spoil never ran
+    assert_single_error_line(done.stderr, "--report /proc/version: cannot be written: "
+                             "creating a file beside it failed", located=False)
+
+
 def test_a_report_is_replaced_atomically(tmp_path):
     target = tmp_path / "r.json"
     target.write_text("old", encoding="utf-8")

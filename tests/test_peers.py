@@ -23,6 +23,7 @@ from initorch import (
     Registry,
     StepContext,
     load_plan,
+    setting,
 )
 from initorch.execution import run as run_module
 from initorch.execution.agreement import differences, manifest, rank_list
@@ -502,8 +503,41 @@ def test_rank_lists(ranks, text):
 def test_many_differences_are_cut_short():
     plan = load_plan(["cpu"])
     base = manifest(plan, RankInfo(0, 0, 2))
-    other = {**base, "settings": {**base["settings"],
-                                  **{f"x.k{i:02}": i for i in range(30)}}}
+    extra = {f"x.k{i:02}": i for i in range(30)}
+    other = {**base, "settings": {**base["settings"], **extra},
+             "reads": [*base["reads"], *extra]}
     lines = differences({0: base, 1: other})
     assert len(lines) == 21 and lines[-1] == "... and 10 more"
-    assert lines[0] == "x.k00: (not set) on rank 0; 0 on rank 1"
+    assert lines[0] == "x.k00: (not declared: a plugin missing there?) on rank 0; 0 on rank 1"
+
+
+# -- what the agreement covers: the settings the plan reads (issue 19) ------------------------
+
+BANNER = setting("acme.banner", str, default="hello", description="an unrelated plugin's")
+
+
+def with_banner_plugin(*, planned: bool) -> Any:
+    """The cpu plan with an unrelated plugin installed: its step declares a setting, and
+    is planned only when asked for."""
+    import warnings
+
+    registry = Registry.with_plugins()
+    registry.steps.add(define("acme_banner", settings=(BANNER,)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the step nothing pulls in, when not asked for
+        return load_plan(["cpu"], registry=registry, steps=["acme_banner"] if planned else [])
+
+
+def test_a_setting_no_planned_step_reads_changes_neither_fingerprint_nor_agreement():
+    plain, with_plugin = load_plan(["cpu"]), with_banner_plugin(planned=False)
+    assert "acme.banner" in with_plugin.settings
+    assert with_plugin.fingerprint == plain.fingerprint
+    results = agree_all([plain, with_plugin])
+    assert all(isinstance(peers, JobPeers) for peers in results.values()), results
+
+
+def test_a_plugin_planned_on_one_rank_only_is_named_with_its_setting():
+    [first, _] = agree_all([with_banner_plugin(planned=True), load_plan(["cpu"])]).values()
+    assert "step acme_banner: planned (declaration " in first.details[0]
+    assert ("acme.banner: hello on rank 0; (not declared: a plugin missing there?) on rank 1"
+            in first.details)

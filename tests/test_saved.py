@@ -407,3 +407,80 @@ def test_loading_and_walking_a_saved_plan_never_imports_networkx(tmp_path):
     result = run_python(code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+# --- a re-signed plan can do nothing a profile cannot (issue 19) --------------------------
+
+def resign(path: Path, registry: Registry, change) -> None:
+    """Edit the file as an attacker would, then recompute its fingerprint and checksum
+    (both are plain sha256 values: anyone can)."""
+    from initorch.resolution import saved
+
+    data = json.loads(path.read_text(encoding="utf-8"))
+    change(data)
+    steps, _ = saved._planned_steps(data, registry, str(path), "")
+    data["fingerprint"] = saved._plan(data, steps).fingerprint
+    data["checksum"] = saved._checksum(data)
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def builtin_registry() -> Registry:
+    return Registry.with_plugins()
+
+
+def saved_cpu(tmp_path: Path, registry: Registry) -> Path:
+    path = tmp_path / "cpu-plan.json"
+    load_plan(["cpu"], registry=registry).save(path)
+    return path
+
+
+def setting_to(key: str, value: object):
+    def change(data):
+        data["settings"][key] = value
+    return change
+
+
+def env_to(name: str, value: str):
+    def change(data):
+        data["env"][name] = value
+        data["env_sources"][name] = {"source": "cpu", "location": {
+            "path": "/p.yaml", "line": 1, "column": 1}}
+    return change
+
+
+def engine_before_set_device(data):
+    steps, order = data["steps"], data["order"]
+    first, second = order.index("set_device"), order.index(ENGINE)
+    steps[first], steps[second] = steps[second], steps[first]
+    order[first], order[second] = order[second], order[first]
+
+
+@pytest.mark.parametrize(("change", "fragment"), [
+    (setting_to("device.backend_package", "this"), "device.backend_package must be one of"),
+    (setting_to("hicache.host_pool_mb", float("nan")), "hicache.host_pool_mb"),
+    (setting_to("distributed.timeout_s", -5), "distributed.timeout_s must be > 0"),
+    (env_to("LD_PRELOAD", "/tmp/evil.so"), "env.LD_PRELOAD would make programs load code"),
+    (env_to("NCCL_NET_PLUGIN", "evil"), "env.NCCL_NET_PLUGIN would make programs load code"),
+    (env_to("A=B", "1"), "'A=B' is not a valid environment variable name"),
+    (env_to("MC_LOG", "1\nfingerprint: forged"), "env.MC_LOG contains a line break"),
+    (engine_before_set_device, f"step '{ENGINE}' is ordered before 'set_device', which it "
+                               "must follow"),
+], ids=["module", "nan", "negative-timeout", "ld-preload", "nccl-plugin", "env-name",
+        "env-newline", "order"])
+def test_a_re_signed_plan_is_refused_what_a_profile_is_refused(tmp_path, builtin_registry,
+                                                               change, fragment):
+    path = saved_cpu(tmp_path, builtin_registry)
+    resign(path, builtin_registry, change)
+    refusal(path, builtin_registry, fragment)
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ('{"format": "initorch-plan", "format": "initorch-plan"}',
+     "the key 'format' appears twice in one object"),
+    ("[" * 100_000 + "]" * 100_000, "its JSON nests deeper than Python can read"),
+])
+def test_duplicate_keys_and_runaway_nesting_are_refused_in_one_line(tmp_path, text, fragment):
+    path = tmp_path / "plan.json"
+    path.write_text(text, encoding="utf-8")
+    refusal(path, Registry(), fragment)

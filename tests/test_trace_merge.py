@@ -67,6 +67,10 @@ def test_traces_without_a_start_time_are_merged_unaligned(tmp_path):
     ("{not json", "not JSON"),
     ('{"events": []}', "not a Chrome trace (no traceEvents list)"),
     ('{"traceEvents": [{"pid": 1}, {"pid": 2}]}', "cannot tell which rank wrote it"),
+    # issue 19: these gave exit 70, and a merged file that is not JSON
+    ("[" * 100_000 + "]" * 100_000, "its JSON nests deeper than Python can read"),
+    ('{"traceEvents": [{"pid": 0, "ts": NaN}]}', "NaN is not a JSON number"),
+    ('{"traceEvents": [{"pid": 0, "dur": -Infinity}]}', "-Infinity is not a JSON number"),
 ])
 def test_files_that_are_no_rank_trace_are_named(tmp_path, contents, fragment):
     path = tmp_path / "bad.json"
@@ -119,6 +123,9 @@ def test_rank_placeholders_are_filled_in(tmp_path):
 @pytest.mark.parametrize(("name", "fragment"), [
     ("run.json", "every one of the 4 ranks would write this file"),
     ("run-{node}.json", "unknown placeholder {node}"),
+    # judged on the paths the placeholders make, not their spelling (issue 19)
+    ("out/{rank}/../run.json", "every one of the 4 ranks would write this file"),
+    ("{local_rank}/../{rank}/../run.json", "every one of the 4 ranks would write this file"),
 ])
 def test_paths_every_rank_would_share_or_cannot_fill_are_refused(tmp_path, name, fragment):
     with pytest.raises(InitorchError, match=fragment) as caught:

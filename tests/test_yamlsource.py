@@ -266,3 +266,24 @@ def test_plain_documents_get_the_node_builders_positions(text):
     for path in plain.value_marks:
         assert plain.where(*path) == composed.where(*path)
         assert plain.key_where(*path) == composed.key_where(*path)
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("value: !!python/object:os.system [1]\n",
+     "unsupported YAML tag '!!python/object:os.system' on a list"),
+    ("value: !!python/object/apply:os.system {args: [id]}\n",
+     "unsupported YAML tag '!!python/object/apply:os.system' on a mapping"),
+    ("value: !!set {a: null}\n", "unsupported YAML tag '!!set' on a mapping"),
+    ("value: !custom [1, 2]\n", "unsupported YAML tag '!custom' on a list"),
+])
+def test_a_tag_on_a_list_or_mapping_is_refused_by_name(text, said):
+    # Issue 19: the tag used to be dropped silently, leaving a plain list behind.
+    with pytest.raises(ProfileError) as caught:
+        parse_yaml(text, "p.yaml")
+    assert caught.value.problems[0].message == said
+    assert str(caught.value.location) == "p.yaml:1:8"
+
+
+def test_the_default_tags_of_lists_and_mappings_are_plain():
+    assert parse_yaml("a: !!seq [1]\nb: !!map {c: 2}\n", "p.yaml").data == {"a": [1],
+                                                                         "b": {"c": 2}}

@@ -2,7 +2,8 @@
 
 Every rank publishes a :func:`manifest` of its plan through the job's store: the
 fingerprint, and the parts it is made of (world size, device type, profiles,
-steps, settings, and the profiles' ``env:``), so that a disagreement can be
+steps, settings -- compared only where some rank's planned steps read them --
+and the profiles' ``env:``), so that a disagreement can be
 explained, not just detected.  :func:`differences` turns the manifests into one
 line per thing that differs, naming the ranks on each side::
 
@@ -25,7 +26,7 @@ from typing import Any
 from initorch._version import __version__
 from initorch.errors import PeerError
 from initorch.execution.launchers import RankInfo
-from initorch.resolution.plan import Plan, declaration, env_values, step_fields
+from initorch.resolution.plan import Plan, declaration, env_values, read_settings, step_fields
 
 Manifest = dict[str, Any]
 MAX_SHOWN = 20  # differences listed before "... and N more"
@@ -48,6 +49,10 @@ def manifest(plan: Plan, rank: RankInfo) -> Manifest:
                                    "declared": declaration(p.declared)}) for p in plan.steps},
         "skipped": sorted(s.name for s in plan.skipped),
         "settings": {key: s.value for key, s in sorted(plan.settings.items())},
+        # What decides how its plan runs: the settings compared (their values on every
+        # rank, so that a step planned on one rank only shows why it is skipped on the
+        # others); a setting no rank's plan reads (an unrelated plugin's) is not.
+        "reads": sorted(read_settings(plan.settings, plan.steps)),
         "env": env_values(plan.env),
     }
 
@@ -90,7 +95,7 @@ def _aspects(manifests: Mapping[int, Manifest]) -> Iterator[tuple[str, dict[int,
     yield "profiles", each(lambda m: " -> ".join(m["profiles"]))
     for name in _union(m["steps"] for m in manifests.values()):
         yield f"step {name}", each(partial(_step_state, name=name))
-    for key in _union(m["settings"] for m in manifests.values()):
+    for key in _union(dict.fromkeys(m["reads"]) for m in manifests.values()):
         if key != "device.type":  # reported as the device type
             yield key, each(partial(_entry, section="settings", key=key))
     for name in _union(m["env"] for m in manifests.values()):
@@ -108,7 +113,10 @@ def _union(mappings: Iterable[Mapping[str, Any]]) -> list[str]:
 
 
 def _entry(m: Manifest, section: str, key: str) -> str:
-    return _shown(m[section].get(key, _ABSENT))
+    value = m[section].get(key, _ABSENT)
+    if value is _ABSENT and section == "settings":
+        return "(not declared: a plugin missing there?)"  # only plugins declare settings
+    return _shown(value)
 
 
 def _step_state(m: Manifest, name: str) -> str:

@@ -26,25 +26,37 @@ from initorch.resolution.plan import Plan, PlannedStep
 
 
 class RunDriver(Protocol):
-    """What an executor may do with a run."""
+    """What an executor may do with a run (a :class:`~initorch.Run` is one).
+
+    A launcher that brings its own executor calls these and nothing else: ask
+    :meth:`blocked_by` before starting a step, :meth:`skip` what it names, and
+    :meth:`run_step` the rest, each once, after everything ordered before it.  The
+    run keeps every outcome, the teardown and the fail-fast rule.
+    """
 
     @property
     def plan(self) -> Plan: ...
 
     def blocked_by(self, planned: PlannedStep) -> str | None:
-        """The failed step that hard-blocks ``planned`` (root cause), if any."""
+        """The failed step that keeps ``planned`` from starting, if any: one it
+        hard-depends on (the root cause), or, as the run fails fast, the first step
+        that failed at all."""
 
     def skip(self, planned: PlannedStep, root_cause: str) -> None:
         """Record ``planned`` as skipped because ``root_cause`` failed."""
 
     def run_step(self, planned: PlannedStep) -> None:
-        """Run ``planned`` on the calling thread and record its outcome."""
+        """Run ``planned`` on the calling thread and record its outcome (a step that a
+        failure elsewhere has blocked meanwhile is skipped instead)."""
 
     def would_run(self, planned: PlannedStep) -> None:
         """Record that ``planned`` would run (dry run)."""
 
 
 class Executor(Protocol):
+    """Decides when and on which thread each step of a run's plan runs: pass one as
+    ``Run(plan, executor=...)``.  ``name`` shows in the report and the run table."""
+
     name: str
 
     def execute(self, driver: RunDriver) -> None: ...

@@ -21,6 +21,8 @@ arguments disagree, instead of each process silently running as a world of one.
 
 from __future__ import annotations
 
+import itertools
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -124,8 +126,10 @@ def detect_rank(env: Mapping[str, str], arguments: LaunchArguments | None = None
     """
     from_env = _torchrun(env) or _slurm(env)
     if arguments is None or not arguments.given:
-        return from_env or RankInfo(launcher="none")
-    from_args = _from_arguments(arguments)
+        # A world of one still meets where MASTER_ADDR:MASTER_PORT say, as torch's env://
+        # would: set and silently ignored, they would leave the user looking for a port.
+        return from_env or RankInfo(rendezvous=_env_rendezvous(env), launcher="none")
+    from_args = _from_arguments(arguments, described=from_env is not None)
     if from_env is None:
         return from_args
     _check_agreement(from_args, from_env)
@@ -151,11 +155,15 @@ def _torchrun(env: Mapping[str, str]) -> RankInfo | None:
                           hint=f"{TORCHRUN_HINT}, or unset {given} to run a world of one")
     _check_inside(world, "WORLD_SIZE", {"RANK": rank or 0, "LOCAL_RANK": local_rank or 0},
                   TORCHRUN_HINT)
+    return RankInfo(rank or 0, local_rank or 0, world, local_world, _env_rendezvous(env),
+                    "torchrun" if env.get("TORCHELASTIC_RUN_ID") else "env")
+
+
+def _env_rendezvous(env: Mapping[str, str]) -> str | None:
+    """``MASTER_ADDR:MASTER_PORT`` when both are set (as torch's ``env://`` reads them)."""
     address = env.get("MASTER_ADDR", "").strip()
     port = _number(env, "MASTER_PORT", TORCHRUN_HINT)
-    return RankInfo(rank or 0, local_rank or 0, world, local_world,
-                    host_port(address, port) if address and port else None,
-                    "torchrun" if env.get("TORCHELASTIC_RUN_ID") else "env")
+    return host_port(address, port) if address and port else None
 
 
 def _check_inside(world: int, world_name: str, ranks: Mapping[str, int], hint: str) -> None:
@@ -201,24 +209,34 @@ def _slurm(env: Mapping[str, str]) -> RankInfo | None:
 
 def _slurm_local_world(env: Mapping[str, str]) -> int | None:
     """Tasks on this node, from ``SLURM_STEP_TASKS_PER_NODE`` (``2(x3),1``) and
-    ``SLURM_NODEID``; ``None`` when SLURM does not say."""
-    layout = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+    ``SLURM_NODEID``; ``None`` when SLURM does not say.  A malformed layout is refused:
+    ignored, it would leave the local world unknown without a word."""
+    name = next((name for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
+                 if env.get(name)), None)
     node = _number(env, "SLURM_NODEID", SLURM_HINT)
-    if not layout or node is None:
+    if name is None or node is None:
         return None
-    counts = tasks_per_node(layout)
-    return counts[node] if counts is not None and node < len(counts) else None
+    try:
+        return tasks_on_node(env[name], node)
+    except ValueError as exc:
+        raise LaunchError(f"{name}={env[name][:80]!r}: {exc}", hint=SLURM_HINT) from None
 
 
-def tasks_per_node(layout: str) -> list[int] | None:
-    """``2(x3),1`` -> ``[2, 2, 2, 1]``; ``None`` when malformed."""
-    counts: list[int] = []
+def tasks_on_node(layout: str, node: int) -> int | None:
+    """How many tasks Slurm's ``layout`` (``2(x3),1``: 2, 2, 2, then 1) puts on node
+    ``node``, read without expanding the repeats (``1(x999999999)`` costs nothing);
+    ``None`` when the layout has fewer nodes.  Raises ValueError when malformed."""
+    found: int | None = None
+    seen = 0
     for item in layout.split(","):
         match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", item)
         if match is None:
-            return None
-        counts += [int(match.group(1))] * int(match.group(2) or 1)
-    return counts
+            raise ValueError("not a tasks-per-node layout such as 2(x3),1")
+        repeat = int(match.group(2) or 1)
+        if found is None and seen <= node < seen + repeat:
+            found = int(match.group(1))
+        seen += repeat
+    return found
 
 
 def _slurm_rendezvous(env: Mapping[str, str]) -> str | None:
@@ -243,64 +261,106 @@ def _slurm_rendezvous(env: Mapping[str, str]) -> str | None:
 
 _HOSTLIST_ITEM = re.compile(r"([^,\[]*(?:\[[^\]]*\][^,\[]*)*)(?:,|$)")
 
+MAX_HOSTS = 1 << 20
+"""The most hosts :func:`expand_hostlist` lists; :func:`first_host` expands nothing, so
+that ``n[1-999999999]`` costs no more than ``n1``."""
+
+_Ranges = tuple[tuple[int, int, int], ...]  # (first, last, zero-padded width) per part
+_Segment = str | _Ranges
+
 
 def expand_hostlist(hostlist: str) -> list[str]:
     """Slurm's compressed host list: ``node[01-03,07],gpu5`` -> ``node01 ... gpu5``.
 
     Zero padding is kept; several bracket groups in one name expand as a product
-    (``rack[1-2]n[1-2]``).  Raises ValueError when malformed.
+    (``rack[1-2]n[1-2]``).  Raises ValueError when malformed, or when it names more
+    than :data:`MAX_HOSTS` hosts.
     """
+    items = _parse_hostlist(hostlist)
+    count = sum(math.prod(sum(last - first + 1 for first, last, _ in segment)
+                          for segment in item if not isinstance(segment, str))
+                for item in items)
+    if count > MAX_HOSTS:
+        raise ValueError(f"host list {hostlist[:80]!r} names {count} hosts, more than "
+                         f"{MAX_HOSTS}")
+    return ["".join(parts) for item in items
+            for parts in itertools.product(*(_choices(segment) for segment in item))]
+
+
+def first_host(hostlist: str) -> str:
+    """The first host of a Slurm host list (the one that hosts the rendezvous), read
+    without expanding the list; the whole list is still checked."""
+    first_item = _parse_hostlist(hostlist)[0]
+    return "".join(segment if isinstance(segment, str)
+                   else str(segment[0][0]).zfill(segment[0][2]) for segment in first_item)
+
+
+def _choices(segment: _Segment) -> list[str]:
+    if isinstance(segment, str):
+        return [segment]
+    return [str(number).zfill(width) for first, last, width in segment
+            for number in range(first, last + 1)]
+
+
+def _parse_hostlist(hostlist: str) -> list[list[_Segment]]:
+    """Each name of the list as its text and bracket groups, checked, nothing expanded."""
     text = hostlist.strip()
-    hosts: list[str] = []
+    items: list[list[_Segment]] = []
     position = 0
     while position < len(text):
         match = _HOSTLIST_ITEM.match(text, position)
         if match is None or not match.group(1):
             raise ValueError(f"malformed host list {hostlist!r}")
-        hosts += _expand_name(match.group(1), hostlist)
+        items.append(_parse_name(match.group(1), hostlist))
         position = match.end()
-    if not hosts:
+    if not items:
         raise ValueError(f"empty host list {hostlist!r}")
-    return hosts
+    return items
 
 
-def _expand_name(name: str, hostlist: str) -> list[str]:
-    head, bracket, rest = name.partition("[")
-    if not bracket:
-        if "]" in name:
+def _parse_name(name: str, hostlist: str) -> list[_Segment]:
+    segments: list[_Segment] = []
+    while True:
+        head, bracket, rest = name.partition("[")
+        if not bracket:
+            if "]" in name:
+                raise ValueError(f"malformed host list {hostlist!r}")
+            return [*segments, name]
+        body, closing, name = rest.partition("]")
+        if not closing or not body:
             raise ValueError(f"malformed host list {hostlist!r}")
-        return [name]
-    body, closing, tail = rest.partition("]")
-    if not closing or not body:
-        raise ValueError(f"malformed host list {hostlist!r}")
-    numbers: list[str] = []
-    for part in body.split(","):
-        first, dash, last = part.partition("-")
-        if not first.isdigit() or (dash and not last.isdigit()):
-            raise ValueError(f"malformed range {part!r} in host list {hostlist!r}")
-        if not dash:
-            numbers.append(first)
-            continue
-        if int(last) < int(first):
-            raise ValueError(f"descending range {part!r} in host list {hostlist!r}")
-        width = len(first) if first.startswith("0") else 0
-        numbers += [str(n).zfill(width) for n in range(int(first), int(last) + 1)]
-    return [f"{head}{number}{suffix}" for number in numbers
-            for suffix in _expand_name(tail, hostlist)]
+        segments += [head, tuple(_parse_range(part, hostlist) for part in body.split(","))]
 
 
-def first_host(hostlist: str) -> str:
-    """The first host of a Slurm host list (the one that hosts the rendezvous)."""
-    return expand_hostlist(hostlist)[0]
+def _parse_range(part: str, hostlist: str) -> tuple[int, int, int]:
+    first, dash, last = part.partition("-")
+    if not first.isdigit() or (dash and not last.isdigit()):
+        raise ValueError(f"malformed range {part!r} in host list {hostlist!r}")
+    low, high = int(first), int(last) if dash else int(first)
+    if high < low:
+        raise ValueError(f"descending range {part!r} in host list {hostlist!r}")
+    return low, high, len(first) if first.startswith("0") else 0
 
 
 # -- arguments --------------------------------------------------------------------------------
 
-def _from_arguments(arguments: LaunchArguments) -> RankInfo:
+def _from_arguments(arguments: LaunchArguments, *, described: bool) -> RankInfo:
+    """The job as the arguments describe it.  Unless a launcher's variables say it too
+    (``described``), several nodes need ``--node-rank`` and several processes per node
+    ``--local-rank``: assuming 0 would make every process rank 0, each waiting the whole
+    join timeout for ranks that never come."""
     nnodes = _at_least(arguments.nnodes, 1, "--nnodes")
     nproc = _at_least(arguments.nproc_per_node, 1, "--nproc-per-node")
     node_rank = _at_least(arguments.node_rank, 0, "--node-rank")
     local_rank = _at_least(arguments.local_rank, 0, "--local-rank")
+    for count, option, given, needed in (
+            (nnodes, "--nnodes", arguments.node_rank, "--node-rank"),
+            (nproc, "--nproc-per-node", arguments.local_rank, "--local-rank")):
+        if count > 1 and given is None and not described:
+            raise LaunchError(f"{option} {count} needs {needed}: which one of the {count} is "
+                              "this process?",
+                              hint=f"pass {needed} N (0 to {count - 1}), a different one to "
+                                   "each process")
     if node_rank >= nnodes:
         raise LaunchError(f"--node-rank {node_rank} is outside --nnodes {nnodes}",
                           hint="node ranks count from 0")

@@ -32,6 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 from initorch.errors import PeerError
 from initorch.execution.agreement import Manifest, disagreement, manifest, rank_list
 from initorch.execution.launchers import RankInfo
+from initorch.execution.liveness import beat_interval
 from initorch.resolution.plan import Plan
 
 POLL_START_S = 0.02
@@ -66,8 +67,9 @@ class PeerBounds:
 
     @property
     def beat_s(self) -> float:
-        """How often a rank moves its heartbeat: several times per ``peer_s``."""
-        return min(max(self.peer_s / 6, 0.05), 2.0)
+        """How often a rank moves its heartbeat: several times per ``peer_s``
+        (:mod:`initorch.execution.liveness`)."""
+        return beat_interval(self.peer_s)
 
 
 @runtime_checkable

@@ -437,18 +437,34 @@ def _edge_targets(out: _Collector, value: Any, *path: str | int
 
 # Variables that make a program (this interpreter's children: the Mooncake master, the
 # watchdog; or a Python that starts later) load code named by their value: a profile
-# is data and may name none (issue 10, point 1).
-CODE_LOADING_PREFIXES = ("LD_", "DYLD_")
+# is data and may name none (issue 10, point 1).  Refused by family, since the stacks
+# initorch starts keep adding members (issue 19): the dynamic loaders' LD_* / DYLD_*;
+# the CUDA driver's injection libraries (CUDA_INJECTION64_PATH, loaded at cuInit);
+# plugins and their search paths (NCCL_NET_PLUGIN, NCCL_TUNER_PLUGIN,
+# NCCL_PROFILER_PLUGIN -- NCCL dlopens libnccl-<kind>-<value>.so --, QT_PLUGIN_PATH);
+# the ROCm runtime's tool libraries (HSA_TOOLS_LIB); and OpenSSL's configuration and
+# module folders (OPENSSL_CONF loads engines and providers, OPENSSL_MODULES names them).
+CODE_LOADING_FAMILIES = re.compile(
+    r"(?:LD|DYLD)_\w*"
+    r"|\w*_INJECTION\w*"
+    r"|\w*_PLUGINS?(?:_\w*)?"
+    r"|HSA_TOOLS_\w*"
+    r"|OPENSSL_\w*")
 CODE_LOADING_VARIABLES = frozenset({
     "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONPLATLIBDIR",
     "PYTHONBREAKPOINT", "PYTHONWARNINGS", "PYTHONINSPECT", "BASH_ENV", "ENV", "PERL5LIB",
     "PERL5OPT", "RUBYOPT", "NODE_OPTIONS", "GCONV_PATH", "JAVA_TOOL_OPTIONS"})
 
 
+MAX_ENV_STRING = 128 * 1024
+"""Linux's MAX_ARG_STRLEN: the most bytes of one ``NAME=value`` string (its NUL
+included) that ``execve`` passes on; longer ones fail with E2BIG."""
+
+
 def loads_code(name: str) -> bool:
     """True for an environment variable that names code a program then loads."""
     upper = name.upper()
-    return upper in CODE_LOADING_VARIABLES or upper.startswith(CODE_LOADING_PREFIXES)
+    return upper in CODE_LOADING_VARIABLES or CODE_LOADING_FAMILIES.fullmatch(upper) is not None
 
 
 def _parse_env(out: _Collector, value: Any, source: str) -> tuple[EnvEntry, ...]:
@@ -463,19 +479,46 @@ def _parse_env(out: _Collector, value: Any, source: str) -> tuple[EnvEntry, ...]
         return ()
     entries = []
     for key, item in value.items():
+        name_problem = env_name_problem(key)
+        if name_problem is not None:
+            message, hint = name_problem
+            out.add(message, out.doc.key_where("env", key), hint)
+            continue
         where = out.doc.where("env", key)
-        if not isinstance(key, str) or not ENV_NAME.match(key):
-            out.add(f"'{key}' is not a valid environment variable name",
-                    out.doc.key_where("env", key), "use letters, digits and _")
-        elif loads_code(key):
-            out.add(f"env.{key} would make programs load code the profile names",
-                    out.doc.key_where("env", key),
-                    "a profile is data; set it in the launcher's own environment instead")
-        elif isinstance(item, bool) or not isinstance(item, (str, int, type(None))):
+        if isinstance(item, bool) or not isinstance(item, (str, int, type(None))):
             out.add(f"env.{key} must be text, a whole number or null, got {item!r}", where,
                     f"quote it: {key}: \"{item}\"")
-        elif isinstance(item, str) and "\0" in item:
-            out.add(f"env.{key} contains a NUL byte, which no environment can hold", where)
+            continue
+        text = None if item is None else str(item)
+        value_problem = env_value_problem(key, text) if text is not None else None
+        if value_problem is not None:
+            out.add(value_problem[0], where, value_problem[1])
         else:
-            entries.append(EnvEntry(key, None if item is None else str(item), where, source))
+            entries.append(EnvEntry(key, text, where, source))
     return tuple(entries)
+
+
+def env_name_problem(name: object) -> tuple[str, str] | None:
+    """Why ``name`` may not be set by a profile (or a saved plan), with a hint; ``None``
+    if it may."""
+    if not isinstance(name, str) or not ENV_NAME.match(name):
+        return f"'{name}' is not a valid environment variable name", "use letters, digits and _"
+    if loads_code(name):
+        return (f"env.{name} would make programs load code the profile names",
+                "a profile is data; set it in the launcher's own environment instead")
+    return None
+
+
+def env_value_problem(name: str, value: str) -> tuple[str, str | None] | None:
+    """Why ``value`` cannot be given to ``name`` by a profile (or a saved plan), with a
+    hint; ``None`` if it can."""
+    if "\0" in value:
+        return f"env.{name} contains a NUL byte, which no environment can hold", None
+    if "\n" in value or "\r" in value:
+        return (f"env.{name} contains a line break: printed by 'initorch plan' or a log, "
+                "it would start a line of its own", "keep the value on one line")
+    if len(f"{name}={value}".encode()) >= MAX_ENV_STRING:
+        return (f"env.{name} is {len(value.encode())} bytes: Linux gives a program it "
+                f"starts at most {MAX_ENV_STRING} bytes per variable (NAME=value), so "
+                "every child process would fail with 'Argument list too long'", None)
+    return None

@@ -146,7 +146,9 @@ class _Irregular(Exception):
     """The document needs the node builder (see the module's docstring)."""
 
 
-_STR_TAG = "tag:yaml.org,2002:str"
+_YAML_TAG_PREFIX = "tag:yaml.org,2002:"
+_STR_TAG = f"{_YAML_TAG_PREFIX}str"
+_COLLECTION_TAGS = frozenset({f"{_YAML_TAG_PREFIX}seq", f"{_YAML_TAG_PREFIX}map"})
 # Plain scalars the safe constructor turns into immutable values, so that one built
 # value can stand for every occurrence of the same text.  Any other tag a plain
 # scalar resolves to ('<<' merge, '=' value) is left to the node builder.
@@ -258,6 +260,15 @@ class _Builder:
             raise ProfileError("recursive alias: a value contains itself",
                                location=self.doc.location(position),
                                hint="remove the alias that refers to its own anchor")
+        if isinstance(node, yaml.CollectionNode) and node.tag not in _COLLECTION_TAGS:
+            # The scalars' constructor refuses unknown tags; on a list or mapping the tag
+            # would be dropped silently (!!python/object:os.system [1] became [1]).
+            shown = node.tag.replace(_YAML_TAG_PREFIX, "!!", 1)
+            kind = "list" if isinstance(node, yaml.SequenceNode) else "mapping"
+            raise ProfileError(f"unsupported YAML tag {shown!r} on a {kind}",
+                               location=self.doc.location(position),
+                               hint="profiles hold plain strings, numbers, booleans, lists "
+                                    "and mappings; remove the tag")
         self.active.add(id(node))
         try:
             if isinstance(node, yaml.MappingNode):

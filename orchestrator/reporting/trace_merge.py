@@ -28,17 +28,27 @@ def read_trace(path: str) -> dict[str, Any]:
     once instead of read for ever."""
     shown = display_path(path)
     try:
-        data = json.loads(read_input(path).decode("utf-8"))
+        data = json.loads(read_input(path).decode("utf-8"), parse_constant=_refuse_constant)
     except OSError as exc:
         raise InitorchError(f"{shown}: cannot read it: {describe_os_error(exc)}",
                             hint="check the path") from None
-    except ValueError as exc:  # not UTF-8 (UnicodeDecodeError) or not JSON
+    except RecursionError:
+        raise InitorchError(f"{shown}: not a Chrome trace (its JSON nests deeper than "
+                            "Python can read)",
+                            hint="pass the files 'initorch run --trace' wrote") from None
+    except ValueError as exc:  # not UTF-8 (UnicodeDecodeError), not JSON, NaN or Infinity
         raise InitorchError(f"{shown}: not JSON ({exc})",
                             hint="pass the files 'initorch run --trace' wrote") from None
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise InitorchError(f"{shown}: not a Chrome trace (no traceEvents list)",
                             hint="pass the files 'initorch run --trace' wrote")
     return data
+
+
+def _refuse_constant(name: str) -> float:
+    """``NaN``, ``Infinity``, ``-Infinity``: Python reads them, JSON has none, and a
+    merged trace holding one would not be JSON for the tools that open it."""
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _rank_of(data: dict[str, Any], shown: str) -> int:

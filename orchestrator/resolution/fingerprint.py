@@ -1,8 +1,10 @@
 """The plan fingerprint: sha256 of a canonical JSON of everything that decides what runs.
 
 The canonical document is ``json.dumps(canonical, sort_keys=True,
-separators=(",", ":"), default=repr)`` of the profiles, the device, the settings,
-the environment, every planned step (its wave, its effective fields from
+separators=(",", ":"), default=repr)`` of the profiles, the device, the settings
+the planned steps can read (:func:`~initorch.resolution.plan.read_settings`: not
+those only an unplanned plugin's step declares), the environment, every planned
+step (its wave, its effective fields from
 :func:`~initorch.resolution.plan.step_fields` and its declaration in code from
 :func:`~initorch.resolution.plan.declaration`) and the skipped steps' names.
 
@@ -37,6 +39,7 @@ from initorch.resolution.plan import (
     SkippedStep,
     env_values,
     qualified_name,
+    read_settings,
     spec_json,
 )
 
@@ -59,7 +62,7 @@ def fingerprint(
     head = canonical_json({
         "profiles": list(profiles),
         "device": [device.type, device.index],
-        "settings": {key: s.value for key, s in sorted(settings.items())},
+        "settings": {key: s.value for key, s in sorted(read_settings(settings, steps).items())},
         "env": dict(sorted(env_values(env).items())),
         "skipped": sorted(s.name for s in skipped),
     })

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from initorch.errors import ResolveError
 from initorch.loading.document import EnvEntry, Setting
 from initorch.model.devices import DeviceRef
-from initorch.model.settings import SettingSpec
+from initorch.model.settings import CORE_KEYS, SettingSpec
 from initorch.model.step import EDGE_KINDS, Step
 from initorch.resolution.plangraph import Edge, PlanGraph
 from initorch.suggest import closest
@@ -207,6 +207,20 @@ def _edge_dict(edge: Edge) -> dict[str, Any]:
     return {"from": edge.source, "to": edge.target, "kind": edge.kind,
             "declared_at": str(edge.declared_at), "declared_by": edge.declared_by,
             "reason": edge.reason}
+
+
+def read_settings(settings: Mapping[str, Setting], steps: Iterable[PlannedStep]
+                  ) -> dict[str, Setting]:
+    """The settings that ``steps`` can read -- those they declare (a step reads no other,
+    its ``when`` included) and the core ``device.*`` keys -- in ``settings``' order.
+
+    This is what decides how a plan runs, so the fingerprint and the ranks' agreement
+    cover it and nothing else: a setting only an unplanned step declares (an unrelated
+    plugin's) must not make two ranks of one job refuse each other."""
+    keys = set(CORE_KEYS)
+    for planned in steps:
+        keys.update(spec.key for spec in planned.step.settings)
+    return {key: setting for key, setting in settings.items() if key in keys}
 
 
 def env_values(env: Mapping[str, EnvEntry]) -> dict[str, str | None]:

@@ -14,9 +14,13 @@ format header and a checksum.  Paths in
 it are absolute, so the file means the same from any working directory.
 
 Loading refuses, each with one line and exit code 2: a file that cannot be
-read or is not complete JSON; another format or format version; a file changed
-after it was saved (checksum); and a plan whose fingerprint no longer matches
-the registered steps (a step missing, or declared differently in code now).
+read or is not complete JSON (a key given twice, nesting Python cannot read
+included); another format or format version; a file changed after it was saved
+(checksum); a plan whose fingerprint no longer matches the registered steps (a
+step missing, or declared differently in code now); and -- since anyone can
+recompute both sha256 values -- whatever a profile could not say: settings their
+declarations refuse, environment variables a profile may not set, an order
+against the steps' edges or the device binding, what a step's preview refuses.
 The file never names code to import: steps come from the registry, as for
 profiles.
 """
@@ -33,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from initorch._version import __version__
 from initorch.errors import InitorchError, Problem, SavedPlanError
 from initorch.files import describe_os_error, read_input, write_atomically
-from initorch.loading.document import EnvEntry, Setting
+from initorch.loading.document import EnvEntry, Setting, env_name_problem, env_value_problem
 from initorch.location import SourceLocation, display_path
 from initorch.model.devices import DeviceRef
 from initorch.model.step import EDGE_KINDS
@@ -46,6 +50,7 @@ from initorch.resolution.plan import (
     declaration,
 )
 from initorch.resolution.plangraph import EDGE_KINDS_IN_GRAPH, Edge, PlanGraph
+from initorch.resolution.preview import preview_steps
 
 if TYPE_CHECKING:
     from initorch.plugins import Registry
@@ -150,6 +155,11 @@ def load_saved_plan(path: str | os.PathLike[str], registry: Registry | None = No
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SavedPlanError(shown, f"malformed saved plan ({type(exc).__name__}: {exc})",
                              hint=redo) from None
+    refused = [dataclasses.replace(problem, hint=problem.hint or redo)
+               for problem in _refusals(plan, registry, SourceLocation(shown))]
+    if refused:
+        raise SavedPlanError(shown, f"the plan says what no profile may ({len(refused)} "
+                             "problem(s))", hint=redo, problems=refused)
     if plan.fingerprint != saved["fingerprint"]:
         raise SavedPlanError(shown, f"fingerprint {saved['fingerprint'][:12]} does not match "
                              f"the plan it describes ({plan.fingerprint[:12]})", hint=redo)
@@ -166,14 +176,79 @@ def _read(shown: str, path: str, redo: str) -> dict[str, Any]:
         raise SavedPlanError(shown, "not a saved initorch plan (not UTF-8 text)",
                              hint=redo) from None
     try:
-        saved = json.loads(text)
+        saved = json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise SavedPlanError(shown, f"not a complete saved plan: invalid JSON at line "
                              f"{exc.lineno} column {exc.colno} ({exc.msg}); the file is "
                              "truncated or corrupt", hint=redo) from None
+    except RecursionError:
+        raise SavedPlanError(shown, "not a saved initorch plan: its JSON nests deeper than "
+                             "Python can read", hint=redo) from None
+    except ValueError as exc:  # a duplicate key
+        raise SavedPlanError(shown, f"not a saved initorch plan: {exc}", hint=redo) from None
     if not isinstance(saved, dict):
         raise SavedPlanError(shown, "not a saved initorch plan (not a JSON object)", hint=redo)
     return saved
+
+
+def _refusals(plan: Plan, registry: Registry, where: SourceLocation) -> list[Problem]:
+    """What the plan says that the profiles it claims to come from could not: a
+    setting its declaration refuses (a module no plugin declares, NaN, a negative
+    timeout), an environment variable a profile may not set, an order the steps'
+    edges or the device binding forbid, or what a step's preview refuses.  Its
+    checksum and fingerprint are plain sha256 values that anyone can recompute, so
+    the file is checked as the untrusted input it is, exactly as its profiles were."""
+    problems: list[Problem] = []
+    for key, setting in plan.settings.items():
+        spec = registry.settings.get(key)
+        said = (f"setting '{key}' is declared by no registered step" if spec is None
+                else spec.check(setting.value))
+        if said is not None:
+            problems.append(Problem(said, where))
+    for name, entry in plan.env.items():
+        problem = env_name_problem(name) or (
+            env_value_problem(name, entry.value) if entry.value is not None else None)
+        if problem is not None:
+            problems.append(Problem(problem[0], where, problem[1]))
+    problems += [Problem(said, where) for said in _order_problems(plan)]
+    if not problems:  # previews read the settings: only once those are known to be valid
+        try:
+            preview_steps(plan.steps, plan.settings, plan.device, os.environ)
+        except InitorchError as error:
+            problems += [Problem(p.message, where, p.hint) for p in error.problems]
+    return problems
+
+
+def _order_problems(plan: Plan) -> list[str]:
+    """Each pair of steps the plan orders against a declared edge or the device binding
+    (which no profile can remove)."""
+    position = {name: index for index, name in enumerate(plan.order)}
+    binders = [p.name for p in plan.steps if p.step.binds_device]
+    said: list[str] = []
+    for planned in plan.steps:
+        step = planned.step
+        earlier = [*step.requires, *step.wants, *step.after,
+                   *(binders if step.device_bound else ())]
+        for first in earlier:
+            if first in position and position[first] > position[planned.name]:
+                said.append(f"step '{planned.name}' is ordered before '{first}', which it "
+                            "must follow")
+        for then in step.before:
+            if then in position and position[then] < position[planned.name]:
+                said.append(f"step '{planned.name}' is ordered after '{then}', which it must "
+                            "precede")
+    return said
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused when a key repeats: which value would win is exactly what
+    someone editing the file by hand could hide behind."""
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"the key {key!r} appears twice in one object")
+        result[key] = value
+    return result
 
 
 def _check_header(saved: dict[str, Any], shown: str, redo: str) -> None:
