@@ -32,6 +32,13 @@ from initorch import PreviewContext, StepContext, StepError, setting, step
 from initorch.execution.native_output import capture_native_stderr
 from initorch.steps.engine_hostname import local_host
 from initorch.steps.listeners import listeners, warn_if_exposed
+from initorch.steps.mooncake_env import (
+    READ_DEVICE,
+    READ_GLOBAL_SEGMENT,
+    READ_METADATA_SERVER,
+    read_local_hostname,
+    read_reuse_engine,
+)
 from initorch.steps.mooncake_master import MasterEndpoint
 from initorch.steps.network import split_host_port
 from initorch.steps.settings import (
@@ -53,25 +60,30 @@ WARMUP_DELAY_S = 1.0  # mooncake_store.py:727 retry_delay
 
 STORE_HOSTNAME = setting(
     "mooncake.store.hostname", str, default="auto", pattern=r"\S+",
+    from_environment=read_local_hostname,
     description="the store client's local host; auto = the local address that reaches the "
-                "master")
+                "master (SGLang: MOONCAKE_LOCAL_HOSTNAME)")
 STORE_METADATA_SERVER = setting(
     "mooncake.store.metadata_server", str, default="P2PHANDSHAKE", pattern=METADATA_SERVER,
+    from_environment=READ_METADATA_SERVER,
     pattern_help=f"P2PHANDSHAKE, master, {METADATA_SERVER_HELP}",
     description="the store's metadata server: P2PHANDSHAKE (SGLang's default), an etcd/http "
-                "URL, or master (the managed master's own HTTP metadata server)")
+                "URL, or master (the managed master's own HTTP metadata server) (SGLang: "
+                "MOONCAKE_TE_META_DATA_SERVER)")
 GLOBAL_SEGMENT_MB = setting(
     "mooncake.store.global_segment_mb", int, default=64, minimum=1, maximum=2**24,
-    description="memory this instance gives the store, split over the ranks (SGLang: 4gb)")
+    from_environment=READ_GLOBAL_SEGMENT,
+    description="memory this instance gives the store, split over the ranks (SGLang: "
+                "MOONCAKE_GLOBAL_SEGMENT_SIZE, 4gb)")
 LOCAL_BUFFER_MB = setting(
     "mooncake.store.local_buffer_mb", int, default=16, minimum=1, maximum=2**20,
     description="the store client's local buffer (SGLang's DEFAULT_LOCAL_BUFFER_SIZE, 16 MiB)")
 STORE_DEVICE_NAME = setting(
-    "mooncake.store.device_name", str, default="",
+    "mooncake.store.device_name", str, default="", from_environment=READ_DEVICE,
     description="the store client's RDMA device(s) (SGLang's MOONCAKE_DEVICE, default \"\"); "
                 "the shared engine is reused only when it equals the engine's device")
 REUSE_ENGINE = setting(
-    "mooncake.store.reuse_engine", bool, default=True,
+    "mooncake.store.reuse_engine", bool, default=True, from_environment=read_reuse_engine,
     description="SGLANG_HICACHE_MOONCAKE_REUSE_TE: reuse the shared engine where SGLang does "
                 "(rdma, P2PHANDSHAKE, same device names)")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import socket
 from pathlib import Path
 
@@ -279,3 +280,29 @@ def test_closing_releases_the_real_engine_at_once(in_a_cycle: bool) -> None:
     assert alive() is None
     assert shared.engine is None
     shared.close()  # twice is harmless
+
+
+# -- SGLang's Mooncake variables (steps/mooncake_env.py) ------------------------------------
+
+def test_sglangs_variables_beat_the_profile_and_lose_to_set(run_cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("MOONCAKE_PROTOCOL", "rdma")  # the cpu profile says tcp
+    monkeypatch.setenv("MOONCAKE_GLOBAL_SEGMENT_SIZE", "2gb")
+    code, out, err = run_cli("settings", "-p", "cpu", "--set", "mooncake.store.global_segment_mb=8",
+                             "--json")
+    assert code == 0, err
+    rows = {row["key"]: row for row in json.loads(out)}
+    assert (rows["device.mooncake_protocol"]["value"],
+            rows["device.mooncake_protocol"]["origin"]) == ("rdma", "$MOONCAKE_PROTOCOL")
+    assert rows["mooncake.store.global_segment_mb"]["value"] == 8  # --set wins
+    assert rows["mooncake.store.global_segment_mb"]["origin"] == "<command line>"
+
+
+def test_a_variable_sglang_cannot_read_is_refused_with_its_name(run_cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("MOONCAKE_GLOBAL_SEGMENT_SIZE", "1000")  # bytes, not whole MiB
+    code, _, err = run_cli("plan", "-p", "cpu")
+    assert code == 2
+    assert "MOONCAKE_GLOBAL_SEGMENT_SIZE='1000' is not a whole, positive number of MiB" in err
+    monkeypatch.setenv("MOONCAKE_GLOBAL_SEGMENT_SIZE", "1gb")
+    monkeypatch.setenv("SGLANG_HICACHE_MOONCAKE_REUSE_TE", "maybe")
+    code, _, err = run_cli("plan", "-p", "cpu")
+    assert code == 2 and 'SGLANG_HICACHE_MOONCAKE_REUSE_TE="maybe"' in err
