@@ -36,6 +36,15 @@ from typing import Literal
 
 from initorch.steps.elf import needed
 
+# Which published wheel fits which stack, for hints (one per environment: they share the
+# mooncake/ folder).  The CUDA wheels need the CUDA runtime of their major version.
+WHEEL_CHOICE = (
+    "mooncake-transfer-engine for CUDA 12 torch, mooncake-transfer-engine-cuda13 for CUDA 13 "
+    "torch (torch 2.15 from PyPI), mooncake-transfer-engine-rocm on ROCm, "
+    "mooncake-transfer-engine-npu on Ascend, mooncake-transfer-engine-non-cuda on CPU and "
+    "other devices; only one of them"
+)
+
 AscendBuild = Literal["ascend_direct", "hccl"]
 ASCEND_BUILDS: tuple[AscendBuild, ...] = ("ascend_direct", "hccl")
 

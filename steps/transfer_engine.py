@@ -24,7 +24,12 @@ from initorch.execution.native_output import NativeLog, capture_native_stderr
 from initorch.steps.device import VISIBLE_DEVICES_ENV
 from initorch.steps.engine_hostname import EngineHostname, engine_hostname
 from initorch.steps.listeners import listeners, warn_if_exposed
-from initorch.steps.mooncake_build import ASCEND_BUILDS, installed_build, metadata_scheme
+from initorch.steps.mooncake_build import (
+    ASCEND_BUILDS,
+    WHEEL_CHOICE,
+    installed_build,
+    metadata_scheme,
+)
 from initorch.steps.network import host_port
 from initorch.steps.rendezvous import MASTER_ADDR
 from initorch.steps.settings import MOONCAKE_DEVICE_NAME, MOONCAKE_ENABLED, MOONCAKE_PROTOCOL
@@ -112,10 +117,8 @@ def import_transfer_engine() -> Any:
     except ImportError as exc:
         raise StepError(
             f"cannot import mooncake.engine: {exc}",
-            hint="pip install mooncake-transfer-engine (CUDA machines), "
-                 "mooncake-transfer-engine-npu (Ascend) or mooncake-transfer-engine-non-cuda "
-                 "(CPU and others), only one of them; set mooncake.enabled=false to run "
-                 "without Mooncake",
+            hint=f"pip install {WHEEL_CHOICE}; set mooncake.enabled=false to run without "
+                 "Mooncake",
         ) from exc
     return TransferEngine
 

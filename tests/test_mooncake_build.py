@@ -117,3 +117,25 @@ def test_a_scheme_the_installed_build_lacks_is_refused_at_plan_time(run_cli, key
     assert f"{key} 'redis://10.0.0.1:6379' needs Mooncake's redis metadata plugin" in err
     code, out, _ = run_cli("plan", "-p", "cpu", "--set", f"{key}=http://10.0.0.1:8080/m")
     assert code == 0 and f"{key}: http plugin present" in out
+
+
+def test_no_published_wheel_gives_a_mooncake_cpu_group_on_a_cpu_host() -> None:
+    # README hardware matrix, cpu + mooncake-ep: the non-CUDA wheel has no mooncake.pg at
+    # all, and the CUDA wheel's needs the CUDA torch and the NVIDIA driver.
+    assert not [m for m in wheel(*MOONCAKE_CPU).members if "/pg_" in m]
+    cuda = wheel(*MOONCAKE_CUDA12)
+    pg = next(m for m in cuda.members if m.startswith("mooncake/pg_2_13_0"))
+    assert {"libtorch_cuda.so", "libcudart.so.12"} <= set(cuda.needed(pg))
+    assert "libcuda.so.1" in cuda.needed("mooncake/libmooncake_pg.so")
+
+
+def test_the_rocm_build_needs_the_hip_runtime() -> None:
+    rocm = wheel(*MOONCAKE_ROCM)
+    assert {"libamdhip64.so.7", "libhsa-runtime64.so.1"} <= set(rocm.needed("mooncake/engine.so"))
+
+
+def test_torch_npu_2_14_pins_torch_2_14() -> None:
+    # README Install: the npu extra cannot float torch (torch-npu 2.14.0 METADATA).
+    npu = wheel("torch-npu", "2.14.0")
+    metadata = npu.read(next(m for m in npu.members if m.endswith(".dist-info/METADATA")))
+    assert "Requires-Dist: torch==2.14.0.*" in metadata.decode().splitlines()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from initorch.reporting.diagnosis import Diagnosis
+from initorch.steps.mooncake_build import WHEEL_CHOICE
 
 _READ_NATIVE_LOG = "Read the Mooncake log lines before the failure (kept in native_log)."
 
@@ -114,13 +115,13 @@ NOT_INSTALLED = Diagnosis(
         "imported in this environment."
     ),
     remedy=(
-        "pip install mooncake-transfer-engine on CUDA hosts, mooncake-transfer-engine-npu "
-        "on Ascend, or mooncake-transfer-engine-non-cuda on CPU and other devices (one of "
-        "them, never two). Or set mooncake.enabled: false to skip every Mooncake step."
+        f"pip install {WHEEL_CHOICE}. Or set mooncake.enabled: false to skip every Mooncake "
+        "step."
     ),
     prevention=(
         "Set mooncake.enabled: false in deployments without Mooncake, and install "
-        "the matching extra ('mooncake' or 'mooncake-cpu') everywhere else."
+        "the matching extra ('mooncake', 'mooncake-cuda13', 'mooncake-rocm', 'mooncake-npu' "
+        "or 'mooncake-cpu') everywhere else."
     ),
     pattern=r"No module named '?mooncake\b",
 )
