@@ -14,7 +14,12 @@ from types import ModuleType
 import pytest
 
 from initorch.steps.elf import needed
-from initorch.steps.mooncake_build import installed_build, metadata_scheme, scan_binary
+from initorch.steps.mooncake_build import (
+    MooncakeBuild,
+    installed_build,
+    metadata_scheme,
+    scan_binary,
+)
 from tests.wheels import (
     MOONCAKE_CPU,
     MOONCAKE_CUDA12,
@@ -139,3 +144,19 @@ def test_torch_npu_2_14_pins_torch_2_14() -> None:
     npu = wheel("torch-npu", "2.14.0")
     metadata = npu.read(next(m for m in npu.members if m.endswith(".dist-info/METADATA")))
     assert "Requires-Dist: torch==2.14.0.*" in metadata.decode().splitlines()
+
+
+def test_the_imported_engines_support_flags_agree_with_its_binaries() -> None:
+    pytest.importorskip("mooncake.engine")  # the installed non-CUDA wheel
+    build = installed_build()
+    flags = dict(build.flags)
+    assert {"SUPPORT_CUDA", "SUPPORT_HIP", "SUPPORT_MUSA", "SUPPORT_EFA"} <= set(flags)
+    assert not any(flags.values())  # a CPU build: nothing but rdma and tcp compiled in
+    assert build.protocols == installed_build(build.binary).protocols == {"rdma", "tcp"}
+
+
+def test_a_flag_decides_over_the_scan() -> None:
+    scanned = MooncakeBuild("engine.so", frozenset({"TcpTransport", "HipTransport"}))
+    assert MooncakeBuild(scanned.binary, scanned.classes, (),
+                         (("SUPPORT_HIP", False), ("SUPPORT_MUSA", True))).protocols == {
+        "tcp", "musa"}
