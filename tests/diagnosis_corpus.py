@@ -244,6 +244,20 @@ CORPUS: tuple[Sample, ...] = (
                     ("Not enough host memory available. Requesting {} GB but only have {} GB free. "
                      "Please reduce the size of the hierarchical cache.",)),
            args=("137.44", "98.21")),
+    sample("MooncakeHostMemAllocator.alloc(68719476736): Failed to create anonymous shared "
+           "memory: Cannot allocate memory", "mooncake-host-alloc-failed",
+           InWheel(MOONCAKE_CPU, "mooncake/store.so",
+                   ("Failed to create anonymous shared memory",)),
+           InInitorch("steps/host_pool.py", ("MooncakeHostMemAllocator.alloc({}): {}",)),
+           args=(": Cannot allocate memory",)),  # strerror(ENOMEM), shm_helper.cpp:112-114
+    sample("MooncakeHostMemAllocator.alloc returned a null pointer for 64.000 GB "
+           "(68719476736 bytes); the mooncake host memory allocator could not map the "
+           "segment (check host memory availability and the mooncake allocator logs).",
+           "mooncake-host-alloc-failed",
+           InSGLang("srt/mem_cache/storage/mooncake_store/mooncake_store.py", 59,
+                    ("MooncakeHostMemAllocator.alloc returned a null pointer for {} GB ({} "
+                     "bytes); the mooncake host memory allocator could not map the segment "
+                     "(check host memory availability and the mooncake allocator logs).",))),
     sample("Mooncake layer_first multi-buffer is only supported for MLA host KV pool. Use "
            "page_first/page_first_direct for MHA.", "host-pool-layout-unsupported",
            InSGLang("srt/mem_cache/storage/mooncake_store/mooncake_store.py", 1321,

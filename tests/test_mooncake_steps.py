@@ -247,10 +247,10 @@ class NullPinned:
 
 
 def test_the_xpu_allocator_refuses_a_null_pinned_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(host_pool, "_pin_memory", lambda nbytes: (NullPinned(), None))
+    monkeypatch.setattr(host_pool, "_pin_memory", lambda nbytes, memory: (NullPinned(), None))
     with pytest.raises(StepError, match=r"Pinned host memory allocation of 1\.0 GiB "
                                         r"\(1073741824 bytes\) returned a null pointer"):
-        host_pool.ALLOCATORS["pin_memory_xpu"](1 << 30)
+        host_pool.ALLOCATORS["pin_memory_xpu"](1 << 30, host_pool.torch_memory)
 
 
 # -- releasing the engine ------------------------------------------------------------------

@@ -38,6 +38,7 @@ BUILTIN_DIAGNOSES: tuple[Diagnosis, ...] = (
     host_memory.REGISTER_FAILED,
     host_memory.PINNED_NULL,
     host_memory.BUDGET_EXCEEDED,
+    host_memory.MOONCAKE_ALLOC_FAILED,
     ascend.CANN_NOT_LOADED,
     mooncake.LIBIBVERBS_MISSING,
     mooncake.CUDA_BUILD_WITHOUT_DRIVER,
