@@ -229,3 +229,9 @@ def test_a_bind_entry_outside_the_allowed_cpus_or_the_rank_count_is_refused() ->
         sglang_thread_bind({"SGLANG_CPU_OMP_THREADS_BIND": "0|1"}, 2, [0, 1])
     with pytest.raises(StepError, match="names CPUs this process may not use"):
         sglang_thread_bind({"SGLANG_CPU_OMP_THREADS_BIND": "0|7"}, 1, [0, 1])
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda", "npu"])
+def test_the_host_pool_comes_after_the_memory_baseline_as_in_sglang(device: str) -> None:
+    order = load_plan(["server"], device=device).order
+    assert order.index("memory_baseline") < order.index("alloc_host_mem_pool")
