@@ -22,6 +22,7 @@ Device-bound: with the ascend protocol the store's own engine asks
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -54,6 +55,11 @@ from initorch.steps.transfer_engine import (
     check_metadata_plugin,
 )
 
+# Mooncake 0.3.14 (the cuda13 wheel) makes mooncake.store a package that imports its
+# implementation by MOONCAKE_STORE_BACKEND: "cpp" (default, mooncake._store) or "rs"
+# (mooncake/store/__init__.py); 0.3.13 has only store.so, the cpp one.
+STORE_BACKEND_VARIABLE = "MOONCAKE_STORE_BACKEND"
+CHECKED_STORE_BACKEND = "cpp"
 WARMUP_BYTES = 4 * 1024  # what SGLang's MooncakeStore.warmup puts
 WARMUP_ATTEMPTS = 10  # SGLang 0.5.23 mooncake_store.py:726 max_retries
 WARMUP_DELAY_S = 1.0  # mooncake_store.py:727 retry_delay
@@ -205,12 +211,19 @@ def init_mooncake_store(ctx: StepContext) -> StoreClient:
         raise
     ctx.log.info("mooncake_store_ready", hostname=hostname, master=master.address,
                  metadata_server=metadata, global_segment_bytes=segment,
-                 reused_engine=client.reused_engine)
+                 reused_engine=client.reused_engine,
+                 implementation=os.environ.get(STORE_BACKEND_VARIABLE, CHECKED_STORE_BACKEND))
     return client
 
 
 @init_mooncake_store.preview
 def preview_mooncake_store(ctx: PreviewContext) -> list[str]:
+    backend = ctx.environ.get(STORE_BACKEND_VARIABLE, CHECKED_STORE_BACKEND)
+    if backend != CHECKED_STORE_BACKEND:
+        ctx.reject(f"{STORE_BACKEND_VARIABLE}={backend!r} selects a Mooncake Store "
+                   "implementation initorch has not checked (only 'cpp': store.so in 0.3.13, "
+                   "mooncake._store in 0.3.14)",
+                   hint=f"unset {STORE_BACKEND_VARIABLE}, or set it to cpp")
     if ctx.setting("mooncake.store.metadata_server") == "master":
         return []  # the managed master's own HTTP metadata server, known at run time
     return check_metadata_plugin(ctx, "mooncake.store.metadata_server")

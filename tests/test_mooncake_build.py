@@ -160,3 +160,19 @@ def test_a_flag_decides_over_the_scan() -> None:
     assert MooncakeBuild(scanned.binary, scanned.classes, (),
                          (("SUPPORT_HIP", False), ("SUPPORT_MUSA", True))).protocols == {
         "tcp", "musa"}
+
+
+def test_the_0_3_14_store_chooses_its_implementation_as_the_step_expects() -> None:
+    from initorch.steps.store import CHECKED_STORE_BACKEND, STORE_BACKEND_VARIABLE
+
+    chooser = wheel(*MOONCAKE_CUDA13).read("mooncake/store/__init__.py").decode()
+    assert (f'_BACKEND = os.environ.get("{STORE_BACKEND_VARIABLE}", '
+            f'"{CHECKED_STORE_BACKEND}")') in chooser
+    assert not [m for m in wheel(*MOONCAKE_CPU).members if m.startswith("mooncake/store/")]
+
+
+def test_a_store_implementation_not_checked_is_refused_at_plan_time(run_cli, monkeypatch  # type: ignore[no-untyped-def]
+                                                                    ) -> None:
+    monkeypatch.setenv("MOONCAKE_STORE_BACKEND", "rs")
+    code, _, err = run_cli("plan", "-p", "cpu")
+    assert code == 2 and "MOONCAKE_STORE_BACKEND='rs' selects a Mooncake Store" in err
