@@ -311,6 +311,21 @@ CORPUS: tuple[Sample, ...] = (
            InSGLang("srt/distributed/device_communicators/mooncake_transfer_engine.py", 362,
                     ("Failed to import 'set_transfer_engine' from 'mooncake.pg'. Please upgrade "
                      "your 'mooncake-transfer-engine' installation to 0.3.11 or above.",))),
+    sample("Mooncake PG JIT requires Ninja to compile the Torch adapter. Install it with "
+           "`python -m pip install ninja`.", "mooncake-pg-jit-failed",
+           InWheel(MOONCAKE_CUDA13, "mooncake/pg.py",
+                   ("Mooncake PG JIT requires Ninja to compile the Torch adapter. ",))),
+    sample("Mooncake PG Torch adapter JIT compilation failed: Error building extension "
+           "'_mooncake_pg_jit_cuda'", "mooncake-pg-jit-failed",
+           InWheel(MOONCAKE_CUDA13, "mooncake/pg.py",
+                   ("Mooncake PG Torch adapter JIT compilation failed: ",
+                    "_mooncake_pg_jit_cuda")),
+           InTorch("utils/cpp_extension.py", ("Error building extension '{}'",))),
+    sample("Mooncake PG CUDA JIT is running without a visible CUDA device. Set "
+           "TORCH_CUDA_ARCH_LIST to a compatible architecture (for example, 8.0)",
+           "mooncake-pg-jit-failed",
+           InWheel(MOONCAKE_CUDA13, "mooncake/pg.py",
+                   ("Mooncake PG CUDA JIT is running without a visible CUDA device. ",))),
     sample("No module named 'mooncake'", "mooncake-not-installed",
            Raised("import mooncake", ("No module named 'mooncake'",), site=False)),
     sample("Numpy is not available", "numpy-missing",

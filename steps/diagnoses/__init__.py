@@ -45,6 +45,7 @@ BUILTIN_DIAGNOSES: tuple[Diagnosis, ...] = (
     mooncake.CUDA_RUNTIME_MISSING,
     torch_stack.DEVICE_BACKEND_NOT_LOADED,
     mooncake.PG_MISSING_BUILD,
+    mooncake.PG_JIT_FAILED,
     mooncake.NOT_INSTALLED,
     torch_stack.NUMPY_MISSING,
     torch_stack.BACKEND_NOT_REGISTERED,
