@@ -38,7 +38,7 @@ from initorch.steps.transports import installed_transports, transport_mismatch
 MOONCAKE_HOSTNAME = setting(
     "mooncake.hostname", str, default="auto", pattern=r"\S+",
     description="the engine's local host; auto = the local address that reaches the "
-                "rendezvous (like SGLang's get_local_ip_auto; HOST_IP wins)")
+                "rendezvous (SGLANG_HOST_IP / HOST_IP win, as in SGLang's get_local_ip_auto)")
 # The metadata servers Mooncake can reach: MetadataStoragePlugin::Create
 # (mooncake-transfer-engine/src/transfer_metadata_plugin.cpp, 0.3.13) knows etcd
 # (also a bare host:port), redis, http and https, and LOG(FATAL)s -- abort(), the
