@@ -124,12 +124,33 @@ def store_reuses_engine(engine_ib_device: str | None, store_device: str, metadat
 
 def reusable_engine(ctx: StepContext, metadata: str, protocol: str, device_name: str
                     ) -> SharedTransferEngine | None:
-    """The shared engine when SGLang would reuse it, else None."""
-    if not ctx.setting("mooncake.store.reuse_engine") or \
-            not ctx.has_output("init_shared_mooncake_transfer_engine"):
+    """The shared engine when SGLang would reuse it, and on the legacy HCCL build, else
+    None.  That build's store cannot have an engine of its own: the store names its
+    engine ``host:port`` (Mooncake ``real_client.cpp:797-860``), without the
+    ``:npu_<physical id>`` its ``HcclTransport`` needs (``transfer_engine_impl.cpp:100-112``);
+    SGLang's rule would give it one there and fail, so initorch reuses the shared engine,
+    whose hostname has the id (a deliberate difference)."""
+    if not ctx.has_output("init_shared_mooncake_transfer_engine"):
         return None
     shared: SharedTransferEngine = ctx.output("init_shared_mooncake_transfer_engine")
+    legacy = protocol == "ascend" and shared.hostname.ascend_build == "hccl"
+    if not ctx.setting("mooncake.store.reuse_engine"):
+        if legacy:
+            raise StepError("the legacy HCCL build's store cannot have an engine of its own: "
+                            "it would name it host:port, without the :npu_<id> its "
+                            "transport needs (Mooncake real_client.cpp:797-860)",
+                            hint="set mooncake.store.reuse_engine: true")
+        return None
     if store_reuses_engine(shared.ib_device, device_name, metadata, protocol):
+        return shared
+    if legacy:
+        if metadata != shared.metadata_server:
+            raise StepError(
+                f"the legacy HCCL build's store must reuse the shared engine, but its metadata "
+                f"server ({metadata}) is not the engine's ({shared.metadata_server})",
+                hint="give mooncake.store.metadata_server the engine's value")
+        ctx.log.info("store_reuses_hccl_engine", session_id=shared.session_id,
+                     why="the store's own engine would get host:port without :npu_<id>")
         return shared
     return None
 
