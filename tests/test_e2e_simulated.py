@@ -84,7 +84,9 @@ def test_old_npu_order_fails_in_both_ascend_builds_and_is_diagnosed(mode: str,
 
 @pytest.mark.parametrize(("executor", "build", "physical", "hostname"), [
     ("sequential", "ascend_direct", "", "127.0.0.1"),       # plain host: the npu wheel
-    ("parallel", "hccl", "", r"127\.0\.0\.1:\d+:npu_4"),     # LOCAL_RANK 0 -> physical 4
+    # LOCAL_RANK 0 -> physical 4; SGLang would write npu_0, the logical id
+    # (mooncake_transfer_engine.py:202-204): a deliberate difference, asserted here.
+    ("parallel", "hccl", "", r"127\.0\.0\.1:\d+:npu_4"),
     ("sequential", "hccl", "6", r"127\.0\.0\.1:\d+:npu_6"),  # ASCEND_NPU_PHY_ID, as SGLang
 ])
 def test_shipped_npu_profile_passes_with_either_build(executor: str, build: str, physical: str,
