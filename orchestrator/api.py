@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from initorch.errors import InitorchError, ProfileError, UnplannedStepWarning
 from initorch.loading.catalog import AUTO_PROFILE
-from initorch.loading.compose import ComposedProfile, parse_assignment
+from initorch.loading.compose import ComposedProfile, environment_settings, parse_assignment
 from initorch.loading.detection import Detection, Machine, detect
 from initorch.loading.selection import compose_selection, normalise_device, profile_for_device
 from initorch.loading.settle import SettledSettings, settle
@@ -140,8 +140,12 @@ def _compose(registry: Registry, profiles: Sequence[str], device: object | None,
         list(settings.items()) if isinstance(settings, Mapping)
         else [parse_assignment(item) for item in settings]
     )
+    # Variables another program is configured by (SGLang's MOONCAKE_*) come between
+    # the profiles and --set.
+    environment = environment_settings(registry.settings, os.environ,
+                                       skip=(key for key, _ in overrides))
     ref = normalise_device(registry.profiles, device) if device is not None else None
-    return compose_selection(registry.profiles, profiles, ref, overrides), ref
+    return compose_selection(registry.profiles, profiles, ref, [*environment, *overrides]), ref
 
 
 def unplanned_steps(plan: Plan, registry: Registry) -> list[Step]:

@@ -66,20 +66,61 @@ class HostPool:
         return int(self.buffer.data_ptr())
 
 
-def _plain(nbytes: int) -> tuple[Any, Callable[[], None] | None]:
+Memory = tuple[Any, Callable[[], None] | None]
+"""A host buffer (a uint8 tensor) and what releases it, if anything must."""
+MemorySource = Callable[[int], Memory]
+
+
+def torch_memory(nbytes: int) -> Memory:
+    """Ordinary host memory from torch (SGLang's ``HostTensorAllocator``)."""
     import torch
 
     return torch.empty(nbytes, dtype=torch.uint8), None
 
 
-def _pin_memory(nbytes: int) -> tuple[Any, Callable[[], None] | None]:
+def mooncake_memory(nbytes: int) -> Memory:
+    """Mooncake's shared, pre-faulted host memory (hugetlb with ``MC_STORE_USE_HUGEPAGE``),
+    as SGLang 0.5.23 takes it with the Mooncake store (``pool_host/common.py:78-88`` ->
+    ``MooncakeHostTensorAllocator``, ``mooncake_store.py:38-77``); failures carry
+    Mooncake's and SGLang's own words (``shm_helper.cpp``, the null-pointer check)."""
+    import ctypes
+
+    import torch
+
+    try:
+        from mooncake.store import MooncakeHostMemAllocator
+    except ImportError as exc:
+        raise StepError(f"cannot import mooncake.store.MooncakeHostMemAllocator: {exc}",
+                        hint="install Mooncake 0.3.8.post1 or later, or set "
+                             "hicache.mooncake_host_allocator: false") from exc
+    allocator = MooncakeHostMemAllocator()
+    with capture_native_stderr() as native:
+        try:
+            ptr = int(allocator.alloc(nbytes))
+        except RuntimeError as exc:
+            raise StepError(f"MooncakeHostMemAllocator.alloc({nbytes}): {exc}",
+                            native_log=native.error_lines()) from exc
+    if not ptr:
+        raise StepError(f"MooncakeHostMemAllocator.alloc returned a null pointer for "
+                        f"{nbytes / 1024**3:.3f} GB ({nbytes} bytes)",
+                        native_log=native.error_lines())
+    view = (ctypes.c_byte * nbytes).from_address(ptr)
+    return torch.frombuffer(view, dtype=torch.uint8, count=nbytes), lambda: allocator.free(ptr)
+
+
+def _plain(nbytes: int, memory: MemorySource) -> Memory:
+    return memory(nbytes)
+
+
+def _pin_memory(nbytes: int, memory: MemorySource) -> Memory:
+    """torch's own pinned allocation: SGLang's pin_memory path takes no storage memory."""
     import torch
 
     return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True), None
 
 
-def _pin_memory_xpu(nbytes: int) -> tuple[Any, Callable[[], None] | None]:
-    buffer, release = _pin_memory(nbytes)
+def _pin_memory_xpu(nbytes: int, memory: MemorySource) -> Memory:
+    buffer, release = _pin_memory(nbytes, memory)
     if buffer.numel() > 0 and buffer.data_ptr() == 0:  # SGLang's words, for the diagnosis
         raise StepError(f"Pinned host memory allocation of {nbytes / 2**30:.1f} GiB "
                         f"({nbytes} bytes) returned a null pointer",
@@ -87,25 +128,36 @@ def _pin_memory_xpu(nbytes: int) -> tuple[Any, Callable[[], None] | None]:
     return buffer, release
 
 
-def _cuda_host_register(nbytes: int) -> tuple[Any, Callable[[], None] | None]:
+def _cuda_host_register(nbytes: int, memory: MemorySource) -> Memory:
+    """``memory`` page-locked with ``cudaHostRegister`` (SGLang's
+    ``alloc_with_host_register``, ``pool_host/common.py:330-351``)."""
     import torch
 
-    buffer = torch.empty(nbytes, dtype=torch.uint8)
+    buffer, release = memory(nbytes)
     cudart = torch.cuda.cudart()  # type: ignore[no-untyped-call]
     ptr = buffer.data_ptr()
-    status = cudart.cudaHostRegister(ptr, nbytes, 0)
+    try:
+        status = cudart.cudaHostRegister(ptr, nbytes, 0)
+    except BaseException:
+        if release is not None:
+            release()
+        raise
     code = int(getattr(status, "value", status))
     if code != 0:
+        if release is not None:
+            release()
         raise StepError(f"cudaHostRegister(ptr={ptr:#x}, nbytes={nbytes}) failed with error {code}",
                         vendor_code=code)
 
     def unregister() -> None:
         cudart.cudaHostUnregister(ptr)
+        if release is not None:
+            release()
 
     return buffer, unregister
 
 
-ALLOCATORS: dict[str, Callable[[int], tuple[Any, Callable[[], None] | None]]] = {
+ALLOCATORS: dict[str, Callable[[int, MemorySource], Memory]] = {
     "cuda_host_register": _cuda_host_register,
     "pin_memory": _pin_memory,
     "pin_memory_xpu": _pin_memory_xpu,
@@ -126,6 +178,11 @@ LAYOUT = setting(
     "hicache.layout", str, default="page_first", choices=LAYOUTS + tuple(DEPRECATED_LAYOUTS),
     description="SGLang's --hicache-mem-layout (page_first_direct on NPU, page_first_kv_split "
                 "for MLA models; page_first_kv_spilt is a deprecated alias)")
+MOONCAKE_HOST_ALLOCATOR = setting(
+    "hicache.mooncake_host_allocator", bool, default=True,
+    description="with the Mooncake store, take the cuda_host_register and plain pools from "
+                "Mooncake's MooncakeHostMemAllocator (shared memory, pre-faulted), as SGLang "
+                "does; false: from torch")
 MLA = setting(
     "hicache.mla", bool, default=False,
     description="the model uses multi-head latent attention (SGLang's is_mla_model): its "
@@ -148,7 +205,8 @@ IO_BACKEND = setting(
     device_bound=True,
     when="hicache.enabled",
     settings=(HICACHE_ENABLED, HOST_ALLOCATOR, HOST_POOL_MB, HOST_POOL_RATIO, LAYOUT, IO_BACKEND,
-              STORAGE_BACKEND, HOST_MEMORY_RESERVE_MB, MLA),
+              STORAGE_BACKEND, HOST_MEMORY_RESERVE_MB, MLA, MOONCAKE_HOST_ALLOCATOR,
+              MOONCAKE_ENABLED),
 )
 def alloc_host_mem_pool(ctx: StepContext) -> HostPool:
     name = str(ctx.setting("device.host_allocator"))
@@ -174,10 +232,16 @@ def alloc_host_mem_pool(ctx: StepContext) -> HostPool:
                         hint=f"each rank may take (available - {reserve >> 20} MiB) // {ranks} "
                              "ranks on this host, as in SGLang; lower hicache.host_pool_mb or "
                              "hicache.host_pool_ratio (or hicache.host_memory_reserve_mb)")
-    buffer, release = allocator(nbytes)
+    # SGLang takes the storage backend's memory only on its host-register path
+    # (get_allocator_from_storage, pool_host/common.py:78-88); plain is that path without
+    # the registration.
+    from_store = bool(ctx.setting("hicache.mooncake_host_allocator")) and \
+        ctx.setting("hicache.storage_backend") == "mooncake" and \
+        bool(ctx.setting("mooncake.enabled"))
+    buffer, release = allocator(nbytes, mooncake_memory if from_store else torch_memory)
     pool = HostPool(buffer, nbytes, choice.layout, name, release)
     ctx.log.info("host_pool_allocated", nbytes=nbytes, allocator=name, ptr=hex(pool.ptr),
-                 layout=pool.layout)
+                 layout=pool.layout, memory="mooncake" if from_store else "torch")
     return pool
 
 

@@ -53,10 +53,16 @@ def query_host(ctx: StepContext, module: ModuleType, index: int | None) -> int:
 
 def query_mem_get_info(ctx: StepContext, module: ModuleType, index: int | None) -> int:
     """CUDA, ROCm, NPU, MUSA: free bytes from ``<module>.mem_get_info``, after
-    ``empty_cache`` so that cached blocks count as free (as SGLang does)."""
+    ``empty_cache`` so that cached blocks count as free (as SGLang does).  An integrated
+    CUDA GPU uses host memory, and ``mem_get_info`` leaves out the page cache there, so
+    SGLang takes the host's available memory instead (0.5.23 ``utils/common.py:448-456``,
+    ``props.is_integrated``); so does this query."""
     empty_cache = getattr(module, "empty_cache", None)
     if empty_cache is not None:
         empty_cache()
+    if ctx.device.type in ("cuda", "rocm") and getattr(
+            module.get_device_properties(index or 0), "is_integrated", False):
+        return host_available_bytes()
     free, _total = module.mem_get_info(index) if index is not None else module.mem_get_info()
     return int(free)
 

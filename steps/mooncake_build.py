@@ -36,6 +36,15 @@ from typing import Literal
 
 from initorch.steps.elf import needed
 
+# Which published wheel fits which stack, for hints (one per environment: they share the
+# mooncake/ folder).  The CUDA wheels need the CUDA runtime of their major version.
+WHEEL_CHOICE = (
+    "mooncake-transfer-engine for CUDA 12 torch, mooncake-transfer-engine-cuda13 for CUDA 13 "
+    "torch (torch 2.15 from PyPI), mooncake-transfer-engine-rocm on ROCm, "
+    "mooncake-transfer-engine-npu on Ascend, mooncake-transfer-engine-non-cuda on CPU and "
+    "other devices; only one of them"
+)
+
 AscendBuild = Literal["ascend_direct", "hccl"]
 ASCEND_BUILDS: tuple[AscendBuild, ...] = ("ascend_direct", "hccl")
 
@@ -64,6 +73,11 @@ METADATA_PLUGINS = {
     b"HTTPStoragePlugin": ("http", "https"),
 }
 _MARKERS = (*TRANSPORT_MARKERS, *METADATA_PLUGINS)
+# mooncake.engine's build flags (transfer_engine_py.cpp:1164-1198, Mooncake 0.3.13) -> the
+# protocol each one compiles in; read only once the engine is imported, and then they
+# decide over the binary scan.  No flag tells ascend apart: the scan does.
+FLAG_PROTOCOLS = {"SUPPORT_EFA": "efa", "SUPPORT_HIP": "hip", "SUPPORT_MNNVL": "nvlink",
+                  "SUPPORT_MUSA": "musa", "SUPPORT_INTRA_NVLINK": "nvlink_intra"}
 
 
 def metadata_scheme(server: str) -> str | None:
@@ -81,12 +95,18 @@ class MooncakeBuild:
     binary: str | None
     classes: frozenset[str]
     files: tuple[str, ...] = ()
+    flags: tuple[tuple[str, bool], ...] = ()  # SUPPORT_* of the imported engine, if any
 
     @property
     def protocols(self) -> frozenset[str]:
-        """Protocol names this build can install."""
-        return frozenset(TRANSPORT_MARKERS[name.encode()] for name in self.classes
-                         if name.encode() in TRANSPORT_MARKERS)
+        """Protocol names this build can install (the flags decide where they exist)."""
+        found = {TRANSPORT_MARKERS[name.encode()] for name in self.classes
+                 if name.encode() in TRANSPORT_MARKERS}
+        for flag, on in self.flags:
+            protocol = FLAG_PROTOCOLS.get(flag)
+            if protocol is not None:
+                (found.add if on else found.discard)(protocol)
+        return frozenset(found)
 
     @property
     def metadata_schemes(self) -> frozenset[str]:
@@ -150,11 +170,22 @@ def linked_files(binary: str) -> tuple[str, ...]:
     return tuple(found)
 
 
+def engine_flags() -> tuple[tuple[str, bool], ...]:
+    """The ``SUPPORT_*`` flags of ``mooncake.engine`` when it is imported already (it is
+    never imported here: that can abort an Ascend worker before ``set_device``)."""
+    loaded = sys.modules.get("mooncake.engine")
+    if loaded is None:
+        return ()
+    return tuple(sorted((name, bool(getattr(loaded, name))) for name in dir(loaded)
+                        if name.startswith("SUPPORT_")))
+
+
 def installed_build(binary: str | None = None) -> MooncakeBuild:
-    """The build of ``binary`` (default: the installed ``mooncake.engine``) and of the
-    libraries it loads from its folder."""
+    """The build of ``binary`` (default: the installed ``mooncake.engine``, with its
+    ``SUPPORT_*`` flags once imported) and of the libraries it loads from its folder."""
     path = binary or engine_binary()
     if path is None:
         return MooncakeBuild(None, frozenset())
     files = linked_files(path)
-    return MooncakeBuild(path, frozenset().union(*(scan_binary(file) for file in files)), files)
+    return MooncakeBuild(path, frozenset().union(*(scan_binary(file) for file in files)), files,
+                         () if binary else engine_flags())

@@ -37,6 +37,7 @@ from initorch import StepContext, StepError, setting, step
 from initorch.model.step import MAX_TIMEOUT_S
 from initorch.steps.engine_hostname import local_host, rendezvous_host
 from initorch.steps.listeners import warn_if_exposed
+from initorch.steps.mooncake_env import read_master
 from initorch.steps.network import can_connect, free_port, host_port, split_host_port
 from initorch.steps.rendezvous import MASTER_ADDR
 from initorch.steps.settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
@@ -45,9 +46,9 @@ if TYPE_CHECKING:  # process and HTTP modules load when a master is needed, not 
     import subprocess
 
 MASTER = setting(
-    "mooncake.master", str, default="local", pattern=r"\S+",
+    "mooncake.master", str, default="local", pattern=r"\S+", from_environment=read_master,
     description="local: a managed mooncake_master on loopback for this run; else HOST:PORT "
-                "of a running master ([v6]:PORT for IPv6)")
+                "of a running master ([v6]:PORT for IPv6) (SGLang: MOONCAKE_MASTER)")
 CONNECT_TIMEOUT_S = setting(
     "mooncake.master_connect_timeout_s", float, default=5, exclusive_minimum=0,
     maximum=MAX_TIMEOUT_S, description="how long a given master may take to accept a connection")

@@ -6,7 +6,12 @@ Two facts from upstream shape this module:
   in ``srt/utils/network.py``, 0.5.23), never ``127.0.0.1``: peers on other
   hosts use that name to reach the engine.  :func:`local_address_towards` finds
   the address the kernel would use to reach a given peer (the rendezvous host,
-  the Mooncake master), which is the address those peers can reach us on.
+  the Mooncake master), which is the address those peers can reach us on.  Only
+  the first rule is SGLang's (``utils/network.py:391-431``): ``SGLANG_HOST_IP``
+  then ``HOST_IP`` win.  After that SGLang takes the first address of a network
+  interface (``SGLANG_LOCAL_IP_NIC`` picks it) and then the route to a public
+  address; initorch takes the route to the peer, a deliberate difference (on a
+  multi-homed host it is the address that peer can reach).
 * Mooncake writes IPv6 endpoints as ``[addr]:port``; :mod:`initorch.addresses`
   joins and splits them (re-exported here for the steps).
 """

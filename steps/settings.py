@@ -8,6 +8,7 @@ the engine and the store share, and the HiCache switches.
 from __future__ import annotations
 
 from initorch import setting
+from initorch.steps.mooncake_env import read_protocol
 
 MOONCAKE_ENABLED = setting(
     "mooncake.enabled", bool, default=True,
@@ -16,8 +17,10 @@ MOONCAKE_ENABLED = setting(
 # (transfer_engine_impl.cpp init, Mooncake 0.3.13); the engine step compares the two.
 MOONCAKE_PROTOCOL = setting(
     "device.mooncake_protocol", str, required=True, pattern=r"[a-z][a-z0-9_]*",
+    from_environment=read_protocol,
     description="the Mooncake transport the profile means (tcp, rdma, ascend, ...); passed to "
-                "initialize and the store, and checked against what Mooncake installs")
+                "initialize and the store, and checked against what Mooncake installs "
+                "(SGLang: MOONCAKE_PROTOCOL)")
 MOONCAKE_DEVICE_NAME = setting(
     "mooncake.device_name", str, default="",
     description="RDMA device(s) for the rdma transport; ignored when MC_FORCE_TCP=1, as in "

@@ -22,6 +22,7 @@ Device-bound: with the ascend protocol the store's own engine asks
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -32,6 +33,13 @@ from initorch import PreviewContext, StepContext, StepError, setting, step
 from initorch.execution.native_output import capture_native_stderr
 from initorch.steps.engine_hostname import local_host
 from initorch.steps.listeners import listeners, warn_if_exposed
+from initorch.steps.mooncake_env import (
+    READ_DEVICE,
+    READ_GLOBAL_SEGMENT,
+    READ_METADATA_SERVER,
+    read_local_hostname,
+    read_reuse_engine,
+)
 from initorch.steps.mooncake_master import MasterEndpoint
 from initorch.steps.network import split_host_port
 from initorch.steps.settings import (
@@ -47,31 +55,41 @@ from initorch.steps.transfer_engine import (
     check_metadata_plugin,
 )
 
+# Mooncake 0.3.14 (the cuda13 wheel) makes mooncake.store a package that imports its
+# implementation by MOONCAKE_STORE_BACKEND: "cpp" (default, mooncake._store) or "rs"
+# (mooncake/store/__init__.py); 0.3.13 has only store.so, the cpp one.
+STORE_BACKEND_VARIABLE = "MOONCAKE_STORE_BACKEND"
+CHECKED_STORE_BACKEND = "cpp"
 WARMUP_BYTES = 4 * 1024  # what SGLang's MooncakeStore.warmup puts
 WARMUP_ATTEMPTS = 10  # SGLang 0.5.23 mooncake_store.py:726 max_retries
 WARMUP_DELAY_S = 1.0  # mooncake_store.py:727 retry_delay
 
 STORE_HOSTNAME = setting(
     "mooncake.store.hostname", str, default="auto", pattern=r"\S+",
+    from_environment=read_local_hostname,
     description="the store client's local host; auto = the local address that reaches the "
-                "master")
+                "master (SGLang: MOONCAKE_LOCAL_HOSTNAME)")
 STORE_METADATA_SERVER = setting(
     "mooncake.store.metadata_server", str, default="P2PHANDSHAKE", pattern=METADATA_SERVER,
+    from_environment=READ_METADATA_SERVER,
     pattern_help=f"P2PHANDSHAKE, master, {METADATA_SERVER_HELP}",
     description="the store's metadata server: P2PHANDSHAKE (SGLang's default), an etcd/http "
-                "URL, or master (the managed master's own HTTP metadata server)")
+                "URL, or master (the managed master's own HTTP metadata server) (SGLang: "
+                "MOONCAKE_TE_META_DATA_SERVER)")
 GLOBAL_SEGMENT_MB = setting(
     "mooncake.store.global_segment_mb", int, default=64, minimum=1, maximum=2**24,
-    description="memory this instance gives the store, split over the ranks (SGLang: 4gb)")
+    from_environment=READ_GLOBAL_SEGMENT,
+    description="memory this instance gives the store, split over the ranks (SGLang: "
+                "MOONCAKE_GLOBAL_SEGMENT_SIZE, 4gb)")
 LOCAL_BUFFER_MB = setting(
     "mooncake.store.local_buffer_mb", int, default=16, minimum=1, maximum=2**20,
     description="the store client's local buffer (SGLang's DEFAULT_LOCAL_BUFFER_SIZE, 16 MiB)")
 STORE_DEVICE_NAME = setting(
-    "mooncake.store.device_name", str, default="",
+    "mooncake.store.device_name", str, default="", from_environment=READ_DEVICE,
     description="the store client's RDMA device(s) (SGLang's MOONCAKE_DEVICE, default \"\"); "
                 "the shared engine is reused only when it equals the engine's device")
 REUSE_ENGINE = setting(
-    "mooncake.store.reuse_engine", bool, default=True,
+    "mooncake.store.reuse_engine", bool, default=True, from_environment=read_reuse_engine,
     description="SGLANG_HICACHE_MOONCAKE_REUSE_TE: reuse the shared engine where SGLang does "
                 "(rdma, P2PHANDSHAKE, same device names)")
 
@@ -106,12 +124,33 @@ def store_reuses_engine(engine_ib_device: str | None, store_device: str, metadat
 
 def reusable_engine(ctx: StepContext, metadata: str, protocol: str, device_name: str
                     ) -> SharedTransferEngine | None:
-    """The shared engine when SGLang would reuse it, else None."""
-    if not ctx.setting("mooncake.store.reuse_engine") or \
-            not ctx.has_output("init_shared_mooncake_transfer_engine"):
+    """The shared engine when SGLang would reuse it, and on the legacy HCCL build, else
+    None.  That build's store cannot have an engine of its own: the store names its
+    engine ``host:port`` (Mooncake ``real_client.cpp:797-860``), without the
+    ``:npu_<physical id>`` its ``HcclTransport`` needs (``transfer_engine_impl.cpp:100-112``);
+    SGLang's rule would give it one there and fail, so initorch reuses the shared engine,
+    whose hostname has the id (a deliberate difference)."""
+    if not ctx.has_output("init_shared_mooncake_transfer_engine"):
         return None
     shared: SharedTransferEngine = ctx.output("init_shared_mooncake_transfer_engine")
+    legacy = protocol == "ascend" and shared.hostname.ascend_build == "hccl"
+    if not ctx.setting("mooncake.store.reuse_engine"):
+        if legacy:
+            raise StepError("the legacy HCCL build's store cannot have an engine of its own: "
+                            "it would name it host:port, without the :npu_<id> its "
+                            "transport needs (Mooncake real_client.cpp:797-860)",
+                            hint="set mooncake.store.reuse_engine: true")
+        return None
     if store_reuses_engine(shared.ib_device, device_name, metadata, protocol):
+        return shared
+    if legacy:
+        if metadata != shared.metadata_server:
+            raise StepError(
+                f"the legacy HCCL build's store must reuse the shared engine, but its metadata "
+                f"server ({metadata}) is not the engine's ({shared.metadata_server})",
+                hint="give mooncake.store.metadata_server the engine's value")
+        ctx.log.info("store_reuses_hccl_engine", session_id=shared.session_id,
+                     why="the store's own engine would get host:port without :npu_<id>")
         return shared
     return None
 
@@ -193,12 +232,19 @@ def init_mooncake_store(ctx: StepContext) -> StoreClient:
         raise
     ctx.log.info("mooncake_store_ready", hostname=hostname, master=master.address,
                  metadata_server=metadata, global_segment_bytes=segment,
-                 reused_engine=client.reused_engine)
+                 reused_engine=client.reused_engine,
+                 implementation=os.environ.get(STORE_BACKEND_VARIABLE, CHECKED_STORE_BACKEND))
     return client
 
 
 @init_mooncake_store.preview
 def preview_mooncake_store(ctx: PreviewContext) -> list[str]:
+    backend = ctx.environ.get(STORE_BACKEND_VARIABLE, CHECKED_STORE_BACKEND)
+    if backend != CHECKED_STORE_BACKEND:
+        ctx.reject(f"{STORE_BACKEND_VARIABLE}={backend!r} selects a Mooncake Store "
+                   "implementation initorch has not checked (only 'cpp': store.so in 0.3.13, "
+                   "mooncake._store in 0.3.14)",
+                   hint=f"unset {STORE_BACKEND_VARIABLE}, or set it to cpp")
     if ctx.setting("mooncake.store.metadata_server") == "master":
         return []  # the managed master's own HTTP metadata server, known at run time
     return check_metadata_plugin(ctx, "mooncake.store.metadata_server")

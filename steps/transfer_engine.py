@@ -25,7 +25,12 @@ from initorch.execution.native_output import NativeLog, capture_native_stderr
 from initorch.steps.device import VISIBLE_DEVICES_ENV
 from initorch.steps.engine_hostname import EngineHostname, engine_hostname
 from initorch.steps.listeners import listeners, warn_if_exposed
-from initorch.steps.mooncake_build import ASCEND_BUILDS, installed_build, metadata_scheme
+from initorch.steps.mooncake_build import (
+    ASCEND_BUILDS,
+    WHEEL_CHOICE,
+    installed_build,
+    metadata_scheme,
+)
 from initorch.steps.network import host_port
 from initorch.steps.rendezvous import MASTER_ADDR
 from initorch.steps.settings import MOONCAKE_DEVICE_NAME, MOONCAKE_ENABLED, MOONCAKE_PROTOCOL
@@ -34,7 +39,7 @@ from initorch.steps.transports import installed_transports, transport_mismatch
 MOONCAKE_HOSTNAME = setting(
     "mooncake.hostname", str, default="auto", pattern=r"\S+",
     description="the engine's local host; auto = the local address that reaches the "
-                "rendezvous (like SGLang's get_local_ip_auto; HOST_IP wins)")
+                "rendezvous (SGLANG_HOST_IP / HOST_IP win, as in SGLang's get_local_ip_auto)")
 # The metadata servers Mooncake can reach: MetadataStoragePlugin::Create
 # (mooncake-transfer-engine/src/transfer_metadata_plugin.cpp, 0.3.13) knows etcd
 # (also a bare host:port), redis, http and https, and LOG(FATAL)s -- abort(), the
@@ -140,10 +145,8 @@ def import_transfer_engine() -> Any:
     except ImportError as exc:
         raise StepError(
             f"cannot import mooncake.engine: {exc}",
-            hint="pip install mooncake-transfer-engine (CUDA machines), "
-                 "mooncake-transfer-engine-npu (Ascend) or mooncake-transfer-engine-non-cuda "
-                 "(CPU and others), only one of them; set mooncake.enabled=false to run "
-                 "without Mooncake",
+            hint=f"pip install {WHEEL_CHOICE}; set mooncake.enabled=false to run without "
+                 "Mooncake",
         ) from exc
     return TransferEngine
 

@@ -244,6 +244,20 @@ CORPUS: tuple[Sample, ...] = (
                     ("Not enough host memory available. Requesting {} GB but only have {} GB free. "
                      "Please reduce the size of the hierarchical cache.",)),
            args=("137.44", "98.21")),
+    sample("MooncakeHostMemAllocator.alloc(68719476736): Failed to create anonymous shared "
+           "memory: Cannot allocate memory", "mooncake-host-alloc-failed",
+           InWheel(MOONCAKE_CPU, "mooncake/store.so",
+                   ("Failed to create anonymous shared memory",)),
+           InInitorch("steps/host_pool.py", ("MooncakeHostMemAllocator.alloc({}): {}",)),
+           args=(": Cannot allocate memory",)),  # strerror(ENOMEM), shm_helper.cpp:112-114
+    sample("MooncakeHostMemAllocator.alloc returned a null pointer for 64.000 GB "
+           "(68719476736 bytes); the mooncake host memory allocator could not map the "
+           "segment (check host memory availability and the mooncake allocator logs).",
+           "mooncake-host-alloc-failed",
+           InSGLang("srt/mem_cache/storage/mooncake_store/mooncake_store.py", 59,
+                    ("MooncakeHostMemAllocator.alloc returned a null pointer for {} GB ({} "
+                     "bytes); the mooncake host memory allocator could not map the segment "
+                     "(check host memory availability and the mooncake allocator logs).",))),
     sample("Mooncake layer_first multi-buffer is only supported for MLA host KV pool. Use "
            "page_first/page_first_direct for MHA.", "host-pool-layout-unsupported",
            InSGLang("srt/mem_cache/storage/mooncake_store/mooncake_store.py", 1321,
@@ -297,6 +311,21 @@ CORPUS: tuple[Sample, ...] = (
            InSGLang("srt/distributed/device_communicators/mooncake_transfer_engine.py", 362,
                     ("Failed to import 'set_transfer_engine' from 'mooncake.pg'. Please upgrade "
                      "your 'mooncake-transfer-engine' installation to 0.3.11 or above.",))),
+    sample("Mooncake PG JIT requires Ninja to compile the Torch adapter. Install it with "
+           "`python -m pip install ninja`.", "mooncake-pg-jit-failed",
+           InWheel(MOONCAKE_CUDA13, "mooncake/pg.py",
+                   ("Mooncake PG JIT requires Ninja to compile the Torch adapter. ",))),
+    sample("Mooncake PG Torch adapter JIT compilation failed: Error building extension "
+           "'_mooncake_pg_jit_cuda'", "mooncake-pg-jit-failed",
+           InWheel(MOONCAKE_CUDA13, "mooncake/pg.py",
+                   ("Mooncake PG Torch adapter JIT compilation failed: ",
+                    "_mooncake_pg_jit_cuda")),
+           InTorch("utils/cpp_extension.py", ("Error building extension '{}'",))),
+    sample("Mooncake PG CUDA JIT is running without a visible CUDA device. Set "
+           "TORCH_CUDA_ARCH_LIST to a compatible architecture (for example, 8.0)",
+           "mooncake-pg-jit-failed",
+           InWheel(MOONCAKE_CUDA13, "mooncake/pg.py",
+                   ("Mooncake PG CUDA JIT is running without a visible CUDA device. ",))),
     sample("No module named 'mooncake'", "mooncake-not-installed",
            Raised("import mooncake", ("No module named 'mooncake'",), site=False)),
     sample("Numpy is not available", "numpy-missing",

@@ -249,7 +249,7 @@ def test_settings_of_a_selection_say_where_each_value_came_from(run_cli):
     assert code == 0
     assert (rows["hicache.host_pool_mb"]["value"], rows["hicache.host_pool_mb"]["origin"]) == (
         128, "<command line>")
-    assert rows["hicache.layout"]["origin"].endswith("npu.yaml:24:13")
+    assert rows["hicache.layout"]["origin"].endswith("npu.yaml:34:13")
     assert rows["distributed.timeout_s"]["origin"].startswith(
         "default (declared by step rendezvous at ")
     assert rows["distributed.timeout_s"]["exclusive_minimum"] == 0

@@ -44,7 +44,8 @@ def test_plan_json_runs_without_the_vendor_stack(blocked_env):
     data = json.loads(result.stdout)
     assert data["device"] == "npu"
     assert "init_torch_distributed" in data["order"]
-    assert data["env"] == {"ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE": "1"}
+    assert data["env"] == {"ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE": "1",
+                           "MOONCAKE_PROTOCOL": "ascend"}
 
 
 def test_every_dry_command_runs_without_the_vendor_stack(blocked_env):

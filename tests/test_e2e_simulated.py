@@ -84,7 +84,9 @@ def test_old_npu_order_fails_in_both_ascend_builds_and_is_diagnosed(mode: str,
 
 @pytest.mark.parametrize(("executor", "build", "physical", "hostname"), [
     ("sequential", "ascend_direct", "", "127.0.0.1"),       # plain host: the npu wheel
-    ("parallel", "hccl", "", r"127\.0\.0\.1:\d+:npu_4"),     # LOCAL_RANK 0 -> physical 4
+    # LOCAL_RANK 0 -> physical 4; SGLang would write npu_0, the logical id
+    # (mooncake_transfer_engine.py:202-204): a deliberate difference, asserted here.
+    ("parallel", "hccl", "", r"127\.0\.0\.1:\d+:npu_4"),
     ("sequential", "hccl", "6", r"127\.0\.0\.1:\d+:npu_6"),  # ASCEND_NPU_PHY_ID, as SGLang
 ])
 def test_shipped_npu_profile_passes_with_either_build(executor: str, build: str, physical: str,
@@ -166,8 +168,11 @@ def test_store_steps_without_device_context_fail_as_the_build_does(build: str,
     facts = json.loads(result.stdout.strip().splitlines()[-1])
     logged, diagnosis, _ = NO_CONTEXT[build]
     store = facts["store"]
-    assert store["error"] == "Failed to setup Mooncake store, error code: -1"
-    assert logged in store["native_log"] and store["diagnosis"] == diagnosis
+    if build == "ascend_direct":  # the store's own engine asks aclrtGetDevice at setup
+        assert store["error"] == "Failed to setup Mooncake store, error code: -1"
+        assert logged in store["native_log"] and store["diagnosis"] == diagnosis
+    else:  # the legacy store rides on the shared engine, installed with context before
+        assert store["error"] is None
     register = facts["register"]
     if build == "ascend_direct":  # aclrtGetDevice again at registration (StampBufferDeviceId)
         assert register["error"] == ("Failed to register buffer to Mooncake Store, error "
@@ -227,3 +232,22 @@ def test_shipped_musa_profile_pins_the_pool() -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     facts = json.loads(result.stdout.strip().splitlines()[-1])
     assert facts == {"ok": True, "pinned": True, "error": None, "diagnosis": None}
+
+
+def test_the_legacy_hccl_store_rides_on_the_shared_engine(tmp_path: Path) -> None:
+    # Mooncake real_client.cpp:797-860: the store names its own engine host:port, without
+    # the :npu_<id> the legacy transport needs; the simulation fails that setup as the build
+    # does, so the store reuses the shared engine (whose hostname has the id), or says why not.
+    env = {"ASCEND_RT_VISIBLE_DEVICES": "4,5", "INITORCH_SIM_MOONCAKE_BUILD": "hccl"}
+    result = initorch_command("run", "--profile", "npu", "--set", "checks.verify_transfer=true",
+                              "--log-format", "json", simulated=True, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    engine = next(e for e in events if e["event"] == "transfer_engine_ready")
+    reused = next(e for e in events if e["event"] == "store_reuses_hccl_engine")
+    store = next(e for e in events if e["event"] == "mooncake_store_ready")
+    assert store["reused_engine"] is True and reused["session_id"] == engine["session_id"]
+    refused = initorch_command("run", "--profile", "npu", "--set",
+                               "mooncake.store.reuse_engine=false", simulated=True, env=env)
+    assert refused.returncode == 1
+    assert "the legacy HCCL build's store cannot have an engine of its own" in refused.stderr

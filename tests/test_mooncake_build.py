@@ -14,7 +14,12 @@ from types import ModuleType
 import pytest
 
 from initorch.steps.elf import needed
-from initorch.steps.mooncake_build import installed_build, metadata_scheme, scan_binary
+from initorch.steps.mooncake_build import (
+    MooncakeBuild,
+    installed_build,
+    metadata_scheme,
+    scan_binary,
+)
 from tests.wheels import (
     MOONCAKE_CPU,
     MOONCAKE_CUDA12,
@@ -117,3 +122,57 @@ def test_a_scheme_the_installed_build_lacks_is_refused_at_plan_time(run_cli, key
     assert f"{key} 'redis://10.0.0.1:6379' needs Mooncake's redis metadata plugin" in err
     code, out, _ = run_cli("plan", "-p", "cpu", "--set", f"{key}=http://10.0.0.1:8080/m")
     assert code == 0 and f"{key}: http plugin present" in out
+
+
+def test_no_published_wheel_gives_a_mooncake_cpu_group_on_a_cpu_host() -> None:
+    # README hardware matrix, cpu + mooncake-ep: the non-CUDA wheel has no mooncake.pg at
+    # all, and the CUDA wheel's needs the CUDA torch and the NVIDIA driver.
+    assert not [m for m in wheel(*MOONCAKE_CPU).members if "/pg_" in m]
+    cuda = wheel(*MOONCAKE_CUDA12)
+    pg = next(m for m in cuda.members if m.startswith("mooncake/pg_2_13_0"))
+    assert {"libtorch_cuda.so", "libcudart.so.12"} <= set(cuda.needed(pg))
+    assert "libcuda.so.1" in cuda.needed("mooncake/libmooncake_pg.so")
+
+
+def test_the_rocm_build_needs_the_hip_runtime() -> None:
+    rocm = wheel(*MOONCAKE_ROCM)
+    assert {"libamdhip64.so.7", "libhsa-runtime64.so.1"} <= set(rocm.needed("mooncake/engine.so"))
+
+
+def test_torch_npu_2_14_pins_torch_2_14() -> None:
+    # README Install: the npu extra cannot float torch (torch-npu 2.14.0 METADATA).
+    npu = wheel("torch-npu", "2.14.0")
+    metadata = npu.read(next(m for m in npu.members if m.endswith(".dist-info/METADATA")))
+    assert "Requires-Dist: torch==2.14.0.*" in metadata.decode().splitlines()
+
+
+def test_the_imported_engines_support_flags_agree_with_its_binaries() -> None:
+    pytest.importorskip("mooncake.engine")  # the installed non-CUDA wheel
+    build = installed_build()
+    flags = dict(build.flags)
+    assert {"SUPPORT_CUDA", "SUPPORT_HIP", "SUPPORT_MUSA", "SUPPORT_EFA"} <= set(flags)
+    assert not any(flags.values())  # a CPU build: nothing but rdma and tcp compiled in
+    assert build.protocols == installed_build(build.binary).protocols == {"rdma", "tcp"}
+
+
+def test_a_flag_decides_over_the_scan() -> None:
+    scanned = MooncakeBuild("engine.so", frozenset({"TcpTransport", "HipTransport"}))
+    assert MooncakeBuild(scanned.binary, scanned.classes, (),
+                         (("SUPPORT_HIP", False), ("SUPPORT_MUSA", True))).protocols == {
+        "tcp", "musa"}
+
+
+def test_the_0_3_14_store_chooses_its_implementation_as_the_step_expects() -> None:
+    from initorch.steps.store import CHECKED_STORE_BACKEND, STORE_BACKEND_VARIABLE
+
+    chooser = wheel(*MOONCAKE_CUDA13).read("mooncake/store/__init__.py").decode()
+    assert (f'_BACKEND = os.environ.get("{STORE_BACKEND_VARIABLE}", '
+            f'"{CHECKED_STORE_BACKEND}")') in chooser
+    assert not [m for m in wheel(*MOONCAKE_CPU).members if m.startswith("mooncake/store/")]
+
+
+def test_a_store_implementation_not_checked_is_refused_at_plan_time(run_cli, monkeypatch  # type: ignore[no-untyped-def]
+                                                                    ) -> None:
+    monkeypatch.setenv("MOONCAKE_STORE_BACKEND", "rs")
+    code, _, err = run_cli("plan", "-p", "cpu")
+    assert code == 2 and "MOONCAKE_STORE_BACKEND='rs' selects a Mooncake Store" in err

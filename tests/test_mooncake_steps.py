@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import socket
 from pathlib import Path
 
@@ -246,10 +247,10 @@ class NullPinned:
 
 
 def test_the_xpu_allocator_refuses_a_null_pinned_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(host_pool, "_pin_memory", lambda nbytes: (NullPinned(), None))
+    monkeypatch.setattr(host_pool, "_pin_memory", lambda nbytes, memory: (NullPinned(), None))
     with pytest.raises(StepError, match=r"Pinned host memory allocation of 1\.0 GiB "
                                         r"\(1073741824 bytes\) returned a null pointer"):
-        host_pool.ALLOCATORS["pin_memory_xpu"](1 << 30)
+        host_pool.ALLOCATORS["pin_memory_xpu"](1 << 30, host_pool.torch_memory)
 
 
 # -- releasing the engine ------------------------------------------------------------------
@@ -302,3 +303,29 @@ def test_an_exhausted_rpc_port_range_is_said_as_such_with_mooncakes_own_line():
     assert DiagnosisBook(BUILTIN_DIAGNOSES).match(error) is None
     assert "MC_MIN_RPC_PORT=15000 to MC_MAX_RPC_PORT=17000" in str(no_free_rpc_port(EXHAUSTED, {}))
     assert no_free_rpc_port("E1201 rdma_context.cpp:1] no RDMA device", {}) is None
+
+
+# -- SGLang's Mooncake variables (steps/mooncake_env.py) ------------------------------------
+
+def test_sglangs_variables_beat_the_profile_and_lose_to_set(run_cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("MOONCAKE_PROTOCOL", "rdma")  # the cpu profile says tcp
+    monkeypatch.setenv("MOONCAKE_GLOBAL_SEGMENT_SIZE", "2gb")
+    code, out, err = run_cli("settings", "-p", "cpu", "--set", "mooncake.store.global_segment_mb=8",
+                             "--json")
+    assert code == 0, err
+    rows = {row["key"]: row for row in json.loads(out)}
+    assert (rows["device.mooncake_protocol"]["value"],
+            rows["device.mooncake_protocol"]["origin"]) == ("rdma", "$MOONCAKE_PROTOCOL")
+    assert rows["mooncake.store.global_segment_mb"]["value"] == 8  # --set wins
+    assert rows["mooncake.store.global_segment_mb"]["origin"] == "<command line>"
+
+
+def test_a_variable_sglang_cannot_read_is_refused_with_its_name(run_cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("MOONCAKE_GLOBAL_SEGMENT_SIZE", "1000")  # bytes, not whole MiB
+    code, _, err = run_cli("plan", "-p", "cpu")
+    assert code == 2
+    assert "MOONCAKE_GLOBAL_SEGMENT_SIZE='1000' is not a whole, positive number of MiB" in err
+    monkeypatch.setenv("MOONCAKE_GLOBAL_SEGMENT_SIZE", "1gb")
+    monkeypatch.setenv("SGLANG_HICACHE_MOONCAKE_REUSE_TE", "maybe")
+    code, _, err = run_cli("plan", "-p", "cpu")
+    assert code == 2 and 'SGLANG_HICACHE_MOONCAKE_REUSE_TE="maybe"' in err

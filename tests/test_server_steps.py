@@ -229,3 +229,43 @@ def test_a_bind_entry_outside_the_allowed_cpus_or_the_rank_count_is_refused() ->
         sglang_thread_bind({"SGLANG_CPU_OMP_THREADS_BIND": "0|1"}, 2, [0, 1])
     with pytest.raises(StepError, match="names CPUs this process may not use"):
         sglang_thread_bind({"SGLANG_CPU_OMP_THREADS_BIND": "0|7"}, 1, [0, 1])
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda", "npu"])
+def test_the_host_pool_comes_after_the_memory_baseline_as_in_sglang(device: str) -> None:
+    order = load_plan(["server"], device=device).order
+    assert order.index("memory_baseline") < order.index("alloc_host_mem_pool")
+
+
+class CudaLike:
+    """The few torch.cuda calls the query makes, with an integrated or a discrete GPU."""
+
+    def __init__(self, integrated: bool) -> None:
+        self.integrated = integrated
+
+    def empty_cache(self) -> None:
+        return None
+
+    def get_device_properties(self, index: int) -> object:
+        return type("Props", (), {"is_integrated": self.integrated})()
+
+    def mem_get_info(self, index: int | None = None) -> tuple[int, int]:
+        return 123, 456
+
+
+@pytest.mark.parametrize(("device", "integrated", "host"), [
+    ("cuda", True, True), ("cuda", False, False), ("rocm", True, True), ("npu", True, False)])
+def test_an_integrated_gpu_counts_host_memory_as_sglang(device: str, integrated: bool,
+                                                         host: bool) -> None:
+    # SGLang 0.5.23 utils/common.py:448-456 (the cuda branch of get_available_gpu_memory).
+    from types import SimpleNamespace
+
+    from initorch.steps.memory import query_mem_get_info
+    from initorch.steps.topology import host_available_bytes
+
+    ctx = SimpleNamespace(device=SimpleNamespace(type=device))
+    found = query_mem_get_info(ctx, CudaLike(integrated), 0)  # type: ignore[arg-type]
+    if host:
+        assert abs(found - host_available_bytes()) < 256 * 2**20
+    else:
+        assert found == 123

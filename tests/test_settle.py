@@ -19,7 +19,7 @@ def test_values_come_from_defaults_profiles_and_the_command_line(builtin_registr
                              ("hicache.host_pool_mb", "hicache.layout", "distributed.timeout_s"))
     assert (pool.value, pool.origin) == (128, "<command line>")
     assert layout.value == "page_first_direct"
-    assert layout.origin.endswith("npu.yaml:24:13")
+    assert layout.origin.endswith("npu.yaml:34:13")
     assert timeout.value == 120.0 and type(timeout.value) is float
     assert timeout.is_default
     assert timeout.origin.startswith("default (declared by step rendezvous at ")
@@ -52,7 +52,7 @@ def test_an_overlay_settles_without_a_device(builtin_registry):
     ("config:\n  zzz_qqq: 1\n", ("unknown setting 'zzz_qqq'", "see 'initorch settings'"),
      "p.yaml:2:3"),
     ("config:\n  hicache: 5\n",
-     ("'hicache' is a section of settings (hicache.enabled, hicache.host_pool_mb, ",
+     ("'hicache' is a section of settings (hicache.enabled, hicache.host_memory_reserve_mb, ",
       "give the settings below it one by one"), "p.yaml:2:3"),
     ("config:\n  hicache:\n    layout:\n      x: 1\n",
      ("unknown setting 'hicache.layout.x': 'hicache.layout' is a setting, not a section",),

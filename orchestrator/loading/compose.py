@@ -26,7 +26,7 @@ from initorch.loading.catalog import ProfileCatalog
 from initorch.loading.document import EnvEntry, ProfileDocument, Setting, StepEntry
 from initorch.loading.yamlsource import parse_yaml
 from initorch.location import COMMAND_LINE, SourceLocation
-from initorch.model.settings import CORE_KEYS
+from initorch.model.settings import CORE_KEYS, SettingCatalog
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +63,7 @@ class ComposedProfile:
 def compose(
     catalog: ProfileCatalog,
     refs: Sequence[str],
-    overrides: Iterable[tuple[str, Any]] = (),
+    overrides: Iterable[Override] = (),
 ) -> ComposedProfile:
     """Load ``refs`` (layered left to right) with their parents, then apply ``overrides``."""
     documents: list[ProfileDocument] = []
@@ -87,7 +87,7 @@ def compose(
     return with_overrides(composed, overrides)
 
 
-def with_overrides(composed: ComposedProfile, overrides: Iterable[tuple[str, Any]]
+def with_overrides(composed: ComposedProfile, overrides: Iterable[Override]
                    ) -> ComposedProfile:
     """``composed`` with ``--set`` style overrides applied (a new object)."""
     settings = dict(composed.settings)
@@ -140,9 +140,41 @@ def _apply_settings(doc: ProfileDocument, settings: dict[str, Setting],
         settings[setting.key] = setting
 
 
-def _apply_overrides(settings: dict[str, Setting], overrides: Iterable[tuple[str, Any]]) -> None:
+Override = tuple[str, Any] | Setting
+"""A ``--set`` value (``key``, ``value``), or a value read from elsewhere with its origin."""
+
+ENVIRONMENT = "environment"
+
+
+def environment_settings(catalog: SettingCatalog, environ: Mapping[str, str],
+                         skip: Iterable[str] = ()) -> list[Setting]:
+    """The values declared settings read from ``environ`` (``from_environment``), as
+    overrides: over the profiles, under ``--set`` (the keys in ``skip``); each
+    located at ``$VARIABLE``."""
+    skipped = set(skip)
+    found: list[Setting] = []
+    for spec in catalog:
+        if spec.from_environment is None or spec.key in skipped:
+            continue
+        try:
+            read = spec.from_environment(environ)
+        except ValueError as exc:
+            raise ProfileError(f"{spec.key} from the environment: {exc}",
+                               location=SourceLocation("<environment>"),
+                               hint="fix the variable, or give the value with --set") from None
+        if read is not None:
+            value, variable = read
+            found.append(Setting(spec.key, value, SourceLocation(f"${variable}"), ENVIRONMENT))
+    return found
+
+
+def _apply_overrides(settings: dict[str, Setting], overrides: Iterable[Override]) -> None:
     """Record ``--set`` values over the profiles' (checked later, with the rest)."""
-    for key, value in overrides:
+    for item in overrides:
+        if isinstance(item, Setting):
+            settings[item.key] = item
+            continue
+        key, value = item
         if key in CORE_KEYS:
             raise ProfileError(f"--set cannot change {key}", location=COMMAND_LINE,
                                hint="select the device with --device or --profile")

@@ -11,11 +11,10 @@ device string.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from initorch.errors import ConflictError, InitorchError, Problem
 from initorch.loading.catalog import ProfileCatalog
-from initorch.loading.compose import ComposedProfile, compose, with_overrides
+from initorch.loading.compose import ComposedProfile, Override, compose, with_overrides
 from initorch.location import COMMAND_LINE
 from initorch.model.devices import DeviceRef, parse_device
 
@@ -55,7 +54,7 @@ def normalise_device(catalog: ProfileCatalog, device: object) -> DeviceRef:
 
 
 def compose_selection(catalog: ProfileCatalog, refs: Sequence[str], device: DeviceRef | None,
-                      overrides: Iterable[tuple[str, Any]] = ()) -> ComposedProfile:
+                      overrides: Iterable[Override] = ()) -> ComposedProfile:
     """Compose ``refs`` (plus the device's profile when they set no device type)."""
     if device is None:
         return compose(catalog, refs, overrides)

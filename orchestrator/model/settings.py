@@ -20,7 +20,7 @@ import dataclasses
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -95,6 +95,12 @@ def _text_problem(text: str) -> str | None:
     return None
 
 
+EnvironmentReader = Callable[[Mapping[str, str]], "tuple[Any, str] | None"]
+"""Reads a setting from the process environment as another program would (SGLang's
+variables): ``(value, variable)`` when the environment sets it, else ``None``; a
+``ValueError`` says the variable's text cannot be read."""
+
+
 @dataclass(frozen=True, slots=True)
 class SettingSpec:
     """One declared setting.  Build it with :func:`setting`.
@@ -121,6 +127,8 @@ class SettingSpec:
     defined_at: SourceLocation = field(default=SourceLocation("<unknown>"), compare=False)
     pattern_help: str | None = None
     """What ``pattern`` accepts, in words, for the error message (else the regex)."""
+    from_environment: EnvironmentReader | None = field(default=None, compare=False)
+    """Where the environment may give the value: over the profiles, under ``--set``."""
 
     def check(self, value: Any) -> str | None:
         """What is wrong with ``value`` for this setting, as one sentence naming the
@@ -277,11 +285,15 @@ def setting(
     pattern_help: str | None = None,
     nullable: bool = False,
     required: bool = False,
+    from_environment: EnvironmentReader | None = None,
 ) -> SettingSpec:
     """Declare a setting.  ``kind`` is ``bool``, ``int``, ``float``, ``str`` or
     ``list[str]`` (the types, or their names).  A nullable setting defaults to
-    ``None``; a required one has no default.  Nothing else is validated here: the
-    :class:`SettingCatalog` checks declarations once, when they are registered.
+    ``None``; a required one has no default.  ``from_environment`` reads the value
+    from a variable another program is configured by: it beats the profiles and
+    loses to ``--set``, and its origin names the variable.  Nothing else is
+    validated here: the :class:`SettingCatalog` checks declarations once, when they
+    are registered.
 
     >>> setting("hicache.host_pool_mb", int, default=64, minimum=1,
     ...         description="HiCache host KV pool size in MiB")
@@ -301,7 +313,7 @@ def setting(
         default = tuple(default)  # keep the frozen spec hashable
     return SettingSpec(key, resolved, description, default, tuple(choices), minimum,
                        exclusive_minimum, maximum, pattern, nullable, required, where,
-                       pattern_help)
+                       pattern_help, from_environment)
 
 
 @dataclass(frozen=True, slots=True)

@@ -273,9 +273,11 @@ def declaration(step: Step) -> dict[str, Any]:
 
 
 def spec_json(spec: SettingSpec) -> dict[str, Any]:
-    """A setting's declaration as JSON (everything but where it was declared)."""
+    """A setting's declaration as JSON (everything but where it was declared and its
+    environment reader, code that the value's origin already names)."""
     return {name.name: _json_value(getattr(spec, name.name))
-            for name in dataclasses.fields(spec) if name.name != "defined_at"}
+            for name in dataclasses.fields(spec)
+            if name.name not in ("defined_at", "from_environment")}
 
 
 def _json_value(value: Any) -> Any:

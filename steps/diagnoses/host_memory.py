@@ -97,6 +97,31 @@ PINNED_NULL = Diagnosis(
     pattern=r"Pinned host memory allocation of [\d.]+ GiB \(\d+ bytes\) returned a null pointer",
 )
 
+MOONCAKE_ALLOC_FAILED = Diagnosis(
+    id="mooncake-host-alloc-failed",
+    title="Mooncake's host memory allocator could not map the host pool",
+    cause=(
+        "With the Mooncake store the host pool comes from MooncakeHostMemAllocator, which "
+        "maps anonymous shared memory (memfd) and pre-faults it (Mooncake shm_helper.cpp; "
+        "SGLang 0.5.23 mooncake_store.py:38-77). The mapping failed: not enough host memory "
+        "or /dev/shm space, a memlock or cgroup limit, or, with MC_STORE_USE_HUGEPAGE, too "
+        "few huge pages (/proc/sys/vm/nr_hugepages)."
+    ),
+    remedy=(
+        "Shrink hicache.host_pool_mb (SGLang: --hicache-size / --hicache-ratio), free host "
+        "memory, reserve huge pages or unset MC_STORE_USE_HUGEPAGE, or take the pool from "
+        "torch with hicache.mooncake_host_allocator: false."
+    ),
+    prevention=(
+        "alloc_host_mem_pool checks the pool against the host-memory budget before it "
+        "allocates (hicache.host_memory_reserve_mb)."
+    ),
+    pattern=(
+        r"\bFailed to create anonymous shared memory"
+        r"|MooncakeHostMemAllocator\.alloc returned a null pointer"
+    ),
+)
+
 BUDGET_EXCEEDED = Diagnosis(
     id="host-pool-over-budget",
     title="The host KV pool is larger than this rank's share of free host memory",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from initorch.reporting.diagnosis import Diagnosis
+from initorch.steps.mooncake_build import WHEEL_CHOICE
 
 _READ_NATIVE_LOG = "Read the Mooncake log lines before the failure (kept in native_log)."
 
@@ -106,6 +107,32 @@ PG_MISSING_BUILD = Diagnosis(
     ),
 )
 
+PG_JIT_FAILED = Diagnosis(
+    id="mooncake-pg-jit-failed",
+    title="Mooncake 0.3.14's mooncake.pg could not compile its Torch adapter",
+    cause=(
+        "From Mooncake 0.3.14 (the cuda13 wheel) mooncake.pg builds its Torch adapter on "
+        "first import (mooncake/pg.py: ninja and nvcc, minutes), cached under "
+        "MOONCAKE_PG_JIT_DIR (default ~/.cache/mooncake/pg_jit). The build needs Ninja, a "
+        "CUDA toolkit with nvcc and a visible GPU or TORCH_CUDA_ARCH_LIST; one was missing "
+        "or the compilation failed."
+    ),
+    remedy=(
+        "Build it ahead, where the toolchain is: python -m mooncake.pg --prebuild (python -m "
+        "mooncake.pg --report says what is missing), keeping MOONCAKE_PG_JIT_DIR in the "
+        "image; or pip install ninja, install a CUDA toolkit with nvcc and set "
+        "TORCH_CUDA_ARCH_LIST (e.g. 9.0)."
+    ),
+    prevention=(
+        "Prebuild the adapter in the image build, so that no rank compiles at start-up while "
+        "the others wait for it in the process group's rendezvous."
+    ),
+    pattern=(
+        r"Mooncake PG (?:Torch adapter )?JIT (?:requires|compilation failed)"
+        r"|Mooncake PG CUDA JIT is running without a visible CUDA device"
+    ),
+)
+
 NOT_INSTALLED = Diagnosis(
     id="mooncake-not-installed",
     title="The Mooncake transfer engine package is not installed",
@@ -114,13 +141,13 @@ NOT_INSTALLED = Diagnosis(
         "imported in this environment."
     ),
     remedy=(
-        "pip install mooncake-transfer-engine on CUDA hosts, mooncake-transfer-engine-npu "
-        "on Ascend, or mooncake-transfer-engine-non-cuda on CPU and other devices (one of "
-        "them, never two). Or set mooncake.enabled: false to skip every Mooncake step."
+        f"pip install {WHEEL_CHOICE}. Or set mooncake.enabled: false to skip every Mooncake "
+        "step."
     ),
     prevention=(
         "Set mooncake.enabled: false in deployments without Mooncake, and install "
-        "the matching extra ('mooncake' or 'mooncake-cpu') everywhere else."
+        "the matching extra ('mooncake', 'mooncake-cuda13', 'mooncake-rocm', 'mooncake-npu' "
+        "or 'mooncake-cpu') everywhere else."
     ),
     pattern=r"No module named '?mooncake\b",
 )

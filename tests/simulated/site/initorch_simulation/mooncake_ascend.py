@@ -249,6 +249,15 @@ def _simulated_store_class(real: type) -> type:
                 build = simulated_build()
                 if check_context(build, store=True) is not None:
                     return -1
+                if build == "hccl":
+                    # The store builds its own engine's hostname as host:port
+                    # (real_client.cpp:797-860): no :npu_<id>, so the legacy transport
+                    # finds no device for it, as the engine does without one.
+                    log("E", "HcclTransport: rankInfoParse failed, ret: -1",
+                        "hccl_transport.cpp:424")
+                    log("E", "Failed to install ascend transport", "client_service.cpp:940")
+                    log("E", "Failed to create client after 20 retries", "real_client.cpp:865")
+                    return -1
                 self.simulated_ascend_build = build
                 values[2] = DELEGATE_PROTOCOL
                 if len(values) >= 4:
