@@ -214,10 +214,14 @@ def preflight(argv: list[str], options: Options,
     args = resolved_view(raw)  # what resolution decided (the layout it rewrote, ...)
     launch = Launch(args, environ, options)
     selection = selection_for(args, options, environ)
+    checked = [problem for check in CHECKS if (problem := check(launch)) is not None]
     plan = None
     try:
         plan = selection.plan()
     except InitorchError as error:
-        refusals.extend(f"initorch: {problem}" for problem in error.problems)
-    refusals.extend(problem for check in CHECKS if (problem := check(launch)) is not None)
+        # initorch reads SGLang's Mooncake variables too: one line per variable, SGLang's.
+        named = {line.split("=", 1)[0] for line in checked if "=" in line.split(" ", 1)[0]}
+        refusals.extend(f"initorch: {problem}" for problem in error.problems
+                        if not any(f"{name}=" in str(problem) for name in named))
+    refusals.extend(checked)
     return Preflight(selection.describe(), plan, tuple(refusals))
