@@ -4,6 +4,7 @@ the Mooncake Store backend, a managed master, the tiny model (``tests/sglang/ser
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -47,7 +48,7 @@ def test_verify_mode_records_and_checks_a_real_start_that_serves(
     assert len(tokens) == 8
     assert_nothing_left(server)
     log = server.text()
-    assert log.count("initorch-sglang: verify ok: 11 of 15 planned steps") == 2
+    assert len(re.findall(r"initorch-sglang: verify ok: 11 of \d+ planned steps", log)) == 2
     assert "installed the profile's plain (SGLang's ALLOC_MEMORY_FUNCS has no cpu entry" in log
     for rank, report in enumerate(reports(tmp_path)):
         assert report["rank"] == rank and report["ok"] and report["executor"] == "sglang-verify"
