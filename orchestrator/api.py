@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -109,14 +109,17 @@ def selected_profiles(profiles: Sequence[str], device: object | None,
 
 def detect_device(registry: Registry | None = None, *, deep: bool = False,
                   root: str | os.PathLike[str] = "/",
-                  environ: Mapping[str, str] | None = None) -> Detection:
+                  environ: Mapping[str, str] | None = None,
+                  announce: Callable[[str], None] | None = None) -> Detection:
     """Which device this machine has, by the registered probes in priority order
     (``initorch detect``).  ``deep`` also imports each candidate's packages and
-    counts its devices, up to the chosen one; ``root`` is where device nodes and
-    libraries are looked for (a host mounted into a container)."""
+    counts its devices, up to the chosen one, each within
+    :data:`~initorch.loading.detection.DEEP_PROBE_TIMEOUT_S` (``announce`` is told
+    each device before its packages are imported); ``root`` is where device nodes
+    and libraries are looked for (a host mounted into a container)."""
     registry = registry or Registry.with_plugins()
     machine = Machine(Path(root), dict(os.environ if environ is None else environ))
-    return detect(registry.probes, machine, deep=deep)
+    return detect(registry.probes, machine, deep=deep, announce=announce)
 
 
 def _auto_profile(registry: Registry) -> str:

@@ -40,6 +40,7 @@ from initorch.errors import (
 from initorch.execution.heartbeat import DEFAULT_INTERVAL_S
 from initorch.files import OutputFile, check_outputs, write_atomically
 from initorch.loading.catalog import AUTO_PROFILE
+from initorch.loading.detection import DEEP_PROBE_TIMEOUT_S
 from initorch.location import display_path
 from initorch.plugins import PluginError, Registry
 from initorch.resolution.plan import Plan
@@ -399,7 +400,11 @@ def failed_exit_code(report: RunReport) -> int:
 def cmd_detect(args: argparse.Namespace, registry: Registry) -> int:
     from initorch.api import detect_device
 
-    detection = detect_device(registry, deep=args.deep, root=args.root)
+    def announce(device: str) -> None:  # a deep probe's import may take long: say so
+        sys.stderr.write(f"initorch: detect: importing the packages of {device} "
+                         f"(at most {DEEP_PROBE_TIMEOUT_S:g}s)\n")
+
+    detection = detect_device(registry, deep=args.deep, root=args.root, announce=announce)
     _emit(json.dumps(detection.to_dict(), indent=2) if args.json else detection.table())
     return EXIT_OK
 

@@ -436,6 +436,25 @@ def test_every_cycle_gets_its_own_line(run_cli, tmp_path):
     assert all("ordering cycle" in line and "cycles.yaml:" in line for line in lines[1:])
 
 
+def test_a_cycle_error_leads_with_the_users_own_edge(run_cli, tmp_path):
+    # Issue 19: each line used to start at a site-packages location (a step's
+    # declaration, a built-in profile), the user's cycle2.yaml:4:28 buried mid-line.
+    path = write(tmp_path, "cycle2.yaml", """
+        extends: cpu
+        steps:
+          set_device: {after: [init_torch_distributed]}
+          import_backend: {after: [rendezvous]}
+        """)
+    code, _, err = run_cli("plan", "-p", str(path))
+    assert code == EXIT_INVALID_INPUT
+    lines = err.splitlines()[1:]
+    assert lines and all(re.match(r"  \S*cycle2\.yaml:\d+:\d+: ordering cycle ", line)
+                         for line in lines), lines
+    for line in lines:  # the user's edge is the first one described
+        detail = line.split(": ", 2)[2]  # after "FILE:LINE:COL: ordering cycle A -> B"
+        assert "[profile cycle2, " in detail.split("; ")[0], line
+
+
 HOSTILE = {
     "unknown-tag": "extends: cpu\nconfig:\n  x: !custom value\n",
     "python-tag": "extends: cpu\nconfig:\n  x: !!python/name:os.system\n",

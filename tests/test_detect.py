@@ -169,6 +169,44 @@ def test_a_probe_that_raises_is_a_rejection_never_a_crash():
     assert detection.chosen == "cpu"
 
 
+class Hanging:
+    """A vendor package whose import never ends, as a deep probe meets it."""
+
+    device, priority = "hang", 5
+
+    def __init__(self) -> None:
+        import threading
+
+        self.release = threading.Event()
+
+    def probe(self, machine: Machine, deep: bool) -> Verdict:
+        if deep:
+            self.release.wait(30)  # stands for the import that never returns
+        return Verdict(True, ("would fit",))
+
+
+def test_a_deep_probe_that_hangs_is_a_bounded_rejection_that_says_where():
+    # Issue 19: 'detect --import' printed nothing and waited for ever.
+    import time
+
+    hanging = Hanging()
+    probes = ProbeBook()
+    probes.extend([hanging, *BUILTIN_PROBES])
+    announced: list[str] = []
+    began = time.monotonic()
+    try:
+        detection = detect(probes, Machine(), deep=True, timeout_s=0.3,
+                           announce=announced.append)
+    finally:
+        hanging.release.set()
+    assert time.monotonic() - began < 10
+    stuck = detection.candidates[0]
+    assert (stuck.device, stuck.status) == ("hang", "rejected")
+    assert stuck.reasons[0].startswith("the probe did not finish within 0.3s: it hangs at ")
+    assert detection.chosen == "cpu"
+    assert announced[:2] == ["hang", "npu"]  # each deep probe is said before it starts
+
+
 def test_a_plugin_probe_is_registered_like_the_built_ins():
     registry = Registry.with_plugins()
     registry.probes.add(HardwareProbe("tpu", 5, "test", always="a test device"))

@@ -128,3 +128,93 @@ def test_initorch_plans_the_server_with_its_plugin(device: str) -> None:
     plan = json.loads(result.stdout)
     assert plan["profiles"] == ["base", device, "server", "tiny-server"]
     assert [s for s in plan["order"] if s in SERVER_ORDER] == list(SERVER_ORDER)
+
+
+# -- the HTTP front end is one a server could deploy (issue 19) ------------------------------
+
+@pytest.fixture
+def front_end():
+    """Rank 0's HTTP front end on loopback, with a serving loop that answers at once."""
+    import queue
+    import threading
+
+    from tiny_server.serve import HTTPFrontEnd, make_handler
+
+    jobs: queue.Queue = queue.Queue()
+    server = HTTPFrontEnd(("127.0.0.1", 0), make_handler(jobs, {"ok": True}, 8, 64))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def answer() -> None:
+        while True:
+            job = jobs.get()
+            if job is None:
+                return
+            job.answer = {"tokens": [1], "command": job.command["op"]}
+            job.done.set()
+
+    threading.Thread(target=answer, daemon=True).start()
+    yield server.server_address[1]
+    jobs.put(None)
+    server.shutdown()
+    server.server_close()
+
+
+def raw_request(port: int, data: bytes) -> tuple[int, dict]:
+    """Send ``data`` as it is; the status and JSON body of the answer."""
+    import json
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(data)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def post(body: bytes, length: str | None = None) -> bytes:
+    shown = str(len(body)) if length is None else length
+    return (b"POST /generate HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: "
+            + shown.encode() + b"\r\n\r\n" + body)
+
+
+@pytest.mark.parametrize(("data", "status", "said"), [
+    (post(b"{}", "abc"), 400, "Content-Length 'abc' is not a whole number"),
+    (post(b"{}", "-1"), 400, "Content-Length '-1' is not a whole number"),
+    (post(b"\xff\xfe"), 400, "body is not UTF-8 text"),
+    (post(b'{"prompt": "\\ud800", "max_new_tokens": 2}'), 400,
+     "'prompt' is not valid Unicode (a lone surrogate)"),
+    (post(b"{}", str(2 << 20)), 413, "the body may have at most 1048576 bytes"),
+    (post(b'{"prompt": "hi", "max_new_tokens": 2}'), 200, None),
+], ids=["length-abc", "length-negative", "not-utf8", "lone-surrogate", "too-large", "ok"])
+def test_malformed_requests_get_a_4xx_answer(front_end, data, status, said):
+    code, answer = raw_request(front_end, data)
+    assert code == status, answer
+    if said is not None:
+        assert answer["error"] == said
+
+
+def test_a_client_sending_half_a_body_stops_no_other_client(front_end):
+    import socket
+    import time
+    import urllib.request
+
+    with socket.create_connection(("127.0.0.1", front_end)) as stalled:
+        stalled.sendall(post(b'{"prompt": "hi"}', "100")[:-4])  # and then nothing
+        began = time.monotonic()
+        with urllib.request.urlopen(f"http://127.0.0.1:{front_end}/health", timeout=5) as ok:
+            assert ok.status == 200
+        assert time.monotonic() - began < 2
+
+
+def test_fifty_concurrent_clients_are_all_answered(front_end):
+    import urllib.request
+    from concurrent.futures import ThreadPoolExecutor
+
+    def health(_: int) -> int:
+        with urllib.request.urlopen(f"http://127.0.0.1:{front_end}/health", timeout=10) as ok:
+            return int(ok.status)
+
+    with ThreadPoolExecutor(50) as pool:
+        assert list(pool.map(health, range(50))) == [200] * 50

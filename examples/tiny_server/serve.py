@@ -10,6 +10,14 @@ collective, which would otherwise time out.
 Endpoints: ``POST /generate`` ``{"prompt": "...", "max_new_tokens": 16}``,
 ``GET /health``, ``GET /startup`` (the start-up report and critical chain),
 ``POST /shutdown`` (every rank leaves the loop; the launcher tears down).
+
+The front end is one a server could deploy: the standard library's threaded
+server (a thread per connection, a listen backlog of :data:`LISTEN_BACKLOG`), a
+socket timeout per request (:data:`REQUEST_TIMEOUT_S`: a client that sends half a
+body holds only its own thread, and not for long), bodies of at most
+:data:`MAX_BODY_BYTES`, and a 4xx answer -- never a dropped connection and a
+traceback -- for a malformed ``Content-Length``, a body that is not UTF-8 JSON, or
+a prompt that is not valid Unicode.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import torch.distributed as dist
@@ -29,6 +37,17 @@ from tiny_server.kv_cache import KVPool
 from tiny_server.model import TinyDecoder
 
 HEARTBEAT_S = 1.0
+REQUEST_TIMEOUT_S = 10.0  # socket timeout of one request: a stalled client lets go
+MAX_BODY_BYTES = 1 << 20  # a prompt is bytes of text; a megabyte is generous
+LISTEN_BACKLOG = 128  # connections the kernel queues while every thread is busy
+
+
+class HTTPFrontEnd(ThreadingHTTPServer):
+    """A thread per connection (daemon threads: a stalled client never holds the
+    process at exit) and a listen backlog for bursts of clients."""
+
+    daemon_threads = True
+    request_queue_size = LISTEN_BACKLOG
 
 
 @dataclass
@@ -47,8 +66,10 @@ class BadRequest(ValueError):
 def parse_generate(body: bytes, max_new_tokens: int, pool_tokens: int) -> dict[str, Any]:
     """The command for a generate request; the prompt is tokenised as UTF-8 bytes."""
     try:
-        request = json.loads(body or b"{}")
-    except json.JSONDecodeError as exc:
+        request = json.loads((body or b"{}").decode("utf-8"))
+    except UnicodeDecodeError:
+        raise BadRequest("body is not UTF-8 text") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise BadRequest(f"body is not JSON: {exc}") from None
     if not isinstance(request, dict):
         raise BadRequest("body must be a JSON object")
@@ -58,7 +79,10 @@ def parse_generate(body: bytes, max_new_tokens: int, pool_tokens: int) -> dict[s
     count = request.get("max_new_tokens", 16)
     if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= max_new_tokens:
         raise BadRequest(f"'max_new_tokens' must be a whole number in 1..{max_new_tokens}")
-    tokens = list(prompt.encode("utf-8"))
+    try:
+        tokens = list(prompt.encode("utf-8"))
+    except UnicodeEncodeError:  # JSON can carry a lone surrogate; UTF-8 cannot
+        raise BadRequest("'prompt' is not valid Unicode (a lone surrogate)") from None
     if len(tokens) + count > pool_tokens:
         raise BadRequest(f"prompt and new tokens need {len(tokens) + count} KV slots; the "
                          f"pool has {pool_tokens}")
@@ -68,8 +92,31 @@ def parse_generate(body: bytes, max_new_tokens: int, pool_tokens: int) -> dict[s
 def make_handler(jobs: queue.Queue[Job], startup: dict[str, Any], max_new_tokens: int,
                  pool_tokens: int) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        timeout = REQUEST_TIMEOUT_S  # StreamRequestHandler sets it on the socket
+
         def log_message(self, format: str, *args: Any) -> None:
             return  # the launcher logs requests itself; keep stderr for initorch's events
+
+        def _body(self) -> bytes | None:
+            """The request's body, or ``None`` after answering why it cannot be read."""
+            raw = self.headers.get("Content-Length") or "0"
+            if not raw.isdigit():  # also refuses -1
+                self._reply(HTTPStatus.BAD_REQUEST,
+                            {"error": f"Content-Length {raw!r} is not a whole number"})
+                return None
+            if int(raw) > MAX_BODY_BYTES:
+                self._reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                            {"error": f"the body may have at most {MAX_BODY_BYTES} bytes"})
+                return None
+            try:
+                body = self.rfile.read(int(raw))
+            except TimeoutError:
+                body = b""
+            if len(body) < int(raw):  # the client stopped sending (or timed out)
+                self._reply(HTTPStatus.REQUEST_TIMEOUT,
+                            {"error": f"the body ended after {len(body)} of {raw} bytes"})
+                return None
+            return body
 
         def _reply(self, status: HTTPStatus, payload: dict[str, Any]) -> None:
             data = json.dumps(payload).encode()
@@ -94,7 +141,9 @@ def make_handler(jobs: queue.Queue[Job], startup: dict[str, Any], max_new_tokens
                 self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such path {self.path}"})
 
         def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = self._body()
+            if body is None:
+                return
             if self.path == "/shutdown":
                 self._reply(HTTPStatus.OK, self._submit({"op": "stop"}))
             elif self.path == "/generate":
@@ -138,14 +187,14 @@ class Server:
     max_new_tokens: int = 64
     startup: dict[str, Any] = field(default_factory=dict)
     jobs: queue.Queue[Job] = field(default_factory=queue.Queue)
-    http: HTTPServer | None = None
+    http: HTTPFrontEnd | None = None
 
     def open(self) -> str | None:
         """Rank 0: bind the HTTP server (loopback) and serve it from a thread; its URL."""
         if self.rank != 0:
             return None
         handler = make_handler(self.jobs, self.startup, self.max_new_tokens, self.pool.tokens)
-        self.http = HTTPServer((self.host, self.port), handler)
+        self.http = HTTPFrontEnd((self.host, self.port), handler)
         threading.Thread(target=self.http.serve_forever, name="tiny-server-http",
                          daemon=True).start()
         return f"http://{self.host}:{self.http.server_port}"

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Iterable, Iterator, Mapping
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
@@ -138,19 +141,33 @@ class ProbeBook:
         return iter(sorted(self._probes.values(), key=lambda p: (p.priority, p.device)))
 
 
-def detect(probes: ProbeBook, machine: Machine | None = None, *, deep: bool = False
-           ) -> Detection:
+DEEP_PROBE_TIMEOUT_S = 60.0
+"""How long a deep probe may take to import a candidate's packages and count its
+devices: a vendor package whose import never ends (a driver waiting for a device that
+is not there) is a rejection that says where it hung, not a command that waits for
+ever."""
+
+
+def detect(probes: ProbeBook, machine: Machine | None = None, *, deep: bool = False,
+           timeout_s: float = DEEP_PROBE_TIMEOUT_S,
+           announce: Callable[[str], None] | None = None) -> Detection:
     """Ask every probe, in priority order; the first that fits is chosen.
 
     A deep probe imports packages only up to the chosen candidate (importing two
     vendor plugins into one process can itself fail); the rest are probed
-    statically and reported as ``fits`` or ``rejected``.
+    statically and reported as ``fits`` or ``rejected``.  Each deep probe gets
+    ``timeout_s``, and ``announce`` is told its device before it starts, so that a
+    slow import is never silent.
     """
     machine = machine or Machine()
     candidates: list[Candidate] = []
     chosen: str | None = None
     for probe in probes:
-        verdict = _ask(probe, machine, deep=deep and chosen is None)
+        probe_deeply = deep and chosen is None
+        if probe_deeply and announce is not None:
+            announce(probe.device)
+        verdict = (_ask_bounded(probe, machine, timeout_s) if probe_deeply
+                   else _ask(probe, machine, deep=False))
         if not verdict.fits:
             status: Status = "rejected"
         elif chosen is None:
@@ -160,6 +177,31 @@ def detect(probes: ProbeBook, machine: Machine | None = None, *, deep: bool = Fa
             verdict = Verdict(True, (*verdict.reasons, f"{chosen} comes first"))
         candidates.append(Candidate(probe.device, probe.priority, status, verdict.reasons))
     return Detection(tuple(candidates), deep)
+
+
+def _ask_bounded(probe: DeviceProbe, machine: Machine, timeout_s: float) -> Verdict:
+    """:func:`_ask` deeply, on a daemon thread given ``timeout_s``: a hung import is left
+    behind (Python cannot stop it) and reported with the line it hangs at."""
+    answers: list[Verdict] = []
+
+    def ask() -> None:
+        try:
+            answers.append(_ask(probe, machine, deep=True))
+        except BaseException as exc:  # a probe's own KeyboardInterrupt, on this thread
+            answers.append(Verdict(False, (f"the probe failed: {type(exc).__name__}",)))
+
+    worker = threading.Thread(target=ask, name=f"initorch-probe-{probe.device}", daemon=True)
+    worker.start()
+    deadline = time.monotonic() + timeout_s
+    while worker.is_alive() and time.monotonic() < deadline:
+        worker.join(min(0.1, max(deadline - time.monotonic(), 0.0)))  # Ctrl-C stays prompt
+    if answers:
+        return answers[0]
+    frame = sys._current_frames().get(worker.ident or -1)
+    where = (f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+             if frame is not None else "an unknown place")
+    return Verdict(False, (f"the probe did not finish within {timeout_s:g}s: it hangs at "
+                           f"{where} (importing its packages?)",))
 
 
 def _ask(probe: DeviceProbe, machine: Machine, *, deep: bool) -> Verdict:

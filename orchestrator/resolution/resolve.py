@@ -58,7 +58,7 @@ from initorch.model.step import EDGE_KINDS, EdgeKind, Step
 from initorch.resolution.fingerprint import fingerprint
 from initorch.resolution.graph import MAX_CYCLES_REPORTED, StepGraph
 from initorch.resolution.plan import Plan, PlannedStep, SkippedStep
-from initorch.resolution.plangraph import EdgeRecord, IncomingEdges
+from initorch.resolution.plangraph import Edge, EdgeRecord, IncomingEdges
 from initorch.resolution.preview import preview_steps
 from initorch.resolution.reasons import Pull, Reasons
 
@@ -152,7 +152,9 @@ def _resolve(composed: ComposedProfile, steps: StepRegistry, device_index: int |
     graph = StepGraph.from_records(active, _incoming_edges(active, binder))
     cycles = graph.cycles()
     if cycles:
-        reported = [_cycle_problem(graph, c) for c in cycles]
+        reported = [problem for _, problem in sorted(
+            (_cycle_problem(graph, c, composed.names) for c in cycles),
+            key=lambda found: -found[0])]  # the user's own edges first; stable otherwise
         if len(cycles) >= MAX_CYCLES_REPORTED:
             reported.append(Problem(f"(only the first {MAX_CYCLES_REPORTED} cycles are shown)"))
         raise CycleError(tuple(cycles), reported)
@@ -542,9 +544,25 @@ def _device_binder(candidates: dict[str, _Candidate], active: dict[str, _Candida
     return binders[0] if binders else None
 
 
-def _cycle_problem(graph: StepGraph, cycle: tuple[str, ...]) -> Problem:
+def _cycle_problem(graph: StepGraph, cycle: tuple[str, ...], layers: tuple[str, ...]
+                   ) -> tuple[int, Problem]:
+    """One cycle as a problem located at, and led by, the edge most likely the user's
+    own (see :func:`_ownership`), with that edge's ownership for ordering."""
     hops = graph.cycle_edges(cycle)
+    own = max(hops, key=lambda edge: _ownership(edge, layers))  # the first of equals
     loop = " -> ".join((*cycle, cycle[0]))
-    detail = "; ".join(edge.describe() for edge in hops)
-    return Problem(f"ordering cycle {loop}: {detail}", hops[0].declared_at,
-                   "remove or reverse one of these constraints")
+    detail = "; ".join(edge.describe() for edge in (own, *(h for h in hops if h is not own)))
+    return _ownership(own, layers), Problem(f"ordering cycle {loop}: {detail}",
+                                            own.declared_at,
+                                            "remove or reverse one of these constraints")
+
+
+def _ownership(edge: Edge, layers: tuple[str, ...]) -> int:
+    """How much an edge is the user's: one a step declares in code is the least, one
+    from a profile more, the later its profile is layered (``base`` -> ``cpu`` -> the
+    user's own file) the more -- so that a cycle is shown at the line the user wrote,
+    not at a site-packages location."""
+    name = edge.declared_by.removeprefix("profile ")
+    if name == edge.declared_by:
+        return 0
+    return 1 + (layers.index(name) if name in layers else len(layers))
