@@ -114,7 +114,10 @@ def test_verify_mode_stops_an_engine_built_after_the_process_group(
             "init_torch_distributed had already run") in log
     assert ("the shared Mooncake engine, then _init_parallel_groups "
             "(init_distributed_environment)") in log  # the profile's reason
-    for report in reports(tmp_path):
+    # The first rank to see it stops; SGLang then ends the other, which may not get as far.
+    written = [json.loads(path.read_text()) for path in sorted(tmp_path.glob("report-*.json"))]
+    assert written
+    for report in written:
         assert not report["ok"]
         assert report["sglang"]["violations"]
         failed = [step["step"] for step in report["steps"] if step["status"] == "failed"]
