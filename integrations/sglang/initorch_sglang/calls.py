@@ -39,7 +39,6 @@ class SGLangCall:
     step: str
     target: str
     chain: tuple[Hop, ...]
-    repeats: bool = False  # SGLang calls it again later (set_device); only the first is ordered
 
 
 _SCHEDULER = "srt/managers/scheduler.py"
@@ -75,8 +74,9 @@ CALLS: tuple[SGLangCall, ...] = (
     SGLangCall("bind_cpu_threads", "sglang.srt.distributed.bootstrap._bind_threads_if_cpu",
                (*_PARALLEL, Hop(_BOOTSTRAP, "init_parallel_runtime", "_bind_threads_if_cpu"))),
     SGLangCall("set_device", f"{DEVICE_MODULE}.set_device",
-               (*_PARALLEL, Hop(_BOOTSTRAP, "init_parallel_runtime", "set_device")),
-               repeats=True),  # again in ModelRunner.__init__ (model_runner.py:455)
+               # SGLang sets it again in ModelRunner.__init__ (model_runner.py:455); the
+               # recorder orders only a step's first call.
+               (*_PARALLEL, Hop(_BOOTSTRAP, "init_parallel_runtime", "set_device"))),
     SGLangCall("init_shared_mooncake_transfer_engine",
                "sglang.srt.distributed.device_communicators.mooncake_transfer_engine."
                "maybe_init_shared_mooncake_transfer_engine",

@@ -15,7 +15,7 @@ import pkgutil
 from collections.abc import Callable
 from typing import Any, Literal
 
-__all__ = ["HookError", "apply", "hook"]
+__all__ = ["HookError", "HookKind", "apply"]
 
 HookKind = Literal["around", "replace"]
 
@@ -24,14 +24,10 @@ class HookError(RuntimeError):
     """A hook target is missing in the installed SGLang, or the hook did not apply."""
 
 
-def hook(target: str, function: Callable[..., Any], kind: HookKind = "around") -> None:
-    """Register ``function`` on ``target`` (``around``: ``function(original, *args,
-    **kwargs)``; ``replace``: ``function(*args, **kwargs)``), apply it, and check it."""
-    apply({target: (function, kind)})
-
-
 def apply(hooks: dict[str, tuple[Callable[..., Any], HookKind]]) -> None:
-    """Register every hook, apply them in one pass, and check each target."""
+    """Register every hook (``around``: ``function(original, *args, **kwargs)``;
+    ``replace``: ``function(*args, **kwargs)``), apply them in one pass, and check each
+    target."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     for target in hooks:

@@ -31,8 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Call", "OrderViolation", "Recorder"]
 
-EXIT_VIOLATION = 3
-
 
 @dataclass(slots=True)
 class Call:
@@ -64,8 +62,6 @@ class OrderViolation(InitorchError):
     """SGLang's start-up broke a constraint of the plan: ``first`` should have come
     before ``second`` (``edges``: the chain that says so), or ``step`` ran on a thread
     without the device context."""
-
-    exit_code = EXIT_VIOLATION
 
     def __init__(self, message: str, *, step: str, edges: tuple[Edge, ...] = (),
                  hint: str | None = None) -> None:
