@@ -71,7 +71,10 @@ def test_tiny_server_starts_answers_and_shuts_down_cleanly(tmp_path: Path) -> No
         startup = get(f"{url}/startup")
         chain = [link["step"] for link in startup["critical_chain"]]
         assert chain[0] == "warmup"
-        assert {"memory_baseline", "load_model", "init_model_parallel"} <= set(chain)
+        # Which branch is longest is timing: the model's (load_model, memory_baseline) or
+        # the store's (init_mooncake_store, now that collectives are not pre-warmed).
+        assert {"load_model", "init_mooncake_store"} & set(chain)
+        assert chain[-1] in ("import_backend", "launch_mooncake_master")
         assert "critical chain:" in startup["summary"]
 
         status, stopping = post(f"{url}/shutdown", {})
