@@ -5,8 +5,10 @@ process and no listening port behind."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -52,8 +54,10 @@ def test_tiny_server_starts_answers_and_shuts_down_cleanly(tmp_path: Path) -> No
                "--log-format", "json"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, [str(EXAMPLES), os.environ.get("PYTHONPATH")]))}
+    # Its own session: on a failure the whole group goes (torchrun's ranks hold the
+    # pipes, so killing torchrun alone would leave communicate() waiting for good).
     proc = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+                            stderr=subprocess.PIPE, start_new_session=True)
     try:
         info = wait_ready(proc, ready, START_TIMEOUT)
         url = info["url"]
@@ -82,7 +86,8 @@ def test_tiny_server_starts_answers_and_shuts_down_cleanly(tmp_path: Path) -> No
         _out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
-            proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
     assert proc.returncode == 0, err[-6000:]
     events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
