@@ -1,8 +1,9 @@
 """SGLang 0.5.23 as the oracle: its own functions run in its own venv, answers as JSON.
 
 SGLang pins a torch that initorch's test venv does not have, so the two never share a
-process.  :func:`ask` runs a script with ``<repo>/.venv-sglang/bin/python`` (or
-``INITORCH_SGLANG_PYTHON``); the script reads its cases from ``argv[1]`` (JSON) and
+process.  :func:`ask` runs a script with the SGLang venv's python
+(:func:`tests.sglang.server.sglang_venv`: ``<repo>/.venv-sglang`` or
+``INITORCH_SGLANG_VENV``); the script reads its cases from ``argv[1]`` (JSON) and
 prints one JSON document as its last stdout line.  The caller computes initorch's
 decision on the same cases in the pytest process and compares.  A missing SGLang venv
 fails the test, with one line: an oracle that is not asked proves nothing.
@@ -19,18 +20,17 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-DEFAULT_PYTHON = REPO / ".venv-sglang" / "bin" / "python"
+from tests.sglang.server import sglang_venv
+
 # What SGLang reads from the environment must come from the case, not from the runner.
 _INHERITED_PREFIXES = ("MOONCAKE_", "MC_", "SGLANG_", "ASCEND_", "HOST_IP")
 
 
 def sglang_python() -> Path:
-    path = Path(os.environ.get("INITORCH_SGLANG_PYTHON", DEFAULT_PYTHON))
-    if not path.exists():
-        pytest.fail(f"SGLang venv missing: {path} does not exist (create it, or set "
-                    "INITORCH_SGLANG_PYTHON to a python with sglang==0.5.23)", pytrace=False)
-    return path
+    try:
+        return sglang_venv() / "bin" / "python"
+    except RuntimeError as missing:
+        pytest.fail(str(missing), pytrace=False)
 
 
 def ask(script: str, cases: Any, timeout: float = 300) -> Any:
