@@ -147,9 +147,11 @@ def test_a_metadata_server_mooncake_would_abort_on_is_refused_at_plan_time(run_c
                              "'bogus://127.0.0.1:1'", located=False)
 
 
-@pytest.mark.parametrize("value", ["P2PHANDSHAKE", "etcd://h:2379", "h:2379", "redis://r:6379",
+# redis:// is Mooncake's too, but no published wheel has its plugin: refused at plan time
+# (issue 18; tests/test_mooncake_build.py reads the wheels).
+@pytest.mark.parametrize("value", ["P2PHANDSHAKE", "etcd://h:2379", "h:2379",
                                    "http://m:8080/metadata", "https://m/metadata"])
-def test_every_metadata_server_mooncake_knows_is_accepted(run_cli, value):
+def test_every_metadata_server_the_installed_mooncake_has_is_accepted(run_cli, value):
     code, _, err = run_cli("plan", "-p", "cpu", "--set", f"mooncake.metadata_server={value}")
     assert code == EXIT_OK, err
 
