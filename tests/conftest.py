@@ -134,8 +134,9 @@ def initorch_command(*args: str, env: dict[str, str] | None = None, timeout: flo
 
 
 # The wheel a user would install: built once per session, from a copy of the source tree.
-IGNORED = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__",
-                                 ".*_cache", ".hypothesis", "tests", "out")
+IGNORED = shutil.ignore_patterns(".git", ".venv", ".venv-sglang", ".cache", "build", "dist",
+                                 "*.egg-info", "__pycache__", ".*_cache", ".hypothesis",
+                                 "tests", "out")
 
 
 @pytest.fixture(scope="session")
