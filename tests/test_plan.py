@@ -49,7 +49,9 @@ def test_json_shape_with_overlay_device_and_skips():
     assert_plan_shape(data, plan)
     assert data["profiles"] == ["base", "npu", "npu-hccl"]
     assert (data["device"], data["device_index"]) == ("npu", 3)
-    assert data["env"] == {"ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE": "1"}
+    # npu sets what SGLang reads (MOONCAKE_PROTOCOL=ascend); npu-hccl its legacy switch.
+    assert data["env"] == {"MOONCAKE_PROTOCOL": "ascend",
+                           "ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE": "1"}
     mps = load_plan(["mps"]).to_dict()
     assert {s["step"] for s in mps["skipped"]} >= {ENGINE, "register_mem_pool_host"}
 

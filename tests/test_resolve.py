@@ -74,7 +74,7 @@ def test_mooncake_ep_is_refused_at_plan_time_where_mooncake_has_no_backend(profi
     assert_problem(caught.value, f"step '{PROCESS_GROUP}' requires 'set_mooncake_pg_engine' "
                                  "(SGLang 0.5.23", "none for this device), which is skipped",
                    f"mooncake.pg_backend='none' from ./profiles/{profile}.yaml",
-                   at="mooncake-ep.yaml:10:15")
+                   at="mooncake-ep.yaml:16:15")
 
 
 @pytest.mark.parametrize("profiles", [[p] for p in DEVICE_PROFILES]
@@ -126,7 +126,7 @@ def test_mps_with_mooncake_ep_is_a_requirement_on_a_skipped_step():
     assert_problem(caught.value, f"step '{PROCESS_GROUP}' requires 'set_mooncake_pg_engine'",
                    "which is skipped", "mooncake.pg_backend='none' from default (declared by "
                    "step set_mooncake_pg_engine",
-                   at="mooncake-ep.yaml:10:15")
+                   at="mooncake-ep.yaml:16:15")
 
 
 @pytest.mark.parametrize("profile", MOONCAKE_PROFILES)
