@@ -44,10 +44,9 @@ def sglang_venv() -> Path:
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    from initorch.steps.network import free_port as free_port_on
+
+    return free_port_on("127.0.0.1")
 
 
 @dataclass

@@ -75,13 +75,15 @@ def cpu_threads_bind(launch: Launch) -> str | None:
         return None
     from sglang.srt.utils.numa_utils import get_cpu_ids_by_node
 
+    from initorch_sglang.drive import core_split  # the split drive mode would fill in
+
     nodes = len(get_cpu_ids_by_node())
     bind = launch.environ.get(OMP_BIND_ENV)
     if bind is None:
         if launch.world > nodes:
             return (f"{launch.world} CPU ranks on {nodes} NUMA node(s) and no {OMP_BIND_ENV}: "
                     f"SGLang would assert at start-up; set it (e.g. "
-                    f"{OMP_BIND_ENV}='{_example_split(launch.world)}') or use "
+                    f"{OMP_BIND_ENV}='{core_split(launch.world)}') or use "
                     "INITORCH_SGLANG=drive, which fills it in")
         return None
     groups = bind.split("|")
@@ -90,13 +92,6 @@ def cpu_threads_bind(launch: Launch) -> str | None:
                 f"{launch.world} ranks: SGLang would assert at start-up; give one "
                 "'|'-separated group per rank")
     return None
-
-
-def _example_split(ranks: int) -> str:
-    cpus = sorted(os.sched_getaffinity(0))
-    size = max(1, len(cpus) // ranks)
-    groups = [cpus[i * size:(i + 1) * size] or cpus[-1:] for i in range(ranks)]
-    return "|".join(f"{g[0]}-{g[-1]}" if len(g) > 1 else str(g[0]) for g in groups)
 
 
 def host_allocator(launch: Launch) -> str | None:
