@@ -46,6 +46,7 @@ FILL_BYTE = setting("warmup.fill_byte", int, default=0, minimum=0, maximum=255,
     "warm_kv_cache",
     description="Touch every page of the registered host pool so first requests do not fault",
     requires=["register_mem_pool_host"],
+    reads=["register_mem_pool_host"],
     after=["init_torch_distributed"],
     wanted_by=["register_mem_pool_host"],  # planned whenever the pool is registered
     settings=(FILL_BYTE,),

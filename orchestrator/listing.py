@@ -45,6 +45,7 @@ def step_rows(registry: Registry) -> list[dict[str, Any]]:
             "description": s.description,
             **{kind: list(s.edges(kind)) for kind in EDGE_KINDS},
             "wanted_by": list(s.wanted_by),
+            "reads": list(s.reads),
             "when": s.when,
             "device_bound": s.device_bound,
             "binds_device": s.binds_device,

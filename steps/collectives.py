@@ -48,6 +48,7 @@ PRE_WARM = setting(
     description="One small all-reduce on every model-parallel group (device and CPU), "
                 "proving who is in it",
     requires=["import_backend", "init_model_parallel"],
+    reads=["import_backend", "init_model_parallel"],
     device_bound=True,
     when="parallel.pre_warm",
     settings=(PRE_WARM, VISIBLE_DEVICES_ENV),

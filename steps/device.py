@@ -94,6 +94,7 @@ def tensor_device(ctx: StepContext) -> Any:
     "set_device",
     description="Set this rank's device on the calling thread (LOCAL_RANK, visible devices)",
     requires=["import_backend"],
+    reads=["import_backend"],
     binds_device=True,
     settings=(VISIBLE_DEVICES_ENV,),
 )

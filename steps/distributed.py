@@ -45,6 +45,7 @@ def backend_and_options(ctx: StepContext) -> tuple[str, Any]:
     "init_torch_distributed",
     description="Create the torch.distributed process group with the profile's backend",
     requires=["import_backend", "rendezvous"],
+    reads=["rendezvous"],
     device_bound=True,
     barrier=True,
     settings=(COLLECTIVE_BACKEND, TIMEOUT_S, ELASTIC_EP),

@@ -292,6 +292,7 @@ class Registration:
     "register_mem_pool_host",
     description="Register the host pool with the Mooncake Store (register_buffer)",
     requires=["alloc_host_mem_pool", "init_mooncake_store"],
+    reads=["alloc_host_mem_pool", "init_mooncake_store"],
     device_bound=True,
     when="hicache.enabled and mooncake.enabled and hicache.storage_backend == 'mooncake'",
     settings=(HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND),

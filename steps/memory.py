@@ -178,6 +178,7 @@ def _query(name: object) -> MemoryQuerySpec:
     description="Measure each rank's available memory before the weights; fail when ranks "
                 "are unbalanced",
     requires=["import_backend", "init_model_parallel"],
+    reads=["import_backend", "init_model_parallel"],
     after=["warmup_collectives"],
     device_bound=True,
     # device.torch_module: the preview names the module the query calls.

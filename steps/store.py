@@ -196,6 +196,7 @@ def warm_up(store: Any, sleep: Callable[[float], None] = time.sleep) -> None:
                 "the shared engine where SGLang does",
     requires=["mooncake_master"],
     wants=["init_shared_mooncake_transfer_engine"],
+    reads=["mooncake_master", "init_shared_mooncake_transfer_engine"],
     device_bound=True,
     when="hicache.enabled and mooncake.enabled and hicache.storage_backend == 'mooncake'",
     settings=(HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND, MOONCAKE_PROTOCOL,

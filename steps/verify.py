@@ -94,6 +94,7 @@ def get_pages(store: Any, layout: str, keys: list[str], buffers: list[tuple[tupl
     description="Put KV pages from this rank's pool into the Mooncake Store and read the "
                 "previous rank's pages into it, checking every byte",
     requires=["register_mem_pool_host", "init_torch_distributed"],
+    reads=["register_mem_pool_host"],
     device_bound=True,
     barrier=True,  # no rank reads pages before every rank registered its pool
     when="checks.verify_transfer and hicache.enabled and mooncake.enabled "

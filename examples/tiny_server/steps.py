@@ -59,6 +59,7 @@ SERVER_SETTINGS = (
     "load_model",
     description="Load this rank's tensor-parallel shards of the model from safetensors",
     requires=["init_model_parallel", "memory_baseline"],
+    reads=["init_model_parallel"],
     device_bound=True,
     settings=(MODEL_PATH,),
 )
@@ -106,6 +107,7 @@ def kv_pool_tokens(ctx: StepContext, baseline: MemoryBaseline, model: TinyDecode
     "alloc_kv_pool",
     description="Allocate the device KV pool, sized from the memory baseline",
     requires=["load_model", "memory_baseline"],
+    reads=["load_model", "memory_baseline"],
     device_bound=True,
     settings=(MEM_FRACTION_STATIC, MAX_TOKENS, MIN_TOKENS, VISIBLE_DEVICES_ENV),
 )
@@ -128,6 +130,7 @@ def alloc_kv_pool(ctx: StepContext) -> KVPool:
     "warmup",
     description="Run one forward pass (prefill and a decode step) through the KV pool",
     requires=["load_model", "alloc_kv_pool"],
+    reads=["load_model", "alloc_kv_pool"],
     after=["warmup_collectives", "register_mem_pool_host"],
     device_bound=True,
 )

@@ -45,6 +45,7 @@ class RunState:
         self._join_job = join_job
         self._outputs: dict[str, Any] = {}
         self._binding: DeviceBinding | None = None
+        self._ordered: dict[tuple[str, str], bool] = {}
         self._lock = threading.Lock()
 
     def record_output(self, step: str, value: Any, *, binds_device: bool) -> None:
@@ -78,6 +79,15 @@ class RunState:
     def has_output(self, step: str) -> bool:
         with self._lock:
             return step in self._outputs
+
+    def ordered_before(self, first: str, second: str) -> bool:
+        """Whether the plan runs ``first`` before ``second`` by a chain of edges (the
+        only order both executors keep), remembered per pair."""
+        key = (first, second)
+        found = self._ordered.get(key)
+        if found is None:
+            found = self._ordered[key] = self.plan.graph.path(first, second) is not None
+        return found
 
     def outputs(self) -> dict[str, Any]:
         """A copy of every output recorded so far, by step name."""
@@ -141,7 +151,18 @@ class StepContext:
         return self.state.plan.settings[key].value
 
     def output(self, step: str) -> Any:
-        """The output of a completed step this one depends on."""
+        """The output of a completed step this one depends on.
+
+        A planned step that the plan does not order before this one is refused even
+        when it happens to have completed: the sequential executor would run them in
+        listing order by luck, and the parallel one would not."""
+        plan = self.state.plan
+        if step in plan and self.step in plan and not self.state.ordered_before(step, self.step):
+            raise StepDefinitionError(
+                f"step '{self.step}' reads the output of '{step}', which the plan does not "
+                "order before it", location=plan.step(self.step).step.defined_at,
+                hint=f"declare @step(requires=['{step}'], reads=['{step}']) so that the plan "
+                     "orders and checks it")
         return self.state.output(step)
 
     def has_output(self, step: str) -> bool:

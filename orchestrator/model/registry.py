@@ -114,13 +114,18 @@ def _validate(step: Step) -> None:
         _fail(step, "no description", "pass description= or give the function a docstring")
     if not callable(step.action):
         _fail(step, "action is not callable", "decorate a function with @step")
-    for kind in (*EDGE_KINDS, "wanted_by"):
+    for kind in (*EDGE_KINDS, "wanted_by", "reads"):
         for target in getattr(step, kind):
             problem = name_problem(target, "step name")
             if problem is not None:
                 _fail(step, f"{kind} entry: {problem}", "list step names as strings")
             if target == step.name:
                 _fail(step, f"lists itself under {kind}", "remove the self-reference")
+    for target in step.reads:
+        if target not in step.requires and target not in step.wants:
+            _fail(step, f"reads the output of '{target}' but neither requires nor wants it",
+                  f"add '{target}' to requires= (or to wants= when the step copes without "
+                  "it)")
     if step.when is not None:
         if not isinstance(step.when, str):
             _fail(step, f"when must be a condition string, got {step.when!r}",

@@ -20,6 +20,13 @@ And one pull-in from the other side, for steps that no profile lists:
               (systemd's ``WantedBy=``).  It adds no ordering: declare that with
               ``requires``/``after``.  A step that only skipped steps want is
               skipped as well.
+
+Besides the edges, ``reads`` names the steps whose *outputs* the step reads
+(``ctx.output``).  Each must be one of its ``requires`` (then it must run, before
+this step) or ``wants`` (then, when it is planned, it must run before this step).
+A profile can remove edges; a plan whose order no longer delivers a read output is
+refused when it is resolved, instead of failing with a missing output mid-run, and
+only in the parallel executor, where the order is not the listing's.
 """
 
 from __future__ import annotations
@@ -60,6 +67,8 @@ class Step:
     exception types the step itself considers transient: only those are retried.
     ``settings`` declares every setting the step reads (``ctx.setting`` refuses
     any other), including those its own ``when`` condition names.
+    ``reads`` names the steps whose outputs the action reads (see the module
+    docstring); the plan checks that its order delivers them.
     ``holds_gil`` says that the step computes in Python for most of its time
     instead of waiting (on I/O, other ranks, a native call that releases the GIL):
     the parallel executor then runs it alone among such steps.  It only schedules;
@@ -85,6 +94,7 @@ class Step:
     after: tuple[str, ...] = ()
     before: tuple[str, ...] = ()
     wanted_by: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
     when: str | None = None
     device_bound: bool = False
     binds_device: bool = False
@@ -155,6 +165,7 @@ def step(
     after: str | tuple[str, ...] | list[str] = (),
     before: str | tuple[str, ...] | list[str] = (),
     wanted_by: str | tuple[str, ...] | list[str] = (),
+    reads: str | tuple[str, ...] | list[str] = (),
     when: str | None = None,
     device_bound: bool = False,
     binds_device: bool = False,
@@ -185,6 +196,7 @@ def step(
                 "after": _names(after),
                 "before": _names(before),
                 "wanted_by": _names(wanted_by),
+                "reads": _names(reads),
                 "when": when,
                 "device_bound": device_bound,
                 "binds_device": binds_device,

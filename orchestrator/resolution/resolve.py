@@ -18,7 +18,9 @@ The stages, each collecting every problem before raising:
    it is what makes "engine init on a thread without device context" (Ascend
    error 107002) impossible by construction.
 4. *Ordering*: the graph is checked for cycles (all of them are reported, each
-   edge with where it was declared) and ordered deterministically.
+   edge with where it was declared) and ordered deterministically; every output a
+   step declares it reads must come from a step ordered before it
+   (:mod:`initorch.resolution.reads`).
 5. *Previews*: steps that declare one say what they will do here, and may
    refuse settings (:mod:`initorch.resolution.preview`).
 
@@ -58,8 +60,9 @@ from initorch.model.step import EDGE_KINDS, EdgeKind, Step
 from initorch.resolution.fingerprint import fingerprint
 from initorch.resolution.graph import MAX_CYCLES_REPORTED, StepGraph
 from initorch.resolution.plan import Plan, PlannedStep, SkippedStep
-from initorch.resolution.plangraph import Edge, EdgeRecord, IncomingEdges
+from initorch.resolution.plangraph import Edge, EdgeRecord, IncomingEdges, PlanGraph
 from initorch.resolution.preview import preview_steps
+from initorch.resolution.reads import unmet_reads
 from initorch.resolution.reasons import Pull, Reasons
 
 
@@ -88,6 +91,8 @@ class _Candidate:
     condition: Condition | None = None
     # The planned steps whose presence pulled this one in through its wanted_by.
     wanted_by_pulls: list[str] | None = None
+    # Where a profile removed one of the step's declared edges, by (kind, target).
+    removed: dict[tuple[str, str], SourceLocation] | None = None
 
     def edge_source(self, kind: str, target: str) -> _EdgeSource:
         """Who declared this step's ``kind`` edge to ``target``, where, and why."""
@@ -158,6 +163,8 @@ def _resolve(composed: ComposedProfile, steps: StepRegistry, device_index: int |
         if len(cycles) >= MAX_CYCLES_REPORTED:
             reported.append(Problem(f"(only the first {MAX_CYCLES_REPORTED} cycles are shown)"))
         raise CycleError(tuple(cycles), reported)
+    ordered_graph = graph.plan_graph()
+    _raise_if(_read_problems(active, ordered_graph, skipped), error)
     del active
     waves = graph.levels()
     planned: list[PlannedStep] = []
@@ -175,7 +182,7 @@ def _resolve(composed: ComposedProfile, steps: StepRegistry, device_index: int |
         settings=dict(settled.values),
         steps=ordered,
         skipped=skipped_steps,
-        graph=graph.plan_graph(),
+        graph=ordered_graph,
         fingerprint=fingerprint(composed.names, device, settled.values, ordered,
                                 skipped_steps, composed.env),
         env=dict(composed.env),
@@ -316,6 +323,9 @@ def _apply_overrides(step: Step, entries: tuple[StepEntry, ...] | None, pulls: l
                         f"declared {change.kind}: {', '.join(targets) or 'none'}"))
                     continue
                 targets.remove(change.target)
+                if candidate.removed is None:
+                    candidate.removed = {}
+                candidate.removed[(change.kind, change.target)] = change.location
         for override in entry.overrides:
             if override.key == "enabled":
                 candidate.disabled = None if override.value else override
@@ -542,6 +552,21 @@ def _device_binder(candidates: dict[str, _Candidate], active: dict[str, _Candida
                 "include the step that sets the device (set_device)"))
         return None
     return binders[0] if binders else None
+
+
+def _read_problems(active: dict[str, _Candidate], graph: PlanGraph,
+                   skipped: Mapping[str, str]) -> list[Problem]:
+    """A step whose declared reads the order no longer delivers, at the profile line that
+    removed the edge (see :mod:`initorch.resolution.reads`)."""
+    readers = (c.declared for c in active.values() if c.declared.reads)
+    problems = []
+    for unmet in unmet_reads(readers, graph, skipped, active.__contains__):
+        candidate = active[unmet.reader]
+        removed = (candidate.removed or {}).get(("requires", unmet.target)) \
+            or (candidate.removed or {}).get(("wants", unmet.target))
+        problems.append(Problem(unmet.message(), removed or candidate.declared.defined_at,
+                                unmet.hint(removed is not None)))
+    return problems
 
 
 def _cycle_problem(graph: StepGraph, cycle: tuple[str, ...], layers: tuple[str, ...]
