@@ -12,6 +12,14 @@ and passes ``MooncakeBackendOptions(active_ranks, is_extension)`` as
 Which backend a device has is a profile fact (``mooncake.pg_backend``); the step
 only runs where it is not ``none``, so the ``mooncake-ep`` overlay, which
 requires it, is refused at plan time on npu.
+
+The import is a step of its own, ``import_mooncake_pg``, ordered before the
+rendezvous: from Mooncake 0.3.14 (the ``-cuda13`` wheel) ``mooncake.pg`` builds its
+torch adapter on first import (``mooncake/pg.py``: ninja and nvcc, minutes).  Inside
+``set_mooncake_pg_engine``, after the rendezvous, that build would run while the
+other ranks already wait in the process group, against ``distributed.timeout_s``;
+before it, it counts only against ``distributed.join_timeout_s``, the wait for ranks
+that start slowly, and every rank builds at the same time.
 """
 
 from __future__ import annotations
@@ -64,18 +72,35 @@ def import_mooncake_pg() -> ModuleType:
                              "version>), or drop the mooncake-ep profile") from exc
 
 
+RUNS_WITH_A_PG_BACKEND = "mooncake.elastic_ep and mooncake.pg_backend != 'none'"
+
+
+@step(
+    "import_mooncake_pg",
+    description="Import mooncake.pg (Mooncake 0.3.14 builds it on first import) before "
+                "the ranks wait for each other",
+    requires=["import_backend"],
+    before=["rendezvous"],
+    when=RUNS_WITH_A_PG_BACKEND,
+    settings=(ELASTIC_EP, PG_BACKEND),
+)
+def import_mooncake_pg_step(ctx: StepContext) -> ModuleType:
+    return import_mooncake_pg()
+
+
 @step(
     "set_mooncake_pg_engine",
-    description="Import mooncake.pg and hand it the shared transfer engine "
-                "(set_transfer_engine) before the process group",
-    requires=["init_shared_mooncake_transfer_engine"],
+    description="Hand mooncake.pg the shared transfer engine (set_transfer_engine) "
+                "before the process group",
+    requires=["init_shared_mooncake_transfer_engine", "import_mooncake_pg"],
+    reads=["init_shared_mooncake_transfer_engine", "import_mooncake_pg"],
     device_bound=True,
-    when="mooncake.elastic_ep and mooncake.pg_backend != 'none'",
+    when=RUNS_WITH_A_PG_BACKEND,
     settings=(ELASTIC_EP, PG_BACKEND),
 )
 def set_mooncake_pg_engine(ctx: StepContext) -> MooncakeProcessGroupBackend:
     name = str(ctx.setting("mooncake.pg_backend"))  # one of BACKENDS: 'none' never runs
-    module = import_mooncake_pg()
+    module: ModuleType = ctx.output("import_mooncake_pg")
     shared: SharedTransferEngine = ctx.output("init_shared_mooncake_transfer_engine")
     module.set_transfer_engine(shared.engine)
     ctx.log.info("mooncake_pg_engine_set", backend=name, session_id=shared.session_id)
@@ -87,4 +112,4 @@ def reset_mooncake_pg_engine(ctx: StepContext, backend: MooncakeProcessGroupBack
     backend.module.set_transfer_engine(None)  # pg_py.cpp: None resets to the default
 
 
-STEPS = (set_mooncake_pg_engine,)
+STEPS = (import_mooncake_pg_step, set_mooncake_pg_engine)

@@ -59,13 +59,14 @@ def test_plan_json_has_the_documented_keys(run_cli):
         "set_mooncake_pg_engine") < order.index("init_torch_distributed")
     assert sorted(s for wave in data["waves"] for s in wave) == sorted(order)
     assert data["waves"][:2] == [["launch_mooncake_master"], ["import_backend"]]
-    assert data["waves"][3] == ["alloc_host_mem_pool", ENGINE]
+    assert data["waves"][2] == ["import_mooncake_pg", "set_device"]  # built before any wait
+    assert data["waves"][3] == ["alloc_host_mem_pool", ENGINE, "rendezvous"]
     assert data["env"] == {}
     reasons = {(e["from"], e["to"]): e["reason"] for e in data["edges"]}
     assert "set_transfer_engine(engine)" in reasons[("set_mooncake_pg_engine",
                                                      "init_torch_distributed")]
     [skipped] = data["skipped"]
-    assert skipped["step"] == "verify_transfer"
+    assert skipped["name"] == "verify_transfer"
     assert skipped["reason"].startswith("condition 'checks.verify_transfer")
     assert re.fullmatch(r"[0-9a-f]{64}", data["fingerprint"])
 
@@ -98,7 +99,7 @@ def test_set_values_are_typed(run_cli, assignment, key, value):
 
 def test_set_false_switches_mooncake_off_in_the_output(run_cli):
     data = plan_json(run_cli, "-p", "cuda", "-s", "mooncake.enabled=false")
-    skipped = {s["step"]: s["reason"] for s in data["skipped"]}
+    skipped = {s["name"]: s["reason"] for s in data["skipped"]}
     assert ENGINE in skipped and "register_mem_pool_host" in skipped
     assert ENGINE not in data["order"]
 

@@ -146,7 +146,7 @@ def run_failing(tmp_path: Path, profile: str, *settings: str, simulated: bool = 
         ("init_mooncake_store", "cpu", ("device.mooncake_protocol=ascend",
                                         "mooncake.transport_mismatch=warn"), False, None,
          "mooncake-unsupported-transport"),  # the CPU wheel's store has no ascend transport
-        ("set_mooncake_pg_engine", "cpu+mooncake-ep", (), False, None,
+        ("import_mooncake_pg", "cpu+mooncake-ep", (), False, None,
          "mooncake-pg-missing-build"),  # the non-CUDA wheel has no mooncake.pg for torch 2.13
     ],
 )

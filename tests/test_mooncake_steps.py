@@ -329,3 +329,18 @@ def test_a_variable_sglang_cannot_read_is_refused_with_its_name(run_cli, monkeyp
     monkeypatch.setenv("SGLANG_HICACHE_MOONCAKE_REUSE_TE", "maybe")
     code, _, err = run_cli("plan", "-p", "cpu")
     assert code == 2 and 'SGLANG_HICACHE_MOONCAKE_REUSE_TE="maybe"' in err
+
+
+# -- mooncake.pg ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda", "musa"])
+def test_mooncake_pg_is_imported_before_any_rank_waits_for_another(device: str) -> None:
+    """Mooncake 0.3.14's mooncake.pg builds itself on first import (minutes): that must
+    count against the join timeout, never against the process group's."""
+    from initorch import load_plan
+
+    plan = load_plan([device, "mooncake-ep"])
+    assert plan.graph.path("import_mooncake_pg", "rendezvous") is not None
+    assert plan.graph.path("rendezvous", "import_mooncake_pg") is None
+    assert "import_mooncake_pg" in plan.step("set_mooncake_pg_engine").step.reads
