@@ -26,7 +26,7 @@ def assert_plan_shape(data: dict, plan: Plan) -> None:
         assert data["waves"][step["wave"]].count(step["name"]) == 1
         assert step["why"]
     for skipped in data["skipped"]:
-        assert set(skipped) == {"step", "reason"} and skipped["reason"]
+        assert set(skipped) == {"name", "reason"} and skipped["reason"]
     assert SHA256.match(data["fingerprint"])
     json.dumps(data)  # serialisable as it is
 
@@ -38,7 +38,7 @@ def test_json_shape_of_npu():
     assert data["profiles"] == ["base", "npu"]  # parents included
     assert data["device"] == "npu"
     assert data["device_index"] is None
-    assert data["skipped"][0]["step"] == "verify_transfer"
+    assert data["skipped"][0]["name"] == "verify_transfer"
     assert data["settings"]["hicache.layout"] == "page_first_direct"
     assert data["fingerprint"] == plan.fingerprint
 
@@ -53,7 +53,7 @@ def test_json_shape_with_overlay_device_and_skips():
     assert data["env"] == {"MOONCAKE_PROTOCOL": "ascend",
                            "ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE": "1"}
     mps = load_plan(["mps"]).to_dict()
-    assert {s["step"] for s in mps["skipped"]} >= {ENGINE, "register_mem_pool_host"}
+    assert {s["name"] for s in mps["skipped"]} >= {ENGINE, "register_mem_pool_host"}
 
 
 def test_overlay_with_device_accepts_settings_of_the_device_profile():

@@ -195,7 +195,7 @@ class Plan:
                 for p in self.steps
             ],
             "edges": [_edge_dict(edge) for edge in self.graph.edges()],
-            "skipped": [{"step": s.name, "reason": s.reason} for s in self.skipped],
+            "skipped": [{"name": s.name, "reason": s.reason} for s in self.skipped],
             "settings": {key: s.value for key, s in sorted(self.settings.items())},
             "setting_origins": {key: s.origin for key, s in sorted(self.settings.items())},
             "env": env_values(self.env),

@@ -51,13 +51,15 @@ from initorch.resolution.plan import (
 )
 from initorch.resolution.plangraph import EDGE_KINDS_IN_GRAPH, Edge, PlanGraph
 from initorch.resolution.preview import preview_steps
+from initorch.resolution.reads import unmet_reads
 
 if TYPE_CHECKING:
     from initorch.plugins import Registry
 
 FORMAT = "initorch-plan"
-FORMAT_VERSION = 1
-"""Bumped whenever a reader of the previous version would misread the file."""
+FORMAT_VERSION = 2
+"""Bumped whenever a reader of the previous version would misread the file (2: a
+skipped step is ``{name, reason}``, as planned steps and ``SkippedStep`` name it)."""
 
 # "./path:line" in a message: a location relative to the working directory
 # (see initorch.location.display_path), which a saved plan spells out in full.
@@ -195,7 +197,8 @@ def _refusals(plan: Plan, registry: Registry, where: SourceLocation) -> list[Pro
     """What the plan says that the profiles it claims to come from could not: a
     setting its declaration refuses (a module no plugin declares, NaN, a negative
     timeout), an environment variable a profile may not set, an order the steps'
-    edges or the device binding forbid, or what a step's preview refuses.  Its
+    edges or the device binding forbid, an order that does not deliver an output a
+    step reads, or what a step's preview refuses.  Its
     checksum and fingerprint are plain sha256 values that anyone can recompute, so
     the file is checked as the untrusted input it is, exactly as its profiles were."""
     problems: list[Problem] = []
@@ -211,6 +214,10 @@ def _refusals(plan: Plan, registry: Registry, where: SourceLocation) -> list[Pro
         if problem is not None:
             problems.append(Problem(problem[0], where, problem[1]))
     problems += [Problem(said, where) for said in _order_problems(plan)]
+    skipped = {s.name: s.reason for s in plan.skipped}
+    problems += [Problem(unmet.message(), where, unmet.hint(False)) for unmet in unmet_reads(
+        (p.declared for p in plan.steps if p.declared.reads), plan.graph, skipped,
+        plan.__contains__)]
     if not problems:  # previews read the settings: only once those are known to be valid
         try:
             preview_steps(plan.steps, plan.settings, plan.device, os.environ)
@@ -295,7 +302,7 @@ def _plan(saved: dict[str, Any], steps: list[PlannedStep]) -> Plan:
     sources = saved["setting_sources"]
     settings = {key: _setting(key, value, sources[key])
                 for key, value in saved["settings"].items()}
-    skipped = tuple(SkippedStep(s["step"], s["reason"]) for s in saved["skipped"])
+    skipped = tuple(SkippedStep(s["name"], s["reason"]) for s in saved["skipped"])
     device = DeviceRef(saved["device"], saved["device_index"])
     env_sources = saved["env_sources"]
     env = {name: _env_entry(name, value, env_sources[name])
