@@ -153,9 +153,12 @@ def cmd_graph(args: argparse.Namespace, registry: Registry) -> int:
 
 def cmd_explain(args: argparse.Namespace, registry: Registry) -> int:
     plan = _plan(args, registry)
-    from initorch.reporting.render import explain_text
+    from initorch.reporting.render import explain_step_text, explain_text
 
-    _emit(explain_text(args.first, args.second, plan.explain(args.first, args.second)))
+    if args.second is None:
+        _emit(explain_step_text(plan, args.first))
+    else:
+        _emit(explain_text(args.first, args.second, plan.explain(args.first, args.second)))
     return EXIT_OK
 
 
@@ -489,10 +492,10 @@ def build_parser(with_extensions: bool = True) -> argparse.ArgumentParser:
         "lint profiles (all available ones when none is selected)", selection)
     graph = add("graph", cmd_graph, "print the step graph", selection)
     graph.add_argument("--format", choices=GRAPH_FORMAT_NAMES, default="dot")
-    explain = add("explain", cmd_explain, "explain why step FIRST runs before SECOND",
-                  selection)
+    explain = add("explain", cmd_explain, "explain why step FIRST runs before SECOND; with "
+                  "one step, why it is planned or skipped (the whole reason)", selection)
     explain.add_argument("first", metavar="FIRST")
-    explain.add_argument("second", metavar="SECOND")
+    explain.add_argument("second", metavar="SECOND", nargs="?")
     for name, handler, text in (("profiles", cmd_profiles, "list available profiles"),
                                 ("steps", cmd_steps, "list registered steps")):
         listing = add(name, handler, text)

@@ -38,15 +38,20 @@ def test_plan_text_shows_order_waves_reasons_skips_and_fingerprint(run_cli):
     assert lines[0] == "profiles: base -> npu"
     assert lines[1] == "device:   npu"
     assert lines[2] == f"plan:     {len(plan.order)} steps in {len(plan.waves)} waves, 1 skipped"
-    table = lines[5:5 + len(plan.order)]
+    assert lines[3] == ("hardware: backend_package=torch_npu collective_backend=hccl "
+                        "host_allocator=pin_memory mooncake_protocol=ascend "
+                        "torch_module=torch.npu visible_devices_env=ASCEND_RT_VISIBLE_DEVICES")
+    table = lines[6:6 + len(plan.order)]
     rows = [re.match(r"^\s+(\d+)\s+(\d+)\s+(\w+)\s+(.+)$", line) for line in table]
     assert all(rows), table
     assert [r.group(3) for r in rows if r] == list(plan.order)
     assert [int(r.group(2)) for r in rows if r] == [plan.step(n).wave for n in plan.order]
-    assert "listed by profile base" in lines[5]
+    assert "listed by profile base" in lines[6]
     assert "[device-bound]" in out and "[device-bound, barrier]" in out
     assert "skipped:" in lines
-    assert re.search(r"^  verify_transfer\s+condition 'checks.verify_transfer", out, re.M)
+    # the table's reason is short; explain (and --json) give it whole
+    assert re.search(r"^  verify_transfer\s+condition false: checks.verify_transfer=false$",
+                     out, re.M)
     assert lines[-1] == f"fingerprint: {plan.fingerprint}"
 
 
@@ -577,3 +582,28 @@ def test_extension_commands_are_looked_up_only_when_a_command_is_not_builtin() -
     assert not _names_extension_command(["--debug", "run"])
     assert _names_extension_command(["sglang", "check"])
     assert _names_extension_command(["--help"])
+
+
+def test_device_plans_with_the_same_steps_differ_in_their_hardware_line(run_cli):
+    shown = {}
+    for device in ("npu", "cuda"):
+        code, out, _ = run_cli("plan", "--profile", device)
+        assert code == 0
+        shown[device] = next(line for line in out.splitlines() if line.startswith("hardware:"))
+    assert "collective_backend=nccl" in shown["cuda"] and "host_allocator=cuda_host_register" \
+        in shown["cuda"] and "mooncake_protocol=rdma" in shown["cuda"]
+    assert shown["npu"] != shown["cuda"]
+
+
+def test_explain_one_step_gives_the_whole_skip_reason_or_why_it_is_planned(run_cli):
+    code, out, err = run_cli("explain", "--profile", "cpu", "verify_transfer")
+    assert (code, err) == (0, "")
+    assert out.startswith("verify_transfer is skipped: condition 'checks.verify_transfer and")
+    assert "checks.verify_transfer=false from default (declared by step verify_transfer" in out
+    code, out, _ = run_cli("explain", "--profile", "cpu", "init_mooncake_store")
+    assert code == 0
+    assert out.splitlines()[:2] == ["init_mooncake_store is planned, in wave 6, because it is:",
+                                    "  - listed by profile base (./profiles/base.yaml:30:3)"]
+    assert "  - init_mooncake_store requires mooncake_master [step init_mooncake_store" in out
+    code, _, err = run_cli("explain", "--profile", "cpu", "init_mooncake_stor")
+    assert code == 2 and "did you mean 'init_mooncake_store'?" in err

@@ -260,3 +260,17 @@ def test_generated_expressions_match_a_reference_evaluator(expr, env):
     condition = parse_condition(source)
     assert condition.names <= set(NAMES)
     assert condition.evaluate(env) is bool(reference(env))
+
+
+
+@pytest.mark.parametrize(("source", "deciding"), [
+    ("a.on and b.on and c.n > 1", "b.on=false"),            # only the false operands
+    ("a.on and not a.on", "a.on=true"),
+    ("b.on or c.n > 5", "b.on=false, c.n=3"),                # not an and: every read
+    ("not (a.on and c.n == 3)", "a.on=true, c.n=3"),
+])
+def test_a_false_condition_is_summed_up_by_what_decided_it(source, deciding):
+    settings = {"a.on": True, "b.on": False, "c.n": 3}
+    condition = parse_condition(source)
+    assert not condition.evaluate(settings)
+    assert condition.deciding(settings) == deciding

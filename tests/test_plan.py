@@ -26,7 +26,8 @@ def assert_plan_shape(data: dict, plan: Plan) -> None:
         assert data["waves"][step["wave"]].count(step["name"]) == 1
         assert step["why"]
     for skipped in data["skipped"]:
-        assert set(skipped) == {"name", "reason"} and skipped["reason"]
+        assert set(skipped) == {"name", "reason", "summary"} and skipped["reason"]
+        assert len(skipped["summary"]) <= len(skipped["reason"])
     assert SHA256.match(data["fingerprint"])
     json.dumps(data)  # serialisable as it is
 

@@ -125,7 +125,7 @@ def test_mps_with_mooncake_ep_is_a_requirement_on_a_skipped_step():
         load_plan(["mps", "mooncake-ep"])
     assert_problem(caught.value, f"step '{PROCESS_GROUP}' requires 'set_mooncake_pg_engine'",
                    "which is skipped", "mooncake.pg_backend='none' from default (declared by "
-                   "step set_mooncake_pg_engine",
+                   "step import_mooncake_pg",
                    at="mooncake-ep.yaml:16:15")
 
 

@@ -77,15 +77,30 @@ class Condition:
             ) from None
 
     def describe(self, settings: Mapping[str, Any],
-                 origins: Mapping[str, object] | None = None) -> str:
-        """The values the condition read, e.g. ``mooncake.enabled=false``, each
-        followed by where it was set when ``origins`` says so."""
+                 origins: Mapping[str, object] | None = None,
+                 names: Iterable[str] | None = None) -> str:
+        """The values the condition read (or only ``names``), e.g.
+        ``mooncake.enabled=false``, each followed by where it was set when ``origins``
+        says so."""
         def one(name: str) -> str:
             origin = origins.get(name) if origins else None
             where = f" from {origin}" if origin else ""
             return f"{name}={_show(settings.get(name))}{where}"
 
-        return ", ".join(one(name) for name in sorted(self.names))
+        return ", ".join(one(name) for name in sorted(self.names if names is None
+                                                       else names))
+
+    def deciding(self, settings: Mapping[str, Any]) -> str:
+        """The values that make a false condition false, without origins: for a
+        top-level ``and``, those its false operands read (``checks.verify_transfer=
+        false``); otherwise every value it read.  The short reason tables show."""
+        tree = self._tree
+        names: set[str] = set()
+        if isinstance(tree, ast.BoolOp) and isinstance(tree.op, ast.And):
+            for operand in tree.values:
+                if not self._eval(operand, settings):
+                    names |= _names_in(operand)
+        return self.describe(settings, None, names or None)
 
     def _eval(self, node: ast.expr, settings: Mapping[str, Any]) -> Any:
         if isinstance(node, ast.BoolOp):
@@ -111,6 +126,15 @@ class Condition:
         if name in _LITERAL_NAMES:
             return _LITERAL_NAMES[name]
         return settings[name]
+
+
+def _names_in(node: ast.expr) -> set[str]:
+    """The settings a sub-expression reads."""
+    found = {_dotted_name(child) for child in ast.walk(node)
+             if isinstance(child, (ast.Name, ast.Attribute))}
+    return {name for name in found if name is not None and name not in _LITERAL_NAMES
+            and not any(other != name and other.startswith(name + ".")
+                        for other in found if other)}
 
 
 def _is_number(node: ast.expr) -> bool:

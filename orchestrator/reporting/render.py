@@ -28,6 +28,23 @@ def explain_text(first: str, second: str, chain: list[Edge]) -> str:
     return "\n".join(lines)
 
 
+def explain_step_text(plan: Plan, name: str) -> str:
+    """Why one step is planned (its reasons, what it runs after) or skipped (the whole
+    reason, with where each value came from)."""
+    skipped = plan.skipped_step(name)
+    if skipped is not None:
+        return f"{name} is skipped: {skipped.reason}"
+    if name not in plan:
+        raise plan.not_planned(name)
+    planned = plan.step(name)
+    lines = [f"{name} is planned, in wave {planned.wave}, because it is:"]
+    lines += [f"  - {reason}" for reason in planned.reasons]
+    edges = plan.graph.edges_into(name)
+    if edges:
+        lines += ["it runs after:"] + [f"  - {edge.describe()}" for edge in edges]
+    return "\n".join(lines)
+
+
 def graph_dot(plan: Plan) -> str:
     """Graphviz source; one node per planned step, one edge per ordering constraint."""
     lines = ["digraph initorch {", "  rankdir=LR;", "  node [shape=box];"]
@@ -115,10 +132,13 @@ def run_summary_text(report: RunReport) -> str:
         f"fingerprint {plan.fingerprint[:12]})",
         f"  {'step':<{width}}  {'status':<9}  attempts  {'start':>8}  {'duration':>8}",
     ]
+    briefs = {s.name: s.brief for s in plan.skipped}  # the report keeps the full reason
     for outcome in (report.outcomes[name] for name in report.step_order()):
         start = f"+{outcome.started:.3f}s" if outcome.started is not None else "-"
         duration = f"{outcome.duration:.3f}s" if outcome.started is not None else "-"
-        note = f"  {outcome.reason}" if outcome.reason else ""
+        reason = briefs.get(outcome.name, outcome.reason) if outcome.status == "skipped" \
+            else outcome.reason
+        note = f"  {reason}" if reason else ""
         lines.append(f"  {outcome.name:<{width}}  {outcome.status:<9}  {outcome.attempts:>8}  "
                      f"{start:>8}  {duration:>8}{note}")
     chain = report.critical_chain()

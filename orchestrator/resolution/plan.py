@@ -53,10 +53,17 @@ class PlannedStep:
 
 @dataclass(frozen=True, slots=True)
 class SkippedStep:
-    """A step that was considered and will not run, with the reason."""
+    """A step that was considered and will not run, with the reason: in full (with
+    where each value came from) and, where that is long, a ``summary`` for tables."""
 
     name: str
     reason: str
+    summary: str = ""
+
+    @property
+    def brief(self) -> str:
+        """What a table shows: the summary, else the reason."""
+        return self.summary or self.reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +112,7 @@ class Plan:
             f"device:   {self.device}",
             f"plan:     {len(self.steps)} steps in {len(self.waves)} waves, "
             f"{len(self.skipped)} skipped",
+            *self._hardware_line(),
             "",
             f"  #  wave  {'step':<{width}}  why",
         ]
@@ -124,13 +132,25 @@ class Plan:
             lines += [f"{'':>11}  | {note}" for note in planned.notes]
         if self.skipped:
             lines += ["", "skipped:"]
-            lines += [f"  {s.name:<{width}}  {s.reason}" for s in self.skipped]
+            lines += [f"  {s.name:<{width}}  {s.brief}" for s in self.skipped]
+            if any(s.summary for s in self.skipped):
+                lines.append("  (initorch explain STEP gives the whole reason, with where "
+                             "each value came from)")
         if self.env:
             lines += ["", "environment (set before the first step unless already set):"]
             lines += [f"  {name}={entry.value}  (profile {entry.source}, {entry.location})"
                       for name, entry in self.env.items()]
         lines += ["", f"fingerprint: {self.fingerprint}"]
         return "\n".join(lines)
+
+    def _hardware_line(self) -> list[str]:
+        """The ``device.*`` settings the plan reads (backend, collectives, allocator,
+        protocol...): what tells two device plans apart when their steps are the same."""
+        shown = [f"{key.removeprefix('device.')}={setting.value}"
+                 for key, setting in sorted(self.settings.items())
+                 if key.startswith("device.") and key not in CORE_KEYS
+                 and setting.value is not None]
+        return [f"hardware: {' '.join(shown)}"] if shown else []
 
     def step(self, name: str) -> PlannedStep:
         """The planned step called ``name`` (``KeyError`` if it is not planned)."""
@@ -147,6 +167,22 @@ class Plan:
         """Flat ``{dotted key: value}`` of every setting (what steps read)."""
         return {key: setting.value for key, setting in self.settings.items()}
 
+    def skipped_step(self, name: str) -> SkippedStep | None:
+        """The skipped step called ``name``, if one is."""
+        return next((s for s in self.skipped if s.name == name), None)
+
+    def not_planned(self, name: str) -> ResolveError:
+        """The error for asking about a step that will not run: why it is skipped, or
+        which planned step was probably meant."""
+        skipped = self.skipped_step(name)
+        if skipped is not None:
+            return ResolveError(f"step '{name}' is not in the plan: skipped "
+                                f"({skipped.reason})")
+        guess = closest(name, self.order)
+        return ResolveError(f"step '{name}' is not in the plan",
+                            hint=f"did you mean '{guess}'?" if guess
+                            else f"planned steps: {', '.join(self.order)}")
+
     def explain(self, first: str, second: str) -> list[Edge]:
         """The chain of edges that makes ``first`` run before ``second``.
 
@@ -155,14 +191,7 @@ class Plan:
         """
         for name in (first, second):
             if name not in self._by_name:
-                skipped = next((s for s in self.skipped if s.name == name), None)
-                if skipped is not None:
-                    raise ResolveError(f"step '{name}' is not in the plan: skipped "
-                                       f"({skipped.reason})")
-                guess = closest(name, self.order)
-                raise ResolveError(f"step '{name}' is not in the plan",
-                                   hint=f"did you mean '{guess}'?" if guess
-                                   else f"planned steps: {', '.join(self.order)}")
+                raise self.not_planned(name)
         if first == second:
             raise ResolveError(f"explain needs two different steps, got '{first}' twice",
                                hint="e.g. explain set_device init_torch_distributed")
@@ -195,7 +224,8 @@ class Plan:
                 for p in self.steps
             ],
             "edges": [_edge_dict(edge) for edge in self.graph.edges()],
-            "skipped": [{"name": s.name, "reason": s.reason} for s in self.skipped],
+            "skipped": [{"name": s.name, "reason": s.reason, "summary": s.brief}
+                        for s in self.skipped],
             "settings": {key: s.value for key, s in sorted(self.settings.items())},
             "setting_origins": {key: s.origin for key, s in sorted(self.settings.items())},
             "env": env_values(self.env),

@@ -146,7 +146,8 @@ def _resolve(composed: ComposedProfile, steps: StepRegistry, device_index: int |
             hint="add a device profile, e.g. --profile cpu, or pass --device"))
         _fail(problems, error)
     candidates, settled = checked.candidates, checked.settled
-    skipped = _evaluate_conditions(candidates, settled, problems)
+    summaries: dict[str, str] = {}
+    skipped = _evaluate_conditions(candidates, settled, problems, summaries)
     _skip_unwanted(candidates, skipped)
     active = {name: c for name, c in candidates.items() if name not in skipped} if skipped \
         else candidates
@@ -175,7 +176,8 @@ def _resolve(composed: ComposedProfile, steps: StepRegistry, device_index: int |
     device = DeviceRef(device_type.value, device_index)
     ordered = preview_steps(tuple(planned), settled.values, device, environ)
     del planned
-    skipped_steps = tuple(SkippedStep(name, skipped[name]) for name in sorted(skipped))
+    skipped_steps = tuple(SkippedStep(name, skipped[name], summaries.get(name, ""))
+                          for name in sorted(skipped))
     return Plan(
         profiles=composed.names,
         device=device,
@@ -389,8 +391,11 @@ def _parse_conditions(candidates: dict[str, _Candidate], registry: StepRegistry,
 
 
 def _evaluate_conditions(candidates: dict[str, _Candidate], settled: SettledSettings,
-                         problems: list[Problem]) -> dict[str, str]:
-    """Skip reasons by step name, for disabled steps and false conditions."""
+                         problems: list[Problem], summaries: dict[str, str]
+                         ) -> dict[str, str]:
+    """Skip reasons by step name, for disabled steps and false conditions; the short
+    form of a false condition's (the values that decided it, no origins) goes into
+    ``summaries``."""
     settings = settled.for_conditions()
     origins = {key: s.origin for key, s in settled.values.items()}
     skipped: dict[str, str] = {}
@@ -409,6 +414,7 @@ def _evaluate_conditions(candidates: dict[str, _Candidate], settled: SettledSett
             if not condition.evaluate(settings):
                 values = condition.describe(settings, origins)
                 skipped[name] = f"condition '{condition.source}' is false ({values})"
+                summaries[name] = f"condition false: {condition.deciding(settings)}"
         except ConditionError as exc:
             problems.extend(exc.problems)
     return skipped

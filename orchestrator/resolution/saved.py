@@ -59,7 +59,8 @@ if TYPE_CHECKING:
 FORMAT = "initorch-plan"
 FORMAT_VERSION = 2
 """Bumped whenever a reader of the previous version would misread the file (2: a
-skipped step is ``{name, reason}``, as planned steps and ``SkippedStep`` name it)."""
+skipped step is ``{name, reason, summary}``, as planned steps and ``SkippedStep`` name
+it)."""
 
 # "./path:line" in a message: a location relative to the working directory
 # (see initorch.location.display_path), which a saved plan spells out in full.
@@ -302,7 +303,7 @@ def _plan(saved: dict[str, Any], steps: list[PlannedStep]) -> Plan:
     sources = saved["setting_sources"]
     settings = {key: _setting(key, value, sources[key])
                 for key, value in saved["settings"].items()}
-    skipped = tuple(SkippedStep(s["name"], s["reason"]) for s in saved["skipped"])
+    skipped = tuple(SkippedStep(s["name"], s["reason"], s["summary"]) for s in saved["skipped"])
     device = DeviceRef(saved["device"], saved["device_index"])
     env_sources = saved["env_sources"]
     env = {name: _env_entry(name, value, env_sources[name])
