@@ -6,8 +6,10 @@ Locations travel with every edge, setting and error so that a message can say
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
+import sysconfig
 from dataclasses import dataclass
 
 from initorch.printable import printable
@@ -32,9 +34,24 @@ class SourceLocation:
 COMMAND_LINE = SourceLocation("<command line>")
 
 
+SITE_PACKAGES = "<site-packages>"
+"""How a path inside the installed packages begins in messages."""
+
+
+@functools.cache
+def _installed_roots() -> tuple[str, ...]:
+    """This interpreter's package folders (purelib, platlib), longest first."""
+    paths = sysconfig.get_paths()
+    roots = {os.path.abspath(paths[key]) for key in ("purelib", "platlib") if key in paths}
+    return tuple(sorted(roots, key=len, reverse=True))
+
+
 def display_path(path: str | os.PathLike[str]) -> str:
     """``path`` as messages show it: ``./relative`` when it lies below the working
-    directory (the ``./`` names the root it is relative to), absolute otherwise.
+    directory (the ``./`` names the root it is relative to),
+    ``<site-packages>/package/...`` inside the installed packages (a built-in profile
+    is ``<site-packages>/initorch/profiles/base.yaml``, the same on every machine, not a
+    venv's long absolute path), absolute otherwise.
 
     Never a bare relative path, so that a line read away from the shell that
     printed it (a log collector, a saved plan) still says where the file is.
@@ -46,7 +63,12 @@ def display_path(path: str | os.PathLike[str]) -> str:
         relative = os.path.relpath(text)
     except ValueError:  # another drive (Windows)
         return printable(text)
-    return printable(text if relative.startswith(os.pardir) else os.curdir + os.sep + relative)
+    if not relative.startswith(os.pardir):
+        return printable(os.curdir + os.sep + relative)
+    for root in _installed_roots():
+        if text.startswith(root + os.sep):
+            return printable(SITE_PACKAGES + text[len(root):])
+    return printable(text)
 
 
 def caller_location(depth: int = 2) -> SourceLocation:

@@ -19,7 +19,8 @@ from __future__ import annotations
 import ipaddress
 import os
 from dataclasses import dataclass
-from typing import Any
+
+from initorch import StepContext
 
 LISTEN_STATE = "0A"  # TCP_LISTEN in /proc/net/tcp
 WILDCARDS = frozenset({"0.0.0.0", "::"})
@@ -96,16 +97,22 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def warn_if_exposed(log: Any, who: str, host: str, before: set[Listener],
+def warn_if_exposed(ctx: StepContext, who: str, host: str, before: set[Listener],
                     pid: int | str = "self") -> list[int]:
-    """Warn (``mooncake_listens_on_all_interfaces``) when ``host`` is loopback but
+    """Say (``mooncake_listens_on_all_interfaces``) when ``host`` is loopback but
     process ``pid`` opened, since ``before``, listeners on every interface; returns
-    their ports."""
+    their ports.  The engine, the master and the store each open some: the first is a
+    warning with the way to restrict them, the others of the run only list their
+    ports, at info level."""
     if not is_loopback(host):
         return []
     exposed = sorted({entry.port for entry in listeners(pid) - before
                       if entry.on_every_interface})
     if exposed:
-        log.warning("mooncake_listens_on_all_interfaces", component=who, configured_host=host,
-                    ports=exposed, hint=RESTRICT_HINT)
+        if ctx.first_time("mooncake_listens_on_all_interfaces"):
+            ctx.log.warning("mooncake_listens_on_all_interfaces", component=who,
+                            configured_host=host, ports=exposed, hint=RESTRICT_HINT)
+        else:
+            ctx.log.info("mooncake_listens_on_all_interfaces", component=who,
+                         configured_host=host, ports=exposed)
     return exposed

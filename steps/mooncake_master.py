@@ -215,7 +215,7 @@ def ready_master(ctx: StepContext, master: ManagedMaster) -> ManagedMaster:
     except StepError:
         master.stop()
         raise
-    warn_if_exposed(ctx.log, "mooncake_master", LOOPBACK, set(), pid=master.pid)
+    warn_if_exposed(ctx, "mooncake_master", LOOPBACK, set(), pid=master.pid)
     return master
 
 

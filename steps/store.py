@@ -223,7 +223,7 @@ def init_mooncake_store(ctx: StepContext) -> StoreClient:
     if rc != 0:
         raise StepError(f"Failed to setup Mooncake store, error code: {rc}",
                         native_log=native.error_lines())
-    warn_if_exposed(ctx.log, "store client",
+    warn_if_exposed(ctx, "store client",
                     split_host_port(hostname)[0] if shared else hostname, before)
     client = StoreClient(store, hostname, protocol, shared is not None)
     try:

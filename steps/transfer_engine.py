@@ -232,7 +232,7 @@ def init_shared_mooncake_transfer_engine(ctx: StepContext) -> SharedTransferEngi
             raise exhausted from None  # the generic "returned -1" would be diagnosed instead
         raise
     shared.rpc_port = int(shared.engine.get_rpc_port())
-    warn_if_exposed(ctx.log, "transfer engine", hostname.host, before)
+    warn_if_exposed(ctx, "transfer engine", hostname.host, before)
     check_transport(ctx, shared, native)
     ctx.log.info("transfer_engine_ready", hostname=hostname.argument, protocol=protocol,
                  transports=shared.transports, session_id=shared.session_id,

@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from initorch import StepContext
+from initorch.execution.context import RunState
+from initorch.execution.launchers import RankInfo
 from initorch.reporting.logs import get_logger
 from initorch.steps.listeners import (
     Listener,
@@ -22,6 +25,7 @@ from initorch.steps.listeners import (
     parse_proc_address,
     warn_if_exposed,
 )
+from tests.conftest import define, synthetic_plan
 from tests.helpers_run import captured_records, json_lines
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -63,21 +67,31 @@ def test_loopback_hosts(host, loopback):
     assert is_loopback(host) is loopback
 
 
-def test_a_wildcard_listener_opened_for_a_loopback_host_is_warned():
+@pytest.fixture
+def contexts(tmp_path: Path):
+    """Step contexts of one run: ``contexts(name)``."""
+    state = RunState(synthetic_plan([define("engine"), define("store")], tmp_path), RankInfo())
+    return lambda name: StepContext(state, name, get_logger())
+
+
+def test_a_wildcard_listener_opened_for_a_loopback_host_is_warned_once_per_run(contexts):
     before = listeners()
     with listening("0.0.0.0") as exposed, listening("127.0.0.1"), \
             captured_records() as records:
-        ports = warn_if_exposed(get_logger(), "engine", "127.0.0.1", before)
+        ports = warn_if_exposed(contexts("engine"), "engine", "127.0.0.1", before)
         assert ports == [exposed.getsockname()[1]]
-        [event] = records.events("mooncake_listens_on_all_interfaces")
-        assert (event.component, event.ports) == ("engine", ports)
-        assert "iptables" in event.hint
+        assert warn_if_exposed(contexts("store"), "store", "127.0.0.1", before) == ports
+        warned, listed = records.events("mooncake_listens_on_all_interfaces")
+        assert (warned.levelname, warned.component, warned.ports) == ("WARNING", "engine", ports)
+        assert "iptables" in warned.hint
+        assert (listed.levelname, listed.component) == ("INFO", "store")
+        assert not hasattr(listed, "hint")
 
 
-def test_a_wildcard_listener_for_a_routable_host_is_not_warned():
+def test_a_wildcard_listener_for_a_routable_host_is_not_warned(contexts):
     before = listeners()
     with listening("0.0.0.0"):
-        assert warn_if_exposed(get_logger(), "engine", "10.0.0.1", before) == []
+        assert warn_if_exposed(contexts("engine"), "engine", "10.0.0.1", before) == []
 
 
 @pytest.mark.e2e
@@ -91,4 +105,7 @@ def test_the_real_mooncake_listeners_are_warned_about(tmp_path: Path):
     warned = {e["component"]: e for e in json_lines(done.stderr)
               if e["event"] == "mooncake_listens_on_all_interfaces"}
     assert {"transfer engine", "mooncake_master"} <= set(warned), warned
-    assert all(e["ports"] and "iptables" in e["hint"] for e in warned.values())
+    assert all(e["ports"] for e in warned.values())
+    # the first says how to restrict them; the rest of the run only lists ports
+    assert [e["level"] for e in warned.values()].count("warning") == 1
+    assert ["iptables" in e.get("hint", "") for e in warned.values()].count(True) == 1

@@ -31,3 +31,17 @@ def test_caller_location_is_never_a_bare_relative_path():
     where = caller_location(depth=1)
     assert where.path in (os.path.join(".", "tests", "test_location.py"), __file__)
     assert where.path.startswith((".", os.sep))
+
+
+def test_a_path_in_the_installed_packages_is_shown_from_site_packages(tmp_path, monkeypatch):
+    import sysconfig
+
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    purelib = sysconfig.get_paths()["purelib"]
+    assert yaml.__file__.startswith(purelib)
+    assert display_path(yaml.__file__) == "<site-packages>/yaml/__init__.py"
+    # the working directory still wins: a checkout inside site-packages is ./...
+    monkeypatch.chdir(purelib)
+    assert display_path(yaml.__file__) == "./yaml/__init__.py"

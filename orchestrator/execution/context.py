@@ -46,6 +46,7 @@ class RunState:
         self._outputs: dict[str, Any] = {}
         self._binding: DeviceBinding | None = None
         self._ordered: dict[tuple[str, str], bool] = {}
+        self._said: set[str] = set()
         self._lock = threading.Lock()
 
     def record_output(self, step: str, value: Any, *, binds_device: bool) -> None:
@@ -79,6 +80,14 @@ class RunState:
     def has_output(self, step: str) -> bool:
         with self._lock:
             return step in self._outputs
+
+    def first_time(self, key: str) -> bool:
+        """True the first time ``key`` is asked about in this run, then False."""
+        with self._lock:
+            if key in self._said:
+                return False
+            self._said.add(key)
+            return True
 
     def ordered_before(self, first: str, second: str) -> bool:
         """Whether the plan runs ``first`` before ``second`` by a chain of edges (the
@@ -167,3 +176,8 @@ class StepContext:
 
     def has_output(self, step: str) -> bool:
         return self.state.has_output(step)
+
+    def first_time(self, key: str) -> bool:
+        """True only the first time any step of this run asks about ``key``: for a
+        warning that several steps could give, said once per run."""
+        return self.state.first_time(key)
