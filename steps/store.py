@@ -54,6 +54,7 @@ from initorch.steps.transfer_engine import (
     SharedTransferEngine,
     check_metadata_plugin,
 )
+from initorch.steps.transports import note_expected_errors
 
 # Mooncake 0.3.14 (the cuda13 wheel) makes mooncake.store a package that imports its
 # implementation by MOONCAKE_STORE_BACKEND: "cpp" (default, mooncake._store) or "rs"
@@ -225,6 +226,7 @@ def init_mooncake_store(ctx: StepContext) -> StoreClient:
                         native_log=native.error_lines())
     warn_if_exposed(ctx, "store client",
                     split_host_port(hostname)[0] if shared else hostname, before)
+    note_expected_errors(ctx.log, "store client", native.text)
     client = StoreClient(store, hostname, protocol, shared is not None)
     try:
         warm_up(store)

@@ -34,7 +34,11 @@ from initorch.steps.mooncake_build import (
 from initorch.steps.network import host_port
 from initorch.steps.rendezvous import MASTER_ADDR
 from initorch.steps.settings import MOONCAKE_DEVICE_NAME, MOONCAKE_ENABLED, MOONCAKE_PROTOCOL
-from initorch.steps.transports import installed_transports, transport_mismatch
+from initorch.steps.transports import (
+    installed_transports,
+    note_expected_errors,
+    transport_mismatch,
+)
 
 MOONCAKE_HOSTNAME = setting(
     "mooncake.hostname", str, default="auto", pattern=r"\S+",
@@ -233,6 +237,7 @@ def init_shared_mooncake_transfer_engine(ctx: StepContext) -> SharedTransferEngi
         raise
     shared.rpc_port = int(shared.engine.get_rpc_port())
     warn_if_exposed(ctx, "transfer engine", hostname.host, before)
+    note_expected_errors(ctx.log, "transfer engine", native.text)
     check_transport(ctx, shared, native)
     ctx.log.info("transfer_engine_ready", hostname=hostname.argument, protocol=protocol,
                  transports=shared.transports, session_id=shared.session_id,

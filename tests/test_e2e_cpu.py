@@ -158,4 +158,10 @@ def test_json_logs_are_json_only_with_mooncake_native_lines_as_events() -> None:
     malloc = [e for e in glog if "Using default malloc/free for protocol: tcp" in e["text"]]
     assert malloc and malloc[0]["level"] == "warning"  # glog's W
     assert all((e["profile"], e["rank"]) == ("base+cpu", 0) for e in native)
+    # Mooncake's ERROR line on every successful init (one per engine) is said to be expected
+    noise = [e for e in glog if e["text"] == "Local segment descriptor not found"]
+    assert noise and {e["level"] for e in noise} == {"error"}
+    expected = [e for e in events if e["event"] == "mooncake_error_line_expected"]
+    assert len(expected) == len(noise)
+    assert {e["component"] for e in expected} == {"transfer engine", "store client"}
     assert events[-1]["event"] == "run_summary" and events[-1]["ok"] is True
