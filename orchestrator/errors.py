@@ -96,7 +96,10 @@ class UnknownStepError(InitorchError):
     ) -> None:
         self.name = name
         self.suggestion = suggestion
-        hint = f"did you mean '{suggestion}'?" if suggestion else "see 'initorch steps'"
+        hint = f"did you mean '{suggestion}'?" if suggestion else (
+            "no loaded plugin registers it: load a launcher's own steps with --plugin "
+            "MODULE or INITORCH_PLUGINS (Registry.with_plugins([...]) in code); "
+            "'initorch steps' lists the registered ones")
         message = f"unknown step {name!r}: {reason}" if reason else f"unknown step '{name}'"
         super().__init__(message, location=location,
                          hint="retype the name in ASCII" if reason else hint)

@@ -37,6 +37,7 @@ from initorch import StepContext, StepError, setting, step
 from initorch.model.step import MAX_TIMEOUT_S
 from initorch.steps.engine_hostname import local_host, rendezvous_host
 from initorch.steps.listeners import warn_if_exposed
+from initorch.steps.mooncake_build import WHEEL_CHOICE
 from initorch.steps.mooncake_env import read_master
 from initorch.steps.network import can_connect, free_port, host_port, split_host_port
 from initorch.steps.rendezvous import MASTER_ADDR
@@ -131,7 +132,14 @@ class MasterEndpoint:
 def master_binary() -> str:
     """``mooncake/mooncake_master`` of the installed wheel, found without importing it."""
     spec = importlib.util.find_spec("mooncake")
-    for folder in (spec.submodule_search_locations or []) if spec else []:
+    if spec is None:
+        raise StepError("Mooncake is not installed (no mooncake package), so there is no "
+                        "mooncake_master to start",
+                        hint=f"pip install {WHEEL_CHOICE} (initorch's extras: "
+                             "initorch[mooncake-cpu], [mooncake], [mooncake-cuda13], "
+                             "[mooncake-rocm], [mooncake-npu]); or set mooncake.master to a "
+                             "running master's address, or mooncake.enabled=false")
+    for folder in spec.submodule_search_locations or []:
         candidate = Path(folder) / "mooncake_master"
         if candidate.is_file():
             return str(candidate)

@@ -46,8 +46,9 @@ def test_edge_items_carry_reasons_into_the_plan(tmp_path: Path) -> None:
 def test_reasons_are_shown_by_graph_formats_and_plan_json(tmp_path: Path) -> None:
     plan = plan_of(tmp_path, ORDERED, A, B, C)
     dot = graph_dot(plan)
-    assert '"a" -> "b" [label="after\\nSGLang 0.5.23 bootstrap.py: engine before \\"group\\"' \
-        in dot
+    assert '"a" -> "b" [label="after", tooltip="SGLang 0.5.23 bootstrap.py: engine before ' \
+        '\\"group\\"' in dot
+    assert '"b" -> "c" [label="requires", style=' in dot  # no reason, no tooltip
     mermaid = graph_mermaid(plan)
     assert "a -->|\"after: SGLang 0.5.23 bootstrap.py: engine before #quot;group#quot; " \
            "#124; always\"| b" in mermaid

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import structlog
 
-from initorch import load_plan
+from initorch import StepError, load_plan
 from initorch.execution.context import RunState, StepContext
 from initorch.execution.launchers import RankInfo
 from initorch.resolution.plan import Plan
@@ -159,3 +159,18 @@ def test_a_run_failing_between_the_two_steps_stops_the_launched_master(tmp_path:
     report = json.loads((tmp_path / "run.json").read_text(encoding="utf-8"))
     steps = {s["step"]: s["status"] for s in report["steps"]}
     assert (steps[LAUNCH_STEP], steps[MASTER]) == ("succeeded", "skipped")
+
+
+def test_without_mooncake_installed_the_master_step_names_the_extras(monkeypatch):
+    """A core-only install has no mooncake package at all: say so, with the extras."""
+    import importlib.util
+
+    from initorch.steps import mooncake_master
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "mooncake" else real(name, *a))
+    with pytest.raises(StepError) as caught:
+        mooncake_master.master_binary()
+    assert str(caught.value).startswith("Mooncake is not installed (no mooncake package)")
+    assert "initorch[mooncake-cpu]" in (caught.value.hint or "")

@@ -77,7 +77,7 @@ def test_unknown_step_suggests_the_closest_name():
     with pytest.raises(UnknownStepError) as far:
         registry.get("zzzz")
     assert far.value.suggestion is None
-    assert "see 'initorch steps'" in str(far.value)
+    assert "load a launcher's own steps with --plugin MODULE" in str(far.value)
 
 
 def test_duplicate_names_point_at_both_declarations():

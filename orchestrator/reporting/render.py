@@ -46,14 +46,18 @@ def explain_step_text(plan: Plan, name: str) -> str:
 
 
 def graph_dot(plan: Plan) -> str:
-    """Graphviz source; one node per planned step, one edge per ordering constraint."""
+    """Graphviz source; one node per planned step, one edge per ordering constraint,
+    labelled with its kinds, with the declarations' reasons as its tooltip."""
     lines = ["digraph initorch {", "  rankdir=LR;", "  node [shape=box];"]
     for planned in plan.steps:
         lines.append(f'  "{planned.name}" [label="{planned.name}\\nwave {planned.wave}"];')
     for source, target, kinds, reasons in _merged_edges(plan):
         style = _EDGE_STYLE[kinds[0]]
-        label = "\\n".join(_dot_text(part) for part in [",".join(kinds), *reasons])
-        lines.append(f'  "{source}" -> "{target}" [label="{label}", style={style}];')
+        # The label stays short (the kinds); a reason is a sentence, so it goes in the
+        # tooltip, which SVG viewers show on hover.
+        tooltip = f', tooltip="{_dot_text("; ".join(reasons))}"' if reasons else ""
+        lines.append(f'  "{source}" -> "{target}" [label="{",".join(kinds)}"{tooltip}, '
+                     f'style={style}];')
     lines.append("}")
     return "\n".join(lines)
 
