@@ -15,7 +15,7 @@ SGLANG_STAMP := $(SGLANG_VENV)/.installed
 SGLANG_PIN := sglang==0.5.23
 MOONCAKE_CPU_PIN := mooncake-transfer-engine-non-cuda==0.3.13.post1
 
-.PHONY: demo demo-sglang test lint typecheck unit bench clean system-deps sglang-venv
+.PHONY: demo demo-sglang test lint typecheck unit pythons bench clean system-deps sglang-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,7 +57,13 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q
 
-test: system-deps $(STAMP) $(SGLANG_STAMP) lint unit
+# The core tests (no torch) on Python 3.10 to 3.13 (noxfile.py), from pyenv's interpreters.
+PYTHONS := 3.10 3.11 3.12 3.13
+pythons: $(STAMP)
+	@command -v pyenv >/dev/null || { echo "make pythons needs pyenv with Python $(PYTHONS)"; exit 1; }
+	PATH="$$(pyenv prefix $(PYTHONS) | sed 's#:#/bin:#g')/bin:$$PATH" $(BIN)/nox -s core
+
+test: system-deps $(STAMP) $(SGLANG_STAMP) lint pythons unit
 
 # One table of every performance figure against its goal (bench/table.py); the other
 # scripts in bench/ take one figure apart.
@@ -65,4 +71,4 @@ bench: system-deps $(STAMP)
 	$(BIN)/python bench/table.py
 
 clean:
-	rm -rf $(VENV) $(SGLANG_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SGLANG_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .nox

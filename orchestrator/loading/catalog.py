@@ -12,9 +12,14 @@ are reported with everything else that is wrong when the selection is resolved.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
-from importlib.abc import Traversable
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    from importlib.resources.abc import Traversable
+else:  # deprecated from 3.12, removed in 3.14
+    from importlib.abc import Traversable
 
 from initorch.errors import ProfileError
 from initorch.files import InputFileError, describe_os_error, read_input
