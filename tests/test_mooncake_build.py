@@ -176,3 +176,18 @@ def test_a_store_implementation_not_checked_is_refused_at_plan_time(run_cli, mon
     monkeypatch.setenv("MOONCAKE_STORE_BACKEND", "rs")
     code, _, err = run_cli("plan", "-p", "cpu")
     assert code == 2 and "MOONCAKE_STORE_BACKEND='rs' selects a Mooncake Store" in err
+
+
+@pytest.mark.parametrize("dist", MOONCAKE_WHEELS, ids=str)
+def test_every_published_wheel_ships_the_master_binary_the_step_starts(dist: tuple[str, str]
+                                                                       ) -> None:
+    """``master_binary`` takes ``mooncake/mooncake_master`` from the package folder; 0.3.14
+    adds a ``mooncake_master`` console script, which only execs that same binary."""
+    published = wheel(*dist)
+    assert "mooncake/mooncake_master" in published.members
+    if dist == MOONCAKE_CUDA13:
+        scripts = published.read(
+            "mooncake_transfer_engine_cuda13-0.3.14.dist-info/entry_points.txt").decode()
+        assert "mooncake_master = mooncake.cli:main" in scripts
+        cli = published.read("mooncake/cli.py").decode()
+        assert 'bin_path = locate("mooncake_master")' in cli and "os.execv(bin_path" in cli
