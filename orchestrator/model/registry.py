@@ -12,6 +12,7 @@ from typing import Any
 
 from initorch.errors import StepDefinitionError, UnknownStepError
 from initorch.location import SourceLocation
+from initorch.model.canonical import encode_step
 from initorch.model.conditions import parse_condition
 from initorch.model.names import name_problem, non_ascii_problem
 from initorch.model.settings import SettingCatalog
@@ -51,6 +52,8 @@ class StepRegistry:
             )
         self.settings.add_all(record.settings, by=f"step {record.name}",
                               where=record.defined_at)
+        if record._canonical is None:
+            encode_step(record)  # once per step, not on every first plan of it
         self._steps[record.name] = record
         self._providers[record.name] = self.provider
         return record

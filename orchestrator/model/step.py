@@ -109,10 +109,10 @@ class Step:
     preview: StepPreview | None = None
     settings: tuple[SettingSpec, ...] = ()
     defined_at: SourceLocation = field(default=SourceLocation("<unknown>"), compare=False)
-    # What the plan fingerprint writes for this declaration, encoded on first use by
-    # :mod:`initorch.resolution.fingerprint` (a frozen step's fields never change, so
-    # neither does their encoding).  Not a field anyone sets: ``dataclasses.replace``
-    # starts a changed step without it.
+    # What the plan fingerprint writes for this declaration, encoded once when the
+    # registry registers the step (:func:`initorch.model.canonical.encode_step`; a
+    # frozen step's fields never change, so neither does their encoding).  Not a field
+    # anyone sets: ``dataclasses.replace`` starts a changed step without it.
     _canonical: tuple[bytes, bytes, int, int] | None = field(
         default=None, init=False, repr=False, compare=False)
 

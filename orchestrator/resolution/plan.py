@@ -14,7 +14,6 @@ tuples and dicts, which running a plan needs nothing else to read.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,8 +21,9 @@ from typing import Any
 
 from initorch.errors import ResolveError
 from initorch.loading.document import EnvEntry, Setting
+from initorch.model.canonical import qualified_name, spec_json
 from initorch.model.devices import DeviceRef
-from initorch.model.settings import CORE_KEYS, SettingSpec
+from initorch.model.settings import CORE_KEYS
 from initorch.model.step import EDGE_KINDS, Step
 from initorch.resolution.plangraph import Edge, PlanGraph
 from initorch.suggest import closest
@@ -278,15 +278,6 @@ def step_fields(step: Step) -> dict[str, Any]:
     }
 
 
-def qualified_name(value: object) -> str | None:
-    """``module:qualname`` of a function or class (how a declaration names code)."""
-    if value is None:
-        return None
-    module = getattr(value, "__module__", None) or type(value).__module__
-    name = getattr(value, "__qualname__", None) or type(value).__qualname__
-    return f"{module}:{name}"
-
-
 def declaration(step: Step) -> dict[str, Any]:
     """A registered step's declaration as JSON: every field its code sets, with the
     action, the teardown and the transient errors by qualified name, and the
@@ -300,15 +291,3 @@ def declaration(step: Step) -> dict[str, Any]:
         "retry_on": [qualified_name(error) for error in step.retry_on],
         "retry_backoff": step.retry_backoff,
     }
-
-
-def spec_json(spec: SettingSpec) -> dict[str, Any]:
-    """A setting's declaration as JSON (everything but where it was declared and its
-    environment reader, code that the value's origin already names)."""
-    return {name.name: _json_value(getattr(spec, name.name))
-            for name in dataclasses.fields(spec)
-            if name.name not in ("defined_at", "from_environment")}
-
-
-def _json_value(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
