@@ -46,7 +46,7 @@ from initorch.resolution.plangraph import Edge, PlanGraph
 from initorch.resolution.preview import PreviewContext
 
 if TYPE_CHECKING:
-    from initorch.api import detect_device, load_plan, start
+    from initorch.api import detect_device, load_plan, load_saved_plan, start
     from initorch.execution.executors import Executor, RunDriver
     from initorch.execution.peers import JobStore, PeerBounds
     from initorch.execution.run import Run
@@ -61,14 +61,13 @@ if TYPE_CHECKING:
     from initorch.reporting.report import RunReport, StepOutcome
     from initorch.resolution.graph import StepGraph
     from initorch.resolution.resolve import resolve
-    from initorch.resolution.saved import load_saved_plan
 
 _ON_FIRST_USE = {
     "detect_device": "initorch.api",
     "load_plan": "initorch.api",
     "start": "initorch.api",
     "resolve": "initorch.resolution.resolve",
-    "load_saved_plan": "initorch.resolution.saved",
+    "load_saved_plan": "initorch.api",
     "StepGraph": "initorch.resolution.graph",
     "Executor": "initorch.execution.executors",
     "RunDriver": "initorch.execution.executors",

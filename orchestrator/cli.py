@@ -139,9 +139,9 @@ def _run_plan(args: argparse.Namespace, registry: Registry) -> Plan:
                             "with --profile, --device or --set",
                             hint="change the selection and save the plan again with "
                                  "'initorch plan ... --out FILE'")
-    from initorch.resolution.saved import load_saved_plan
+    from initorch.resolution.saved import read_saved_plan
 
-    return load_saved_plan(args.plan, registry)
+    return read_saved_plan(args.plan, registry.steps)
 
 
 def cmd_graph(args: argparse.Namespace, registry: Registry) -> int:

@@ -419,7 +419,7 @@ def resign(path: Path, registry: Registry, change) -> None:
 
     data = json.loads(path.read_text(encoding="utf-8"))
     change(data)
-    steps, _ = saved._planned_steps(data, registry, str(path), "")
+    steps, _ = saved._planned_steps(data, registry.steps, str(path), "")
     data["fingerprint"] = saved._plan(data, steps).fingerprint
     data["checksum"] = saved._checksum(data)
     path.write_text(json.dumps(data), encoding="utf-8")

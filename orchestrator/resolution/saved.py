@@ -32,7 +32,7 @@ import hashlib
 import json
 import os
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from initorch._version import __version__
 from initorch.errors import InitorchError, Problem, SavedPlanError
@@ -40,6 +40,7 @@ from initorch.files import describe_os_error, read_input, write_atomically
 from initorch.loading.document import EnvEntry, Setting, env_name_problem, env_value_problem
 from initorch.location import SourceLocation, display_path
 from initorch.model.devices import DeviceRef
+from initorch.model.registry import StepRegistry
 from initorch.model.step import EDGE_KINDS
 from initorch.resolution.fingerprint import fingerprint
 from initorch.resolution.plan import (
@@ -52,9 +53,6 @@ from initorch.resolution.plan import (
 from initorch.resolution.plangraph import EDGE_KINDS_IN_GRAPH, Edge, PlanGraph
 from initorch.resolution.preview import preview_steps
 from initorch.resolution.reads import unmet_reads
-
-if TYPE_CHECKING:
-    from initorch.plugins import Registry
 
 FORMAT = "initorch-plan"
 FORMAT_VERSION = 2
@@ -133,14 +131,11 @@ def _checksum(saved: dict[str, Any]) -> str:
 
 # -- loading --------------------------------------------------------------------------------
 
-def load_saved_plan(path: str | os.PathLike[str], registry: Registry | None = None) -> Plan:
-    """The plan saved at ``path``, with its steps taken from ``registry`` (the
-    installed plugins by default); :class:`SavedPlanError` when it cannot be run
-    exactly as it was saved."""
-    if registry is None:
-        from initorch.plugins import Registry
-
-        registry = Registry.with_plugins()
+def read_saved_plan(path: str | os.PathLike[str], steps: StepRegistry) -> Plan:
+    """The plan saved at ``path``, with its steps taken from ``steps``;
+    :class:`SavedPlanError` when it cannot be run exactly as it was saved.
+    (:func:`initorch.load_saved_plan` takes a plugin registry, the installed plugins by
+    default.)"""
     shown = display_path(path)
     redo = f"save it again: initorch plan ... --out {shown}"
     saved = _read(shown, os.fspath(path), redo)
@@ -149,17 +144,17 @@ def load_saved_plan(path: str | os.PathLike[str], registry: Registry | None = No
         raise SavedPlanError(shown, "the file was changed after it was saved (its checksum "
                              "does not match its content)", hint=redo)
     try:
-        steps, problems = _planned_steps(saved, registry, shown, redo)
+        planned, problems = _planned_steps(saved, steps, shown, redo)
         if problems:
             raise SavedPlanError(shown, "the plan no longer matches the registered steps "
                                  f"({len(problems)} step(s) missing or declared differently)",
                                  hint=redo, problems=problems)
-        plan = _plan(saved, steps)
+        plan = _plan(saved, planned)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SavedPlanError(shown, f"malformed saved plan ({type(exc).__name__}: {exc})",
                              hint=redo) from None
     refused = [dataclasses.replace(problem, hint=problem.hint or redo)
-               for problem in _refusals(plan, registry, SourceLocation(shown))]
+               for problem in _refusals(plan, steps, SourceLocation(shown))]
     if refused:
         raise SavedPlanError(shown, f"the plan says what no profile may ({len(refused)} "
                              "problem(s))", hint=redo, problems=refused)
@@ -194,7 +189,7 @@ def _read(shown: str, path: str, redo: str) -> dict[str, Any]:
     return saved
 
 
-def _refusals(plan: Plan, registry: Registry, where: SourceLocation) -> list[Problem]:
+def _refusals(plan: Plan, steps: StepRegistry, where: SourceLocation) -> list[Problem]:
     """What the plan says that the profiles it claims to come from could not: a
     setting its declaration refuses (a module no plugin declares, NaN, a negative
     timeout), an environment variable a profile may not set, an order the steps'
@@ -204,7 +199,7 @@ def _refusals(plan: Plan, registry: Registry, where: SourceLocation) -> list[Pro
     the file is checked as the untrusted input it is, exactly as its profiles were."""
     problems: list[Problem] = []
     for key, setting in plan.settings.items():
-        spec = registry.settings.get(key)
+        spec = steps.settings.get(key)
         said = (f"setting '{key}' is declared by no registered step" if spec is None
                 else spec.check(setting.value))
         if said is not None:
@@ -270,20 +265,20 @@ def _check_header(saved: dict[str, Any], shown: str, redo: str) -> None:
             f"reads plan format {FORMAT_VERSION}", hint=redo)
 
 
-def _planned_steps(saved: dict[str, Any], registry: Registry, shown: str, redo: str
+def _planned_steps(saved: dict[str, Any], steps: StepRegistry, shown: str, redo: str
                    ) -> tuple[list[PlannedStep], list[Problem]]:
-    """The saved steps with their code from ``registry``, and a problem for every
-    step that is not registered or is declared differently now."""
-    steps: list[PlannedStep] = []
+    """The saved steps with their code from ``steps``, and a problem for every step
+    that is not registered or is declared differently now."""
+    planned: list[PlannedStep] = []
     problems: list[Problem] = []
     where = SourceLocation(shown)
     for entry in saved["steps"]:
         name = entry["name"]
-        if name not in registry.steps:
+        if name not in steps:
             problems.append(Problem(f"step '{name}' is not registered (is the plugin that "
                                     "provides it installed?)", where, redo))
             continue
-        registered = registry.steps.get(name)
+        registered = steps.get(name)
         changes = _changes(entry["declared"], declaration(registered))
         if changes:
             problems.append(Problem(
@@ -291,9 +286,9 @@ def _planned_steps(saved: dict[str, Any], registry: Registry, shown: str, redo: 
                 f"{'; '.join(changes)}", where, redo))
             continue
         effective = dataclasses.replace(registered, **_overridden(entry))
-        steps.append(PlannedStep(effective, _whole(entry["wave"]), tuple(entry["why"]),
-                                 registered, tuple(entry.get("preview", ()))))
-    return steps, problems
+        planned.append(PlannedStep(effective, _whole(entry["wave"]), tuple(entry["why"]),
+                                   registered, tuple(entry.get("preview", ()))))
+    return planned, problems
 
 
 def _plan(saved: dict[str, Any], steps: list[PlannedStep]) -> Plan:
