@@ -15,7 +15,7 @@ SGLANG_STAMP := $(SGLANG_VENV)/.installed
 SGLANG_PIN := sglang==0.5.23
 MOONCAKE_CPU_PIN := mooncake-transfer-engine-non-cuda==0.3.13.post1
 
-.PHONY: demo demo-sglang test lint typecheck unit pythons bench clean system-deps sglang-venv
+.PHONY: demo demo-sglang test lint typecheck unit e2e pythons bench clean system-deps sglang-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,8 +54,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python scripts/typecheck.py
 
+# The fast tier (no real start-up, no SGLang), then the real end-to-end tier.
 unit: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not e2e and not sglang"
+
+e2e: system-deps $(STAMP) $(SGLANG_STAMP)
+	$(BIN)/pytest -q -m "e2e or sglang"
 
 # The core tests (no torch) on Python 3.10 to 3.13 (noxfile.py), from pyenv's interpreters.
 PYTHONS := 3.10 3.11 3.12 3.13
@@ -63,7 +67,7 @@ pythons: $(STAMP)
 	@command -v pyenv >/dev/null || { echo "make pythons needs pyenv with Python $(PYTHONS)"; exit 1; }
 	PATH="$$(pyenv prefix $(PYTHONS) | sed 's#:#/bin:#g')/bin:$$PATH" $(BIN)/nox -s core
 
-test: system-deps $(STAMP) $(SGLANG_STAMP) lint pythons unit
+test: system-deps $(STAMP) $(SGLANG_STAMP) lint pythons unit e2e
 
 # One table of every performance figure against its goal (bench/table.py); the other
 # scripts in bench/ take one figure apart.
