@@ -8,7 +8,7 @@ for the step that registers memory with it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -146,3 +146,11 @@ class StepContext:
 
     def has_output(self, step: str) -> bool:
         return self.state.has_output(step)
+
+    def peers_gone(self, ranks: Iterable[int]) -> dict[int, str]:
+        """Those of ``ranks`` known to be gone from the job (they left it, or their
+        heartbeat stopped), each with what this rank saw; ``{}`` before the job is
+        joined or after it is left.  A teardown that waits for other ranks stops
+        waiting for these: they will never answer."""
+        peers = self.state.peers
+        return {} if peers is None else peers.gone(ranks)
