@@ -142,6 +142,46 @@ def test_the_rank_serving_the_store_killed_mid_start_up_is_named_by_the_others()
                          "too$", first), first
 
 
+def test_a_rank_that_dies_entering_the_process_group_stops_the_survivor_at_once():
+    # Issue 19: rank 0 waits inside torch's init_process_group (native code, for the
+    # collective timeout: an hour here) for a rank 1 that died entering it; its
+    # heartbeat stops, and rank 0 stops once that is known, naming it.
+    procs = plain_ranks(2, lambda rank: (
+        *NO_MOONCAKE, *NO_COLLECTIVE_TIMEOUT, "--plugin", "tests.job_plugin",
+        "--set", "test.die_rank=1", "--set", "distributed.peer_timeout_s=3"))
+    survivor, dead = wait_all(procs)
+    assert dead.returncode == -signal.SIGKILL
+    assert dead.named("dying")
+    assert survivor.returncode == 1, survivor.stderr[-4000:]
+    assert survivor.named("process_group_starting")
+    assert survivor.last["step"] == "init_torch_distributed"
+    assert survivor.last["text"].startswith(
+        "initorch: error: rank 0: rank 1 stopped answering: its heartbeat has not moved for ")
+    assert "rank 0 stops too" in survivor.last["text"]
+
+
+def test_a_survivor_whose_steps_all_succeeded_does_not_claim_the_jobs_success():
+    # Issue 19: rank 1 dies once the managed master is up, before its store client;
+    # rank 0's start-up succeeds, its master's teardown stops waiting for rank 1's
+    # client once rank 1 is known lost, and the run ends with exit 1 naming rank 1.
+    procs = plain_ranks(2, lambda rank: (
+        "run", "--profile", "cpu", "--log-format", "json", *NO_COLLECTIVE_TIMEOUT,
+        "--plugin", "tests.job_plugin", "--set", "test.die_rank=1",
+        "--set", "test.die_at=store", "--set", "distributed.peer_timeout_s=3"))
+    survivor, dead = wait_all(procs)
+    assert dead.returncode == -signal.SIGKILL
+    assert survivor.returncode == 1, survivor.stderr[-4000:]
+    [summary] = survivor.named("run_summary")
+    assert summary["ok"] is True  # every step of rank 0 succeeded ...
+    assert [lost["rank"] for lost in summary["peers_lost"]] == [1]  # ... but not the job
+    [early] = survivor.named("mooncake_master_stopping_early")
+    assert early["ranks"] == [1] and "rank 1 stopped answering" in early["why"]
+    assert survivor.named("mooncake_master_stopped")
+    assert (survivor.last["event"], survivor.last["lost_ranks"]) == ("run_failed", [1])
+    assert survivor.last["text"].startswith("initorch: error: rank 0: rank 1 stopped answering")
+    assert "the job is incomplete without it" in survivor.last["text"]
+
+
 def test_two_slurm_tasks_are_one_job_of_two():
     port = free_port()
     common = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2",
