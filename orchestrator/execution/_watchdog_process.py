@@ -12,18 +12,21 @@ frozen or dead one cannot:
 
 * its stdin is a pipe whose only writer is the run; each line is one JSON
   message (``start``/``end`` of a step, ``arm``/``disarm`` of a step's
-  deadline, ``ack`` of the signals handled so far, ``capture``/``uncapture``
-  of a file holding native output, ``bye``);
+  deadline, ``ack`` of the signals handled so far, ``teardown`` once the run tears
+  down, ``capture``/``uncapture`` of a file holding native output, ``bye``);
 * ``WAKEUP_FD`` is the read end of the pipe that CPython's C-level signal handler
   writes each signal number to (``signal.set_wakeup_fd``), without the GIL.
 
 It ends the run's process with SIGKILL, after replaying the captured native
 output and saying why, when a step is still armed ``GRACE_S`` after its
 deadline, or when SIGINT/SIGTERM has waited ``GRACE_S`` for the run to act on
-it.  When its stdin reaches end-of-file without ``bye`` the run died (an
-abort, a crash, SIGKILL): it replays the captured native output and names the
-steps that were running.  It ignores SIGINT and SIGTERM and lives in its own
-session, so a terminal's Ctrl-C or a supervisor's SIGTERM reaches only the run.
+it -- before teardown only: a signal during teardown asks for what the run is doing
+already, and a teardown call in native code (a Mooncake store closing) must not be
+cut short for not running the handler that would only log it.  When its stdin
+reaches end-of-file without ``bye`` the run died (an abort, a crash, SIGKILL): it
+replays the captured native output and names the steps that were running.  It
+ignores SIGINT and SIGTERM and lives in its own session, so a terminal's Ctrl-C or a
+supervisor's SIGTERM reaches only the run.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class State:
     armed: dict[str, tuple[float, float]] = field(default_factory=dict)  # deadline, timeout
     captures: list[str] = field(default_factory=list)
     signal: tuple[str, float] | None = None  # the first signal not acted on, and when
+    tearing_down: bool = False  # the run acts on every signal: it is tearing down
     said_bye: bool = False
 
 
@@ -169,6 +173,8 @@ def apply(state: State, message: dict[str, Any]) -> None:
         state.armed.pop(step, None)
     elif op == "ack":
         state.signal = None
+    elif op == "teardown":
+        state.signal, state.tearing_down = None, True
     elif op == "capture":
         state.captures.append(str(message["path"]))
     elif op == "uncapture" and message.get("path") in state.captures:
@@ -196,7 +202,7 @@ def main(argv: list[str]) -> int:
             if not data:
                 sources.remove(wakeup)
             for signum in data:
-                if signum in HANDLED and state.signal is None:
+                if signum in HANDLED and state.signal is None and not state.tearing_down:
                     state.signal = (HANDLED[signum], time.monotonic())
         if control in ready:
             data = os.read(control, 65536)

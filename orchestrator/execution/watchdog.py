@@ -108,6 +108,11 @@ class Watchdog:
         """The run acted on the signals received so far."""
         self._send({"op": "ack"})
 
+    def tearing_down(self) -> None:
+        """Teardown has begun: it is what any later signal asks for, so none is waited
+        on any more (the handler, which would only log it, may run late)."""
+        self._send({"op": "teardown"})
+
     def capturing(self, path: str) -> None:
         """Native output goes to ``path`` until :meth:`captured`: replay it if the
         process dies or is ended meanwhile."""
