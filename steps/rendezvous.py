@@ -34,15 +34,16 @@ from __future__ import annotations
 
 import datetime
 import os
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from initorch import LaunchError, StepContext, StepError, setting, step
 from initorch.addresses import host_port, split_host_port
-from initorch.execution.liveness import MIN_PEER_TIMEOUT_S
+from initorch.execution.liveness import MIN_PEER_TIMEOUT_S, WAIT_LOG_S
 from initorch.model.step import MAX_TIMEOUT_S
 from initorch.steps.engine_hostname import local_host
-from initorch.steps.network import free_port, interface_with
+from initorch.steps.network import can_connect, free_port, interface_with
 
 if TYPE_CHECKING:
     from initorch import JobStore, PeerBounds
@@ -132,6 +133,29 @@ def gloo_interface(ctx: StepContext, rendezvous_host: str) -> str | None:
     return name
 
 
+def wait_for_store(ctx: StepContext, host: str, port: int, bound: float) -> None:
+    """Wait, within ``bound`` seconds, until the job's store accepts connections, saying
+    every ``WAIT_LOG_S`` what this rank waits for, where, and for how much longer.
+
+    ``TCPStore``'s client would wait as long in native code, silently: a rank started
+    before rank 0 (or after rank 0 failed) would look hung.  Only the connection is
+    awaited here; the store client is made once it opens."""
+    address = host_port(host, port)
+    began = said = time.monotonic()
+    while can_connect(host, port, timeout=1.0) is not None:
+        now = time.monotonic()
+        if now - began >= bound:
+            raise StepError(f"rendezvous tcp://{address}: nothing served the job's store "
+                            f"there within {bound:g}s (distributed.join_timeout_s)",
+                            hint="start rank 0 (it serves the store), and check that every "
+                                 "rank has the same rendezvous address")
+        if now - said >= WAIT_LOG_S:
+            said = now
+            ctx.log.info("waiting_for_ranks", waiting_for="rank 0 to serve the job's store",
+                         missing=[0], store=address, time_left_s=round(bound - (now - began), 1))
+        time.sleep(0.2)
+
+
 @step(
     "rendezvous",
     description="Join the job's torch.distributed store (torchrun's, or the TCPStore behind "
@@ -153,6 +177,8 @@ def rendezvous(ctx: StepContext) -> JobStore:
     ctx.log.info("job_store_joining", address=address, serving=hosted_here,
                  world_size=ctx.rank.world_size, launcher=ctx.rank.launcher)
     url = f"tcp://{address}"
+    if not hosted_here:
+        wait_for_store(ctx, host, port, join)
     try:
         store: Any = TCPStore(host, port, world_size=ctx.rank.world_size,
                               is_master=hosted_here, multi_tenant=hosted_here,

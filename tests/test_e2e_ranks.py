@@ -182,6 +182,46 @@ def test_a_survivor_whose_steps_all_succeeded_does_not_claim_the_jobs_success():
     assert "the job is incomplete without it" in survivor.last["text"]
 
 
+def alone(rank: int, join_timeout_s: int):
+    """Rank ``rank`` of a job of two, started without the other one."""
+    address = f"127.0.0.1:{free_port()}"
+    [proc] = [spawn([*NO_MOONCAKE, "--set", f"distributed.join_timeout_s={join_timeout_s}",
+                     "--dist-init-addr", address, "--nnodes", "2", "--node-rank", str(rank)],
+                    clean_env())]
+    [ended] = wait_all([proc])
+    assert ended.returncode == 1, ended.stderr[-4000:]
+    return address, ended
+
+
+def assert_it_said_what_it_waits_for(ended, address: str, missing: list[int], bound: int):
+    waits = ended.named("waiting_for_ranks")
+    assert waits, ended.stderr[-4000:]
+    for wait in waits:
+        assert (wait["missing"], wait["store"]) == (missing, address)
+        assert wait["waiting_for"].startswith(f"rank {missing[0]} to ")
+        assert 0 <= wait["time_left_s"] < bound
+    lefts = [wait["time_left_s"] for wait in waits]
+    assert lefts == sorted(lefts, reverse=True)
+    assert all("timeout_s" not in beat for beat in ended.named("step_still_running"))
+
+
+def test_rank_0_waiting_for_a_rank_that_never_comes_names_it_the_store_and_the_time_left():
+    # Issue 19: every rendezvous wait names the missing ranks, the address and the time left.
+    address, ended = alone(0, 12)
+    assert_it_said_what_it_waits_for(ended, address, [1], 12)
+    assert ended.named("waiting_for_ranks")[0]["waiting_for"] == "rank 1 to publish its plan"
+    assert "rank 1 did not publish its plan within 12s" in ended.last["text"]
+
+
+def test_a_rank_waiting_for_rank_0s_store_names_it_the_address_and_the_time_left():
+    address, ended = alone(1, 8)
+    assert_it_said_what_it_waits_for(ended, address, [0], 8)
+    assert ended.named("waiting_for_ranks")[0]["waiting_for"] == \
+        "rank 0 to serve the job's store"
+    assert f"rendezvous tcp://{address}: nothing served the job's store there within 8s" \
+        in ended.last["text"]
+
+
 def test_two_slurm_tasks_are_one_job_of_two():
     port = free_port()
     common = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2",

@@ -32,7 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 from initorch.errors import PeerError
 from initorch.execution.agreement import Manifest, disagreement, manifest, rank_list
 from initorch.execution.launchers import RankInfo
-from initorch.execution.liveness import beat_interval
+from initorch.execution.liveness import WAIT_LOG_S, beat_interval
 from initorch.resolution.plan import Plan
 
 POLL_START_S = 0.02
@@ -319,21 +319,31 @@ class JobPeers:
         lost (an absent one too, unless ``joining``), or after ``bound`` seconds,
         naming the ranks that are still ``missing`` and where each was last seen."""
         deadline = self._clock() + bound
+        said = self._clock()
         interval = POLL_START_S
         while not ready():
             problems = [s for s in self.states(self.others)
                         if s.problem or (s.kind == "absent" and not joining)]
             if problems:
                 raise _stopped_peers(problems, self.rank.rank)
-            if self._clock() >= deadline:
+            now = self._clock()
+            if now >= deadline:
                 late = missing()
                 raise PeerError(
                     f"{rank_list(late)} did not {waiting_for} within {bound:g}s",
                     ranks=late, details=[self._last_seen(rank) for rank in late],
                     hint="read those ranks' logs; raise distributed.join_timeout_s or "
                          "distributed.timeout_s for a slow start")
+            if now - said >= WAIT_LOG_S:
+                said = now
+                self._say_waiting(waiting_for, missing(), deadline - now)
             self._sleep(interval)
             interval = min(interval * 2, POLL_MAX_S)
+
+    def _say_waiting(self, waiting_for: str, late: list[int], left: float) -> None:
+        self.log.info("waiting_for_ranks", waiting_for=f"{rank_list(late)} to {waiting_for}",
+                      missing=late, store=self.job.address, time_left_s=round(left, 1),
+                      last_seen=[self._last_seen(rank) for rank in late])
 
     def _last_seen(self, rank: int) -> str:
         seen = self._seen.get(rank)
