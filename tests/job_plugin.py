@@ -7,7 +7,7 @@ repository root like a launcher's own module.
   itself with SIGKILL where ``test.die_at`` says: as it enters ``init_process_group``
   (after the barrier, so that its peers are inside torch's own wait for it), or once
   the managed master is up and before its store client exists (so that the master's
-  owner waits for a client that never closes).
+  owner waits for a client that never closes), ``test.die_after_s`` later.
 * ``verify_engine_transfer``: every rank registers a buffer with its own Mooncake
   transfer engine, the ranks swap session ids and addresses over the process group,
   and each reads the next rank's buffer engine to engine (``transfer_sync_read``),
@@ -31,6 +31,8 @@ DIE_RANK = setting("test.die_rank", int, default=-1, minimum=-1,
                    description="the rank that dies (-1: none)")
 DIE_AT = setting("test.die_at", str, default="process_group",
                  choices=("process_group", "store"), description="where that rank dies")
+DIE_AFTER_S = setting("test.die_after_s", float, default=0, minimum=0,
+                      description="how long that rank waits before it dies (die_at: store)")
 ENGINE_BYTES = 1 << 16
 
 
@@ -68,9 +70,10 @@ def die_in_process_group(ctx: StepContext) -> None:
 
 @step("die_before_store", description="One rank dies by SIGKILL before its store client",
       after=["mooncake_master"], before=["init_mooncake_store"],
-      wanted_by=["init_mooncake_store"], settings=(DIE_RANK, DIE_AT))
+      wanted_by=["init_mooncake_store"], settings=(DIE_RANK, DIE_AT, DIE_AFTER_S))
 def die_before_store(ctx: StepContext) -> None:
     if dies_here(ctx, "store"):
+        time.sleep(float(ctx.setting("test.die_after_s")))
         die(ctx)
 
 

@@ -98,10 +98,10 @@ def test_the_survivor_of_a_rank_that_fails_at_once_acts_on_torchruns_sigterm(tmp
     assert not any(e["event"] == "teardown_failed" for e in events)
 
 
-def torchrun_with_a_dying_rank(die_at: str, tmp_path: Path) -> list[dict]:
-    """Two ranks under torchrun with the test plugin; rank 1 dies by SIGKILL at
-    ``die_at``, torchrun then SIGTERMs rank 0 and SIGKILLs it 30 s later if it is still
-    there. Returns every rank's JSON events."""
+def torchrun_with_a_dying_rank(tmp_path: Path, *die: str) -> list[dict]:
+    """Two ranks under torchrun with the test plugin; rank 1 dies by SIGKILL where the
+    ``die`` settings say, torchrun then SIGTERMs rank 0 and SIGKILLs it 30 s later if it
+    is still there. Returns rank 0's JSON events."""
     import subprocess
 
     from tests.helpers_ranks import clean_env
@@ -110,7 +110,7 @@ def torchrun_with_a_dying_rank(die_at: str, tmp_path: Path) -> list[dict]:
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
          f"--master-port={free_port()}", "-m", "initorch", "run", "-p", "cpu",
          "--plugin", "tests.job_plugin", "--set", "test.die_rank=1",
-         "--set", f"test.die_at={die_at}", "--log-format", "json"],
+         *(arg for setting in die for arg in ("--set", setting)), "--log-format", "json"],
         capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
         env=clean_env())
     assert result.returncode != 0  # torchrun reports rank 1's death
@@ -126,7 +126,7 @@ def test_a_rank_dying_in_the_process_group_under_torchrun_leaves_rank_0_to_tear_
         tmp_path: Path) -> None:
     # Issue 19: rank 1 dies entering init_process_group while rank 0 waits in it;
     # torchrun's SIGTERM must end rank 0 after its teardown, with 143, within seconds.
-    events = torchrun_with_a_dying_rank("process_group", tmp_path)
+    events = torchrun_with_a_dying_rank(tmp_path, "test.die_at=process_group")
     [interrupted] = [e for e in events if e["event"] == "run_interrupted"]
     assert (interrupted["signal"], interrupted["exit_code"]) == ("SIGTERM", 143)
     torn_down = {e["step"] for e in events if e["event"] == "teardown_succeeded"}
@@ -139,7 +139,10 @@ def test_the_masters_owner_stops_it_before_torchruns_sigkill_when_a_rank_died(
     # Issue 19: rank 1 dies once the managed master is up and before its store client
     # exists; rank 0 (the master's owner) waited 30 s for that client to close and was
     # SIGKILLed by torchrun mid-teardown. Now the wait is bounded well within 30 s.
-    events = torchrun_with_a_dying_rank("store", tmp_path)
+    # Rank 1 dies once rank 0's start-up is done, so that torchrun's SIGTERM finds rank 0
+    # in its teardown (a SIGTERM during MooncakeDistributedStore.setup, which can hold
+    # the GIL for seconds, is the watchdog's documented SIGKILL instead).
+    events = torchrun_with_a_dying_rank(tmp_path, "test.die_at=store", "test.die_after_s=5")
     [early] = [e for e in events if e["event"] == "mooncake_master_stopping_early"]
     assert early["ranks"] == [1]
     assert [e for e in events if e["event"] == "mooncake_master_stopped"]

@@ -372,7 +372,7 @@ class Run:
         """For a step that meets every rank (a barrier step: the process group forming,
         a collective), what ends the wait for it when a peer died or failed meanwhile:
         inside torch's own wait nothing else would before ``distributed.timeout_s``."""
-        if not planned.step.barrier or self._peers is None:
+        if not planned.step.barrier or self._peers is None or self.state.rank.world_size == 1:
             return None
         return self._peers.broken_off
 
