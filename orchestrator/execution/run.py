@@ -49,7 +49,7 @@ from initorch.execution.context import RankInfo, RunState, StepContext
 from initorch.execution.environment import AppliedEnvironment, apply_environment
 from initorch.execution.executors import DryRunExecutor, Executor, make_executor
 from initorch.execution.heartbeat import DEFAULT_INTERVAL_S, Heartbeat
-from initorch.execution.invoke import invoke_step, release_frames
+from initorch.execution.invoke import GiveUp, invoke_step, release_frames
 from initorch.execution.launchers import LaunchArguments, detect_rank
 from initorch.execution.peers import JobPeers, JobStore
 from initorch.execution.signals import SignalGuard
@@ -368,7 +368,7 @@ class Run:
                 return self._blocked[name]
         return None
 
-    def _peers_broken_off(self, planned: PlannedStep) -> Callable[[], BaseException | None] | None:
+    def _peers_broken_off(self, planned: PlannedStep) -> GiveUp | None:
         """For a step that meets every rank (a barrier step: the process group forming,
         a collective), what ends the wait for it when a peer died or failed meanwhile:
         inside torch's own wait nothing else would before ``distributed.timeout_s``."""
