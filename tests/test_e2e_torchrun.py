@@ -90,7 +90,9 @@ def test_the_survivor_of_a_rank_that_fails_at_once_acts_on_torchruns_sigterm(tmp
         capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
     assert result.returncode != 0
     events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
-    [interrupted] = [e for e in events if e["event"] == "run_interrupted"]
+    interrupts = [e for e in events if e["event"] == "run_interrupted"]
+    assert len(interrupts) == 1, result.stderr[-6000:]  # what rank 0 said instead, if not
+    [interrupted] = interrupts
     assert (interrupted["rank"], interrupted["signal"], interrupted["exit_code"]) == (
         0, "SIGTERM", 143)
     errors = [e for e in events if e["event"] == "error"]
