@@ -325,8 +325,11 @@ def _conclude_for_people(report: RunReport, interrupted: RunInterrupted | None, 
     if interrupted is not None:
         sys.stderr.write(f"initorch: {interrupted}; completed steps were torn down\n")
         return interrupted.exit_code
-    if report.ok:
+    if report.ok and not report.peers_lost:
         return EXIT_OK
+    if report.ok:
+        sys.stderr.write(peer_lost_line(report) + "\n")
+        return EXIT_STEP_FAILED
     if debug:
         for outcome in report.failed:
             sys.stderr.write(f"initorch: step '{outcome.name}' failed with:\n"
@@ -342,8 +345,12 @@ def _conclude_in_json(run: Run, interrupted: RunInterrupted | None) -> int:
         run.log.warning("run_interrupted", signal=signal.Signals(interrupted.signum).name,
                         exit_code=interrupted.exit_code)
         return interrupted.exit_code
-    if report.ok:
+    if report.ok and not report.peers_lost:
         return EXIT_OK
+    if report.ok:
+        run.log.error("run_failed", step=None, lost_ranks=sorted(report.peers_lost),
+                      text=peer_lost_line(report))
+        return EXIT_STEP_FAILED
     run.log.error("run_failed", step=report.failed[0].name, text=failure_line(report))
     return failed_exit_code(report)
 
@@ -391,6 +398,14 @@ def failure_line(report: RunReport) -> str:
         return f"initorch: step '{first.name}' failed: {said}{hint}"
     return (f"initorch: step '{first.name}' failed: {type(error).__name__}: {said} "
             "(no known diagnosis)")
+
+
+def peer_lost_line(report: RunReport) -> str:
+    """The last line of a run whose steps all succeeded while a peer was lost: the job
+    is not started, whatever this rank did, so it must not end as a success."""
+    first = min(report.peers_lost)
+    return (f"initorch: error: rank {report.rank}: {report.peers_lost[first]}; every step "
+            "of this rank succeeded, but the job is incomplete without it")
 
 
 def failed_exit_code(report: RunReport) -> int:

@@ -67,7 +67,7 @@ WATCHDOG = Path(__file__).with_name("_master_watchdog.py")
 START_ATTEMPTS = 3  # free ports are picked, then bound by the master: another may win
 MASTER_OWNER = 0  # the global rank that starts a managed master and shares its address
 LAUNCH_STEP = "launch_mooncake_master"
-CLIENTS_CLOSE_WAIT_S = 30.0  # how long the owner waits for other ranks' store clients
+CLIENTS_CLOSE_WAIT_S = 10.0  # how long the owner waits for other ranks' store clients
 
 
 class MasterPortTaken(StepError):
@@ -342,38 +342,48 @@ def mooncake_master(ctx: StepContext) -> MasterEndpoint:
     return endpoint
 
 
-def clients_closed(ctx: StepContext, endpoint: MasterEndpoint) -> bool:
+def clients_still_open(ctx: StepContext, endpoint: MasterEndpoint) -> dict[int, str]:
     """Tell the master's owner that this rank's store client is closed (teardown runs in
-    reverse order, so it is); the owner waits, within a bound, until every rank said so.
+    reverse order, so it is); on the owner, wait until every other rank said so, or is
+    known to be gone, and return those that did not say so, each with why.
 
     Stopping the master under a client still closing makes that client log "Failed to
-    unmount segment from master: RPC_FAIL".  The count goes through the process group's
-    key-value store rather than a barrier, so a rank that died cannot hang teardown."""
+    unmount segment from master: RPC_FAIL".  Each rank says so under a key of its own in
+    the process group's key-value store rather than at a barrier, so that a rank that
+    died cannot hang teardown; a rank that left the job or stopped answering is not
+    waited for, and the whole wait is bounded by ``CLIENTS_CLOSE_WAIT_S``, well within
+    the 30 s that torchrun and Kubernetes allow between SIGTERM and SIGKILL."""
     if ctx.rank.world_size == 1 or endpoint.owner_rank is None:
-        return True
+        return {}
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        return False
+        return {r: "the process group was gone before the master stopped"
+                for r in range(ctx.rank.world_size) if r != ctx.rank.rank}
     store = dist.distributed_c10d._get_default_store()
     key = f"initorch/mooncake_master/{endpoint.address}/closed"
-    count = int(store.add(key, 1))
+    store.set(f"{key}/{ctx.rank.rank}", "1")
     if ctx.rank.rank != endpoint.owner_rank:
-        return True
+        return {}
     deadline = time.monotonic() + CLIENTS_CLOSE_WAIT_S
-    while count < ctx.rank.world_size and time.monotonic() < deadline:
-        time.sleep(0.05)
-        count = int(store.add(key, 0))
-    return count >= ctx.rank.world_size
+    while True:
+        unreported = [r for r in range(ctx.rank.world_size) if not store.check([f"{key}/{r}"])]
+        gone = ctx.peers_gone(unreported)
+        if all(r in gone for r in unreported):
+            return gone
+        if time.monotonic() >= deadline:
+            return {r: gone.get(r, f"rank {r} did not report its store client closed within "
+                                   f"{CLIENTS_CLOSE_WAIT_S:g}s") for r in unreported}
+        time.sleep(0.1)
 
 
 @mooncake_master.teardown
 def stop_mooncake_master(ctx: StepContext, endpoint: MasterEndpoint) -> None:
-    all_closed = clients_closed(ctx, endpoint)
+    still_open = clients_still_open(ctx, endpoint)
     if endpoint.managed is not None:
-        if not all_closed:
-            ctx.log.warning("mooncake_master_stopping_early",
-                            why="not every rank reported its store client closed")
+        if still_open:
+            ctx.log.warning("mooncake_master_stopping_early", ranks=sorted(still_open),
+                            why="; ".join(still_open[r] for r in sorted(still_open)))
         stop_master(ctx, endpoint.managed)
 
 

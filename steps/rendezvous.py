@@ -34,15 +34,16 @@ from __future__ import annotations
 
 import datetime
 import os
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from initorch import LaunchError, StepContext, StepError, setting, step
 from initorch.addresses import host_port, split_host_port
-from initorch.execution.liveness import MIN_PEER_TIMEOUT_S
+from initorch.execution.liveness import MIN_PEER_TIMEOUT_S, WAIT_LOG_S
 from initorch.model.step import MAX_TIMEOUT_S
 from initorch.steps.engine_hostname import local_host
-from initorch.steps.network import free_port, interface_with
+from initorch.steps.network import can_connect, free_port, interface_with
 
 if TYPE_CHECKING:
     from initorch import JobStore, PeerBounds
@@ -132,6 +133,29 @@ def gloo_interface(ctx: StepContext, rendezvous_host: str) -> str | None:
     return name
 
 
+def wait_for_store(ctx: StepContext, host: str, port: int, bound: float) -> float:
+    """Wait, within ``bound`` seconds, until the job's store accepts connections, saying
+    every ``WAIT_LOG_S`` what this rank waits for, where, and for how much longer;
+    returns the seconds left of ``bound``.
+
+    ``TCPStore``'s client would wait as long in native code, silently: a rank started
+    before rank 0 (or after rank 0 failed) would look hung.  Only the connection is
+    awaited here; the store client, made with the time left, says why it failed."""
+    address = host_port(host, port)
+    began = said = time.monotonic()
+    while can_connect(host, port, timeout=1.0) is not None:
+        now = time.monotonic()
+        left = bound - (now - began)
+        if left <= 0:
+            break
+        if now - said >= WAIT_LOG_S:
+            said = now
+            ctx.log.info("waiting_for_ranks", waiting_for="rank 0 to serve the job's store",
+                         missing=[0], store=address, time_left_s=round(left, 1))
+        time.sleep(0.2)
+    return max(bound - (time.monotonic() - began), 0.0)
+
+
 @step(
     "rendezvous",
     description="Join the job's torch.distributed store (torchrun's, or the TCPStore behind "
@@ -153,10 +177,11 @@ def rendezvous(ctx: StepContext) -> JobStore:
     ctx.log.info("job_store_joining", address=address, serving=hosted_here,
                  world_size=ctx.rank.world_size, launcher=ctx.rank.launcher)
     url = f"tcp://{address}"
+    left = join if hosted_here else wait_for_store(ctx, host, port, join)
     try:
         store: Any = TCPStore(host, port, world_size=ctx.rank.world_size,
                               is_master=hosted_here, multi_tenant=hosted_here,
-                              timeout=datetime.timedelta(seconds=join),
+                              timeout=datetime.timedelta(seconds=max(left, 1.0)),
                               wait_for_workers=False)
     except (RuntimeError, ValueError) as exc:
         doing = "serving" if hosted_here else "reaching"

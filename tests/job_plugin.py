@@ -3,6 +3,11 @@ repository root like a launcher's own module.
 
 * ``linger``: one rank (``test.linger_rank``) sleeps ``test.linger_s`` seconds after the
   rendezvous and before the process group, so that a test can kill it mid-start-up.
+* ``die_in_process_group`` and ``die_before_store``: one rank (``test.die_rank``) kills
+  itself with SIGKILL where ``test.die_at`` says: as it enters ``init_process_group``
+  (after the barrier, so that its peers are inside torch's own wait for it), or once
+  the managed master is up and before its store client exists (so that the master's
+  owner waits for a client that never closes), ``test.die_after_s`` later.
 * ``verify_engine_transfer``: every rank registers a buffer with its own Mooncake
   transfer engine, the ranks swap session ids and addresses over the process group,
   and each reads the next rank's buffer engine to engine (``transfer_sync_read``),
@@ -11,6 +16,8 @@ repository root like a launcher's own module.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from typing import Any
 
@@ -20,6 +27,12 @@ LINGER_S = setting("test.linger_s", float, default=0, minimum=0,
                    description="how long the lingering rank sleeps")
 LINGER_RANK = setting("test.linger_rank", int, default=0, minimum=0,
                       description="the rank that lingers")
+DIE_RANK = setting("test.die_rank", int, default=-1, minimum=-1,
+                   description="the rank that dies (-1: none)")
+DIE_AT = setting("test.die_at", str, default="process_group",
+                 choices=("process_group", "store"), description="where that rank dies")
+DIE_AFTER_S = setting("test.die_after_s", float, default=0, minimum=0,
+                      description="how long that rank waits before it dies (die_at: store)")
 ENGINE_BYTES = 1 << 16
 
 
@@ -30,6 +43,38 @@ def linger(ctx: StepContext) -> None:
     if ctx.rank.rank == ctx.setting("test.linger_rank"):
         ctx.log.info("lingering", seconds=ctx.setting("test.linger_s"))
         time.sleep(float(ctx.setting("test.linger_s")))
+
+
+def dies_here(ctx: StepContext, where: str) -> bool:
+    return bool(ctx.rank.rank == ctx.setting("test.die_rank")
+                and ctx.setting("test.die_at") == where)
+
+
+def die(ctx: StepContext) -> None:
+    ctx.log.info("dying", pid=os.getpid())
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@step("die_in_process_group",
+      description="One rank dies by SIGKILL as it enters init_process_group",
+      requires=["import_backend"], before=["init_torch_distributed"],
+      wanted_by=["init_torch_distributed"], settings=(DIE_RANK, DIE_AT))
+def die_in_process_group(ctx: StepContext) -> None:
+    if not dies_here(ctx, "process_group"):
+        return
+    import torch.distributed as dist
+
+    # init_torch_distributed looks it up when it calls it, after its barrier.
+    dist.init_process_group = lambda *args, **kwargs: die(ctx)
+
+
+@step("die_before_store", description="One rank dies by SIGKILL before its store client",
+      after=["mooncake_master"], before=["init_mooncake_store"],
+      wanted_by=["init_mooncake_store"], settings=(DIE_RANK, DIE_AT, DIE_AFTER_S))
+def die_before_store(ctx: StepContext) -> None:
+    if dies_here(ctx, "store"):
+        time.sleep(float(ctx.setting("test.die_after_s")))
+        die(ctx)
 
 
 @step("verify_engine_transfer",
@@ -65,5 +110,6 @@ def verify_engine_transfer(ctx: StepContext) -> dict[str, Any]:
 
 
 def register(registry: Registry) -> None:
-    for definition in (linger, verify_engine_transfer):
+    for definition in (linger, die_in_process_group, die_before_store,
+                       verify_engine_transfer):
         registry.steps.add(definition)

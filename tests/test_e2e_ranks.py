@@ -142,6 +142,86 @@ def test_the_rank_serving_the_store_killed_mid_start_up_is_named_by_the_others()
                          "too$", first), first
 
 
+def test_a_rank_that_dies_entering_the_process_group_stops_the_survivor_at_once():
+    # Issue 19: rank 0 waits inside torch's init_process_group (native code, for the
+    # collective timeout: an hour here) for a rank 1 that died entering it; its
+    # heartbeat stops, and rank 0 stops once that is known, naming it.
+    procs = plain_ranks(2, lambda rank: (
+        *NO_MOONCAKE, *NO_COLLECTIVE_TIMEOUT, "--plugin", "tests.job_plugin",
+        "--set", "test.die_rank=1", "--set", "distributed.peer_timeout_s=3"))
+    survivor, dead = wait_all(procs)
+    assert dead.returncode == -signal.SIGKILL
+    assert dead.named("dying")
+    assert survivor.returncode == 1, survivor.stderr[-4000:]
+    assert survivor.named("process_group_starting")
+    assert survivor.last["step"] == "init_torch_distributed"
+    assert survivor.last["text"].startswith(
+        "initorch: error: rank 0: rank 1 stopped answering: its heartbeat has not moved for ")
+    assert "rank 0 stops too" in survivor.last["text"]
+
+
+def test_a_survivor_whose_steps_all_succeeded_does_not_claim_the_jobs_success():
+    # Issue 19: rank 1 dies once the managed master is up, before its store client;
+    # rank 0's start-up succeeds, its master's teardown stops waiting for rank 1's
+    # client once rank 1 is known lost, and the run ends with exit 1 naming rank 1.
+    procs = plain_ranks(2, lambda rank: (
+        "run", "--profile", "cpu", "--log-format", "json", *NO_COLLECTIVE_TIMEOUT,
+        "--plugin", "tests.job_plugin", "--set", "test.die_rank=1",
+        "--set", "test.die_at=store", "--set", "distributed.peer_timeout_s=3"))
+    survivor, dead = wait_all(procs)
+    assert dead.returncode == -signal.SIGKILL
+    assert survivor.returncode == 1, survivor.stderr[-4000:]
+    [summary] = survivor.named("run_summary")
+    assert summary["ok"] is True  # every step of rank 0 succeeded ...
+    assert [lost["rank"] for lost in summary["peers_lost"]] == [1]  # ... but not the job
+    [early] = survivor.named("mooncake_master_stopping_early")
+    assert early["ranks"] == [1] and "rank 1 stopped answering" in early["why"]
+    assert survivor.named("mooncake_master_stopped")
+    assert (survivor.last["event"], survivor.last["lost_ranks"]) == ("run_failed", [1])
+    assert survivor.last["text"].startswith("initorch: error: rank 0: rank 1 stopped answering")
+    assert "the job is incomplete without it" in survivor.last["text"]
+
+
+def alone(rank: int, join_timeout_s: int):
+    """Rank ``rank`` of a job of two, started without the other one."""
+    address = f"127.0.0.1:{free_port()}"
+    [proc] = [spawn([*NO_MOONCAKE, "--set", f"distributed.join_timeout_s={join_timeout_s}",
+                     "--dist-init-addr", address, "--nnodes", "2", "--node-rank", str(rank)],
+                    clean_env())]
+    [ended] = wait_all([proc])
+    assert ended.returncode == 1, ended.stderr[-4000:]
+    return address, ended
+
+
+def assert_it_said_what_it_waits_for(ended, address: str, missing: list[int], bound: int):
+    waits = ended.named("waiting_for_ranks")
+    assert waits, ended.stderr[-4000:]
+    for wait in waits:
+        assert (wait["missing"], wait["store"]) == (missing, address)
+        assert wait["waiting_for"].startswith(f"rank {missing[0]} to ")
+        assert 0 <= wait["time_left_s"] < bound
+    lefts = [wait["time_left_s"] for wait in waits]
+    assert lefts == sorted(lefts, reverse=True)
+    assert all("timeout_s" not in beat for beat in ended.named("step_still_running"))
+
+
+def test_rank_0_waiting_for_a_rank_that_never_comes_names_it_the_store_and_the_time_left():
+    # Issue 19: every rendezvous wait names the missing ranks, the address and the time left.
+    address, ended = alone(0, 12)
+    assert_it_said_what_it_waits_for(ended, address, [1], 12)
+    assert ended.named("waiting_for_ranks")[0]["waiting_for"] == "rank 1 to publish its plan"
+    assert "rank 1 did not publish its plan within 12s" in ended.last["text"]
+
+
+def test_a_rank_waiting_for_rank_0s_store_names_it_the_address_and_the_time_left():
+    address, ended = alone(1, 8)
+    assert_it_said_what_it_waits_for(ended, address, [0], 8)
+    assert ended.named("waiting_for_ranks")[0]["waiting_for"] == \
+        "rank 0 to serve the job's store"
+    assert ended.last["step"] == "rendezvous"
+    assert ended.last["text"].startswith("diagnosis process-group-timeout: ")
+
+
 def test_two_slurm_tasks_are_one_job_of_two():
     port = free_port()
     common = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2",

@@ -123,3 +123,39 @@ def test_bad_requests_are_refused_before_any_rank_decodes(body: bytes, message: 
 
     with pytest.raises(BadRequest, match=message):
         parse_generate(body, max_new_tokens=64, pool_tokens=70)
+
+
+def test_on_sigterm_the_masters_owner_tears_down_within_torchruns_30s(tmp_path: Path
+                                                                     ) -> None:
+    # Issue 19: on SIGTERM rank 0, the master's owner, waited 30 s for rank 1's store
+    # client until torchrun SIGKILLed it mid-teardown. (Rank 1 waits inside the gloo
+    # broadcast for a command that never comes, where its handler cannot run: the
+    # watchdog ends it without a teardown, 3 s on; a known limit of the example.)
+    weights = generate_weights(tmp_path / "model.safetensors")
+    ready = tmp_path / "ready.json"
+    command = [str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node=2",
+               f"--master-port={free_port()}", "-m", "tiny_server.launch",
+               "--set", f"model.path={weights}", "--ready-file", str(ready),
+               "--log-format", "json"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(EXAMPLES), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        info = wait_ready(proc, ready, START_TIMEOUT)
+        os.kill(proc.pid, signal.SIGTERM)  # as a supervisor stops torchrun
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    # Rank 0 concluded itself: torchrun's SIGKILL would have left no such line.
+    assert "tiny-server: interrupted by SIGTERM; the start-up was torn down" in err, \
+        err[-6000:]
+    assert [e["rank"] for e in events if e["event"] == "mooncake_master_stopped"] == [0]
+    torn_down = {(e["rank"], e["step"]) for e in events if e["event"] == "teardown_succeeded"}
+    assert {(0, "init_mooncake_store"), (0, "mooncake_master"), (0, "rendezvous")} <= torn_down
+    assert not [e for e in events if e["event"] == "teardown_failed"]
+    assert leftovers(info) == []

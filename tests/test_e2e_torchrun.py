@@ -90,9 +90,62 @@ def test_the_survivor_of_a_rank_that_fails_at_once_acts_on_torchruns_sigterm(tmp
         capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
     assert result.returncode != 0
     events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
-    [interrupted] = [e for e in events if e["event"] == "run_interrupted"]
+    interrupts = [e for e in events if e["event"] == "run_interrupted"]
+    assert len(interrupts) == 1, result.stderr[-6000:]  # what rank 0 said instead, if not
+    [interrupted] = interrupts
     assert (interrupted["rank"], interrupted["signal"], interrupted["exit_code"]) == (
         0, "SIGTERM", 143)
     errors = [e for e in events if e["event"] == "error"]
     assert errors and "distributed.timeout_s" in errors[0]["text"]
     assert not any(e["event"] == "teardown_failed" for e in events)
+
+
+def torchrun_with_a_dying_rank(tmp_path: Path, *die: str) -> list[dict]:
+    """Two ranks under torchrun with the test plugin; rank 1 dies by SIGKILL where the
+    ``die`` settings say, torchrun then SIGTERMs rank 0 and SIGKILLs it 30 s later if it
+    is still there. Returns rank 0's JSON events."""
+    import subprocess
+
+    from tests.helpers_ranks import clean_env
+
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
+         f"--master-port={free_port()}", "-m", "initorch", "run", "-p", "cpu",
+         "--plugin", "tests.job_plugin", "--set", "test.die_rank=1",
+         *(arg for setting in die for arg in ("--set", setting)), "--log-format", "json"],
+        capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
+        env=clean_env())
+    assert result.returncode != 0  # torchrun reports rank 1's death
+    events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    assert [e["rank"] for e in events if e["event"] == "dying"] == [1]
+    # Rank 0 concluded itself (a rank that torchrun SIGKILLs never prints its summary).
+    assert [e["rank"] for e in events if e["event"] == "run_summary"] == [0], \
+        result.stderr[-4000:]
+    return [e for e in events if e.get("rank") == 0]
+
+
+def test_a_rank_dying_in_the_process_group_under_torchrun_leaves_rank_0_to_tear_down(
+        tmp_path: Path) -> None:
+    # Issue 19: rank 1 dies entering init_process_group while rank 0 waits in it;
+    # torchrun's SIGTERM must end rank 0 after its teardown, with 143, within seconds.
+    events = torchrun_with_a_dying_rank(tmp_path, "test.die_at=process_group")
+    [interrupted] = [e for e in events if e["event"] == "run_interrupted"]
+    assert (interrupted["signal"], interrupted["exit_code"]) == ("SIGTERM", 143)
+    torn_down = {e["step"] for e in events if e["event"] == "teardown_succeeded"}
+    assert {"launch_mooncake_master", "alloc_host_mem_pool"} <= torn_down
+    assert [e for e in events if e["event"] == "mooncake_master_stopped"]
+
+
+def test_the_masters_owner_stops_it_before_torchruns_sigkill_when_a_rank_died(
+        tmp_path: Path) -> None:
+    # Issue 19: rank 1 dies once the managed master is up and before its store client
+    # exists; rank 0 (the master's owner) waited 30 s for that client to close and was
+    # SIGKILLed by torchrun mid-teardown. Now the wait is bounded well within 30 s.
+    # Rank 1 dies once rank 0's start-up is done, so that torchrun's SIGTERM finds rank 0
+    # in its teardown (a SIGTERM during MooncakeDistributedStore.setup, which can hold
+    # the GIL for seconds, is the watchdog's documented SIGKILL instead).
+    events = torchrun_with_a_dying_rank(tmp_path, "test.die_at=store", "test.die_after_s=5")
+    [early] = [e for e in events if e["event"] == "mooncake_master_stopping_early"]
+    assert early["ranks"] == [1]
+    assert [e for e in events if e["event"] == "mooncake_master_stopped"]
+    assert not [e for e in events if e["event"] == "teardown_failed"]

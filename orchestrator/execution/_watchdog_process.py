@@ -12,18 +12,21 @@ frozen or dead one cannot:
 
 * its stdin is a pipe whose only writer is the run; each line is one JSON
   message (``start``/``end`` of a step, ``arm``/``disarm`` of a step's
-  deadline, ``ack`` of the signals handled so far, ``capture``/``uncapture``
-  of a file holding native output, ``bye``);
+  deadline, ``ack`` of the signals handled so far, ``teardown`` once the run tears
+  down, ``capture``/``uncapture`` of a file holding native output, ``bye``);
 * ``WAKEUP_FD`` is the read end of the pipe that CPython's C-level signal handler
   writes each signal number to (``signal.set_wakeup_fd``), without the GIL.
 
 It ends the run's process with SIGKILL, after replaying the captured native
 output and saying why, when a step is still armed ``GRACE_S`` after its
 deadline, or when SIGINT/SIGTERM has waited ``GRACE_S`` for the run to act on
-it.  When its stdin reaches end-of-file without ``bye`` the run died (an
-abort, a crash, SIGKILL): it replays the captured native output and names the
-steps that were running.  It ignores SIGINT and SIGTERM and lives in its own
-session, so a terminal's Ctrl-C or a supervisor's SIGTERM reaches only the run.
+it; during teardown (``teardown`` gives the grace for it) a signal asks for what the
+run is doing already, so a teardown call in native code (a Mooncake store closing)
+gets the longer grace before it is cut short.  When its stdin
+reaches end-of-file without ``bye`` the run died (an abort, a crash, SIGKILL): it
+replays the captured native output and names the steps that were running.  It
+ignores SIGINT and SIGTERM and lives in its own session, so a terminal's Ctrl-C or a
+supervisor's SIGTERM reaches only the run.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class State:
     armed: dict[str, tuple[float, float]] = field(default_factory=dict)  # deadline, timeout
     captures: list[str] = field(default_factory=list)
     signal: tuple[str, float] | None = None  # the first signal not acted on, and when
+    teardown_grace: float | None = None  # set once the run tears down
     said_bye: bool = False
 
 
@@ -140,18 +144,28 @@ def overdue(state: State, grace: float, now: float) -> tuple[str, str] | None:
                     f"started (timeout {timeout:g}s), and native code has held the Python "
                     f"interpreter for the last {grace:g}s, so initorch can neither stop it nor "
                     "tear down; the watchdog ends the process (SIGKILL)")
-    if state.signal is not None and now >= state.signal[1] + grace:
+    if state.signal is None or now < state.signal[1] + signal_grace(state, grace):
+        return None
+    if state.teardown_grace is not None:
         return ("watchdog_killed_on_signal",
-                f"{state.signal[0]} arrived while {steps_text(state)} was running, and native "
-                f"code held the Python interpreter for {grace:g}s, so initorch could not tear "
-                "down; the watchdog ends the process (SIGKILL)")
-    return None
+                f"{state.signal[0]} arrived during teardown, and native code has held the "
+                f"main thread for {state.teardown_grace:g}s since, so teardown cannot finish "
+                "in time; the watchdog ends the process (SIGKILL)")
+    return ("watchdog_killed_on_signal",
+            f"{state.signal[0]} arrived while {steps_text(state)} was running, and native "
+            f"code held the Python interpreter for {grace:g}s, so initorch could not tear "
+            "down; the watchdog ends the process (SIGKILL)")
+
+
+def signal_grace(state: State, grace: float) -> float:
+    """How long a signal may wait for the run's handler: longer once teardown runs."""
+    return grace if state.teardown_grace is None else state.teardown_grace
 
 
 def next_wake(state: State, grace: float) -> float | None:
     due = [deadline + grace for deadline, _ in state.armed.values()]
     if state.signal is not None:
-        due.append(state.signal[1] + grace)
+        due.append(state.signal[1] + signal_grace(state, grace))
     return min(due) if due else None
 
 
@@ -169,6 +183,8 @@ def apply(state: State, message: dict[str, Any]) -> None:
         state.armed.pop(step, None)
     elif op == "ack":
         state.signal = None
+    elif op == "teardown":
+        state.signal, state.teardown_grace = None, float(message["grace"])
     elif op == "capture":
         state.captures.append(str(message["path"]))
     elif op == "uncapture" and message.get("path") in state.captures:

@@ -8,7 +8,7 @@ for the step that registers memory with it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -181,3 +181,11 @@ class StepContext:
         """True only the first time any step of this run asks about ``key``: for a
         warning that several steps could give, said once per run."""
         return self.state.first_time(key)
+
+    def peers_gone(self, ranks: Iterable[int]) -> dict[int, str]:
+        """Those of ``ranks`` known to be gone from the job (they left it, or their
+        heartbeat stopped), each with what this rank saw; ``{}`` before the job is
+        joined or after it is left.  A teardown that waits for other ranks stops
+        waiting for these: they will never answer."""
+        peers = self.state.peers
+        return {} if peers is None else peers.gone(ranks)

@@ -76,9 +76,9 @@ class Heartbeat:
                 now = time.monotonic()
                 for step, watched in self._watched.items():
                     if watched.due <= now:
+                        bound = {} if watched.timeout is None else {"timeout_s": watched.timeout}
                         self._log.info("step_still_running", step=step,
-                                       elapsed_s=round(now - watched.started, 1),
-                                       timeout_s=watched.timeout)
+                                       elapsed_s=round(now - watched.started, 1), **bound)
                         watched.due = now + self.interval
                 next_due = min((w.due for w in self._watched.values()),
                                default=now + self.interval)

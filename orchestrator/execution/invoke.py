@@ -94,6 +94,10 @@ LateResult = Callable[[PlannedStep, Any], None]
 """Receives the output of a step the run stopped waiting for (timed out or
 interrupted) if that step finishes after all, so that it is torn down too."""
 
+GiveUp = Callable[[], BaseException | None]
+"""Asked while a step runs on a helper thread: an error means that the step can no
+longer succeed (a peer it waits for broke off), and the run stops waiting for it."""
+
 
 def call_step(planned: PlannedStep, ctx: StepContext, outcome: StepOutcome) -> Any:
     """Run the action on the current thread: after the other ranks arrive if it is a
@@ -117,6 +121,7 @@ class _HelperCall:
         self.watchdog = watchdog
         self.value: Any = None
         self.error: BaseException | None = None
+        self.gave_up: BaseException | None = None  # why the waiter stopped waiting early
         self.finished = self.abandoned = False
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._target, name=f"initorch-{planned.name}",
@@ -138,13 +143,15 @@ class _HelperCall:
         if abandoned:
             self.late(self.planned, value)
 
-    def wait(self, deadline: float | None) -> None:
-        """Start the call and wait until it returns or ``deadline`` (monotonic) passes,
-        waking every ``POLL_S`` so that signal handlers run."""
+    def wait(self, deadline: float | None, give_up: GiveUp | None = None) -> None:
+        """Start the call and wait until it returns, ``deadline`` (monotonic) passes or
+        ``give_up`` says why it cannot succeed, waking every ``POLL_S`` so that signal
+        handlers run."""
         self.thread.start()
         while self.thread.is_alive():
             wait = POLL_S if deadline is None else min(POLL_S, deadline - time.monotonic())
-            if wait <= 0:
+            self.gave_up = give_up() if give_up is not None else None
+            if wait <= 0 or self.gave_up is not None:
                 return
             self.thread.join(wait)
 
@@ -172,7 +179,7 @@ class _HelperCall:
 
 def call_supervised(planned: PlannedStep, ctx: StepContext, outcome: StepOutcome,
                     late: LateResult, *, offload: bool = False,
-                    watchdog: Watchdog | None = None) -> Any:
+                    watchdog: Watchdog | None = None, give_up: GiveUp | None = None) -> Any:
     """:func:`call_step`, on a daemon helper thread when the step has a timeout or
     when ``offload`` asks for it (the calling thread must stay free to act on
     signals), with the calling thread waiting.
@@ -185,12 +192,14 @@ def call_supervised(planned: PlannedStep, ctx: StepContext, outcome: StepOutcome
     holds the GIL so that no thread can act, the ``watchdog`` (told the step's
     deadline) ends the process.  Whatever the step raises on the helper thread,
     ``sys.exit`` and ``KeyboardInterrupt`` included, is raised here as it is, for
-    :func:`as_step_failure` to judge.
+    :func:`as_step_failure` to judge.  With ``give_up`` the step runs on a helper
+    thread too, and the wait ends as soon as it returns an error, which is raised
+    here (the step is abandoned like a timed-out one).
     """
     timeout = planned.step.timeout
     if watchdog is not None:
         watchdog.step_started(planned.name, timeout)
-    if timeout is None and not offload:
+    if timeout is None and not offload and give_up is None:
         try:
             return call_step(planned, ctx, outcome)
         finally:
@@ -200,10 +209,12 @@ def call_supervised(planned: PlannedStep, ctx: StepContext, outcome: StepOutcome
     began = time.monotonic()
     waited = False
     try:
-        call.wait(None if timeout is None else began + timeout)
-        waited = True
+        call.wait(None if timeout is None else began + timeout, give_up)
+        waited = call.gave_up is None
     finally:  # also when a signal interrupts the start or the wait
         call.settle(waited)
+    if call.abandoned and call.gave_up is not None:
+        raise call.gave_up
     if call.abandoned:
         where, stack = call.stuck()
         raise StepTimeoutError(planned.name, timeout or 0.0, time.monotonic() - began,
@@ -267,15 +278,16 @@ def invoke_step(planned: PlannedStep, state: RunState, outcome: StepOutcome,
                 diagnoses: DiagnosisBook, log: Any, clock: Callable[[], float],
                 late: LateResult, sleep: Callable[[float], None] = time.sleep,
                 heartbeat: Heartbeat | None = None, *, offload: bool = False,
-                signals_handled: bool = False, watchdog: Watchdog | None = None) -> Any:
+                signals_handled: bool = False, watchdog: Watchdog | None = None,
+                give_up: GiveUp | None = None) -> Any:
     """Run ``planned`` with retries, filling ``outcome``; returns the step's output.
 
     Only exceptions the step lists in ``retry_on`` are retried, with exponential
     backoff; a timeout is never retried (the hung attempt is still running), nor
     a ``sys.exit`` or any other :class:`StepAbortedError`.
     Interrupts are never swallowed (see :func:`as_step_failure`, which
-    ``signals_handled`` is passed to); ``offload`` and
-    ``watchdog`` go to :func:`call_supervised`.  While the step runs (retries
+    ``signals_handled`` is passed to); ``offload``, ``watchdog`` and ``give_up``
+    go to :func:`call_supervised`.  While the step runs (retries
     included), ``heartbeat`` logs that it is still running.
     """
     step = planned.step
@@ -291,7 +303,7 @@ def invoke_step(planned: PlannedStep, state: RunState, outcome: StepOutcome,
                           device_bound=step.device_bound)
             try:
                 output = call_supervised(planned, ctx, outcome, late, offload=offload,
-                                         watchdog=watchdog)
+                                         watchdog=watchdog, give_up=give_up)
                 state.record_output(step.name, output, binds_device=step.binds_device)
             except BaseException as raised:
                 exc = as_step_failure(planned, raised, signals_handled=signals_handled)

@@ -24,6 +24,12 @@ MIN_PEER_TIMEOUT_S = round(MIN_BEAT_S * BEATS_PER_PEER_TIMEOUT, 6)
 heartbeat cannot move often enough, and healthy ranks would be named as dead."""
 
 
+WAIT_LOG_S = 5.0
+"""How often a rank that waits for its peers (or for the job's store) says what it waits
+for: which ranks, at which store, for how much longer.  A wait that only says "still
+running" looks like a hung process."""
+
+
 def beat_interval(peer_timeout_s: float) -> float:
     """How often a rank moves its heartbeat for a given peer timeout."""
     return min(max(peer_timeout_s / BEATS_PER_PEER_TIMEOUT, MIN_BEAT_S), MAX_BEAT_S)

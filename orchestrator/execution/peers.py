@@ -32,7 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 from initorch.errors import PeerError
 from initorch.execution.agreement import Manifest, disagreement, manifest, rank_list
 from initorch.execution.launchers import RankInfo
-from initorch.execution.liveness import beat_interval
+from initorch.execution.liveness import WAIT_LOG_S, beat_interval
 from initorch.resolution.plan import Plan
 
 POLL_START_S = 0.02
@@ -112,10 +112,17 @@ class PeerState:
     rank: int
     kind: str
     text: str
+    failed: bool = False  # it left the job after a step of its own failed
 
     @property
     def problem(self) -> bool:
         return self.kind in ("failed", "exited", "lost")
+
+    @property
+    def broke_off(self) -> bool:
+        """The peer will not finish a collective it may have entered: it died, or a
+        step of its own failed (a clean exit is not that: its part was done)."""
+        return self.kind in ("failed", "lost") or self.failed
 
 
 class JobPeers:
@@ -138,7 +145,8 @@ class JobPeers:
         self._progress: dict[str, Any] = {"beat": 0, "step": None, "state": "joined",
                                           "serving": bool(job.hosted_here)}
         self._seen: dict[int, _Seen] = {}
-        self._reported: set[int] = set()
+        self._lost: dict[int, str] = {}  # peers whose heartbeat stopped, as peer_lost said
+        self._broken: list[PeerState] = []  # peers that broke off, as the heartbeat last saw
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.manifests: dict[int, Manifest] = {}
@@ -241,20 +249,39 @@ class JobPeers:
 
     def _beat(self) -> None:
         """Move the heartbeat; log ``peer_lost`` once per peer that stops, so that it is
-        said even while this rank is busy in a step of its own."""
+        said even while this rank is busy in a step of its own, and keep it for
+        :meth:`lost`: a run whose own steps all succeeded still lost part of its job."""
         interval = self.job.bounds.beat_s
         while not self._stop.wait(interval):
             try:
                 self._publish()
-                lost = [s for s in self.states(self.others) if s.kind == "lost"
-                        and s.rank not in self._reported]
+                states = self.states(self.others)
             except Exception as exc:  # the store went away: say so once, then stop
                 self.log.warning("job_store_unreachable", store=self.job.address,
                                  error=f"{type(exc).__name__}: {exc}")
                 return
+            lost = [s for s in states if s.kind == "lost" and s.rank not in self._lost]
+            with self._lock:
+                self._broken = [s for s in states if s.broke_off]
             for state in lost:
-                self._reported.add(state.rank)
+                with self._lock:
+                    self._lost[state.rank] = state.text
                 self.log.error("peer_lost", lost_rank=state.rank, problem=state.text)
+
+    def broken_off(self) -> PeerError | None:
+        """The error for the peers that broke off (died, or failed), as the heartbeat
+        thread last saw them, or ``None``: costs no store call, so a rank waiting in
+        native code (a process group forming) can ask it often and stop waiting for a
+        peer that will never come, instead of waiting for the collective timeout."""
+        with self._lock:
+            broken = list(self._broken)
+        return _stopped_peers(broken, self.rank.rank) if broken else None
+
+    def lost(self) -> dict[int, str]:
+        """The peers found lost so far (their heartbeat stopped), each with what this
+        rank saw when it logged ``peer_lost``."""
+        with self._lock:
+            return dict(self._lost)
 
     # -- watching peers -----------------------------------------------------------------
 
@@ -275,27 +302,48 @@ class JobPeers:
             states.append(_state_of(rank, progress, now - seen.since, self.job.bounds.peer_s))
         return states
 
+    def gone(self, ranks: Iterable[int]) -> dict[int, str]:
+        """Those of ``ranks`` that will not take part in the job any more -- they left
+        it, or their heartbeat stopped -- each with what this rank saw, in words; a
+        store that no longer answers says nothing of them (``{}``).  Teardown uses it
+        to stop waiting for a rank that cannot answer."""
+        try:
+            states = self.states(ranks)
+        except Exception:  # the store went away: nobody is known to be gone
+            return {}
+        return {s.rank: s.text for s in states if s.kind in ("exited", "lost")}
+
     def _wait(self, ready: Callable[[], bool], missing: Callable[[], list[int]],
               waiting_for: str, bound: float, *, joining: bool = False) -> None:
         """Poll ``ready`` until it holds; fail at once when a peer failed, left or was
         lost (an absent one too, unless ``joining``), or after ``bound`` seconds,
         naming the ranks that are still ``missing`` and where each was last seen."""
         deadline = self._clock() + bound
+        said = self._clock()
         interval = POLL_START_S
         while not ready():
             problems = [s for s in self.states(self.others)
                         if s.problem or (s.kind == "absent" and not joining)]
             if problems:
                 raise _stopped_peers(problems, self.rank.rank)
-            if self._clock() >= deadline:
+            now = self._clock()
+            if now >= deadline:
                 late = missing()
                 raise PeerError(
                     f"{rank_list(late)} did not {waiting_for} within {bound:g}s",
                     ranks=late, details=[self._last_seen(rank) for rank in late],
                     hint="read those ranks' logs; raise distributed.join_timeout_s or "
                          "distributed.timeout_s for a slow start")
+            if now - said >= WAIT_LOG_S:
+                said = now
+                self._say_waiting(waiting_for, missing(), deadline - now)
             self._sleep(interval)
             interval = min(interval * 2, POLL_MAX_S)
+
+    def _say_waiting(self, waiting_for: str, late: list[int], left: float) -> None:
+        self.log.info("waiting_for_ranks", waiting_for=f"{rank_list(late)} to {waiting_for}",
+                      missing=late, store=self.job.address, time_left_s=round(left, 1),
+                      last_seen=[self._last_seen(rank) for rank in late])
 
     def _last_seen(self, rank: int) -> str:
         seen = self._seen.get(rank)
@@ -379,7 +427,8 @@ def _state_of(rank: int, progress: dict[str, Any], still_for: float, peer_s: flo
     if state == "exited":
         failed = progress.get("failed")
         where = f" (its start-up failed in step {failed})" if failed else ""
-        return PeerState(rank, "exited", f"rank {rank} has left the job{where}")
+        return PeerState(rank, "exited", f"rank {rank} has left the job{where}",
+                         failed=bool(failed))
     if state == "failed":
         return PeerState(rank, "failed", f"rank {rank} failed in step {step}")
     if still_for > peer_s:

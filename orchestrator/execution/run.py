@@ -49,7 +49,7 @@ from initorch.execution.context import RankInfo, RunState, StepContext
 from initorch.execution.environment import AppliedEnvironment, apply_environment
 from initorch.execution.executors import DryRunExecutor, Executor, make_executor
 from initorch.execution.heartbeat import DEFAULT_INTERVAL_S, Heartbeat
-from initorch.execution.invoke import invoke_step, release_frames
+from initorch.execution.invoke import GiveUp, invoke_step, release_frames
 from initorch.execution.launchers import LaunchArguments, detect_rank
 from initorch.execution.peers import JobPeers, JobStore
 from initorch.execution.signals import SignalGuard
@@ -193,6 +193,7 @@ class Run:
                 self.log.info("step_skipped", step=skipped.name, reason=skipped.reason)
             self.executor.execute(self)
             self._stop_heartbeat()
+            self._note_lost_peers(self._peers)
             if self.report.ok and self.state.has_binding:
                 self.state.bind_device()  # leave the caller's thread on this rank's device
         except BaseException as stop:
@@ -331,7 +332,8 @@ class Run:
             self._peers.step_started(planned.name)
         invoke_step(planned, self.state, outcome, self.diagnoses, self.log,
                     self._elapsed, self._late_result, self._sleep, self._heartbeat,
-                    offload=offload, signals_handled=handled, watchdog=self._watchdog)
+                    offload=offload, signals_handled=handled, watchdog=self._watchdog,
+                    give_up=self._peers_broken_off(planned))
         if self._peers is not None:  # joined by this very step, perhaps
             self._peers.step_finished(planned.name, outcome.status)
         if outcome.status == "failed":
@@ -366,6 +368,14 @@ class Run:
                 return self._blocked[name]
         return None
 
+    def _peers_broken_off(self, planned: PlannedStep) -> GiveUp | None:
+        """For a step that meets every rank (a barrier step: the process group forming,
+        a collective), what ends the wait for it when a peer died or failed meanwhile:
+        inside torch's own wait nothing else would before ``distributed.timeout_s``."""
+        if not planned.step.barrier or self._peers is None or self.state.rank.world_size == 1:
+            return None
+        return self._peers.broken_off
+
     def _join_job(self, step: str, job: Any) -> None:
         """The job's store is joined: keep a heartbeat there and agree on the plan with
         every rank (a disagreement fails ``step``, after telling the others)."""
@@ -387,6 +397,13 @@ class Run:
             self.state.peers = None
             failed = self.report.failed
             peers.leave(failed_step=failed[0].name if failed else None)
+            self._note_lost_peers(peers)
+
+    def _note_lost_peers(self, peers: JobPeers | None) -> None:
+        """Keep in the report the peers found lost so far (during start-up, or while
+        teardown waited), so that the run does not pass for the job's success."""
+        if peers is not None:
+            self.report.peers_lost.update(peers.lost())
 
     def _apply_environment(self) -> None:
         """Set the plan's ``env:`` variables the process lacks (the process wins);

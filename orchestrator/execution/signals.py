@@ -96,8 +96,12 @@ class SignalGuard:
                                                       warn_on_full_buffer=False)
 
     def quiet(self) -> None:
-        """Teardown has begun: from now on, log repeated signals and carry on."""
+        """Teardown has begun: from now on, log repeated signals and carry on; the
+        watchdog no longer ends the process for a signal whose handler runs late
+        (teardown runs on this thread, and may be in native code for seconds)."""
         self._mode = "teardown"
+        if self._watchdog is not None:
+            self._watchdog.tearing_down()
 
     def release(self) -> None:
         """Give the signals back to their previous handlers."""

@@ -35,6 +35,12 @@ UNRESPONSIVE_S = 3.0
 before it ends the process: the documented overshoot of a timeout when a step holds
 the interpreter, and what keeps a SIGTERM's exit within 5 s."""
 
+TEARDOWN_GRACE_S = 20.0
+"""How long a signal that arrives during teardown may wait for the run's handler (which
+only logs it) before the watchdog ends the process: a teardown call in native code on
+the main thread takes seconds (a Mooncake store client closing), and one that hangs
+there must still end within torchrun's and Kubernetes' 30 s."""
+
 SCRIPT = Path(__file__).with_name("_watchdog_process.py")
 
 WatchdogFormat = Literal["text", "json"]
@@ -107,6 +113,11 @@ class Watchdog:
     def signal_handled(self) -> None:
         """The run acted on the signals received so far."""
         self._send({"op": "ack"})
+
+    def tearing_down(self) -> None:
+        """Teardown has begun: it is what any later signal asks for, so a signal's
+        handler (which would only log it) may run late, up to ``TEARDOWN_GRACE_S``."""
+        self._send({"op": "teardown", "grace": TEARDOWN_GRACE_S})
 
     def capturing(self, path: str) -> None:
         """Native output goes to ``path`` until :meth:`captured`: replay it if the

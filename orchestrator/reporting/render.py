@@ -125,6 +125,9 @@ def run_summary_text(report: RunReport) -> str:
         state = f"INTERRUPTED ({report.interrupted})"
     else:
         state = "ok" if report.ok else f"FAILED ({len(report.failed)} step(s))"
+        if report.ok and report.peers_lost:
+            lost = ",".join(str(rank) for rank in sorted(report.peers_lost))
+            state = f"PEER LOST (rank {lost}; every step here succeeded)"
     if report.teardown_time is None:
         took = f"{report.wall_time:.3f}s (start-up; not torn down yet)"
     else:

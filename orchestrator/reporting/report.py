@@ -125,6 +125,9 @@ class RunReport:
     interrupted: str | None = None  # what stopped the run ("interrupted by SIGINT"), if anything
     # The plan's env: variables as the run found or set them (see execution.environment).
     environment: list[dict[str, Any]] = field(default_factory=list)
+    # Peers whose heartbeat stopped during the run (rank -> what this rank saw): the
+    # job is incomplete even when every step here succeeded.
+    peers_lost: dict[int, str] = field(default_factory=dict)
 
     @property
     def failed(self) -> list[StepOutcome]:
@@ -178,6 +181,8 @@ class RunReport:
             "blame": [{"step": o.name, "duration_s": _round(o.duration)} for o in self.blame()],
             "teardown": [entry.to_dict() for entry in self.teardown],
             "environment": self.environment,
+            "peers_lost": [{"rank": rank, "problem": text}
+                           for rank, text in sorted(self.peers_lost.items())],
         }
 
     def step_order(self) -> list[str]:
