@@ -1,9 +1,11 @@
 """``mooncake_master``: the Mooncake master the store clients talk to.
 
 ``mooncake.master: HOST:PORT`` names a running master; the step checks that it
-accepts a TCP connection within ``mooncake.master_connect_timeout_s`` and fails
-at once otherwise.  (Mooncake's own client would retry for about 90 seconds,
-``real_client.cpp``: "Failed to create client after 20 retries".)
+answers an RPC within ``mooncake.master_connect_timeout_s`` and fails at once
+otherwise (:func:`rpc_problem`: a bare connect also passes a process that accepts
+and never answers, and then the store's setup waits 30 s per RPC, 20 times).
+(Mooncake's own client would retry for about 90 seconds, ``real_client.cpp``:
+"Failed to create client after 20 retries".)
 
 ``mooncake.master: local`` starts one from the installed wheel (the CPU wheel
 ships ``mooncake/mooncake_master``): global rank 0 starts it with free ports
@@ -27,6 +29,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
+import struct
 import sys
 import time
 from dataclasses import dataclass, field
@@ -39,7 +43,7 @@ from initorch.steps.engine_hostname import local_host, rendezvous_host
 from initorch.steps.listeners import warn_if_exposed
 from initorch.steps.mooncake_build import WHEEL_CHOICE
 from initorch.steps.mooncake_env import read_master
-from initorch.steps.network import can_connect, free_port, host_port, split_host_port
+from initorch.steps.network import free_port, host_port, split_host_port
 from initorch.steps.rendezvous import MASTER_ADDR
 from initorch.steps.settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
 
@@ -68,6 +72,15 @@ START_ATTEMPTS = 3  # free ports are picked, then bound by the master: another m
 MASTER_OWNER = 0  # the global rank that starts a managed master and shares its address
 LAUNCH_STEP = "launch_mooncake_master"
 CLIENTS_CLOSE_WAIT_S = 30.0  # how long the owner waits for other ranks' store clients
+
+
+# Mooncake's RPC is yalantinglibs' coro_rpc: a 16-byte little-endian request header (magic
+# 21, version, serialize type, message type, sequence number, function id, body length,
+# attachment length).  Function id 0 is no registered function, so a live master answers
+# at once with a response header (magic 21) and "the rpc function not registered" (seen
+# from the CPU wheel's mooncake_master 0.3.13.post1, whose binary has that text).
+CORO_RPC_MAGIC = 21
+RPC_PROBE = struct.pack("<BBBBIIII", CORO_RPC_MAGIC, 0, 0, 0, 1, 0, 0, 0)
 
 
 class MasterPortTaken(StepError):
@@ -179,6 +192,26 @@ def health(host: str, port: int) -> dict[str, Any] | None:
         return None
 
 
+def rpc_problem(host: str, port: int, timeout: float) -> str | None:
+    """None when a coro_rpc server answers at ``host:port`` within ``timeout``; else what
+    happened.  A request, not a connect: a process that accepts and never answers (a
+    hung master, a proxy with nothing behind it) passes a connect, and the store's setup
+    would then wait 30 s per RPC, 20 times."""
+    try:
+        with socket.create_connection((host.strip("[]"), port), timeout=timeout) as sock:
+            sock.sendall(RPC_PROBE)
+            answer = sock.recv(1)
+    except TimeoutError:
+        return f"it accepted the connection but did not answer an RPC within {timeout:g}s"
+    except OSError as exc:
+        return str(exc)
+    if not answer:
+        return "it closed the connection without answering an RPC"
+    if answer[0] != CORO_RPC_MAGIC:
+        return "it answered, but not as Mooncake's RPC (coro_rpc)"
+    return None
+
+
 def start_managed_master(ctx: StepContext, launched: ManagedMaster | None = None
                          ) -> ManagedMaster:
     """The master ready: ``launched`` (started by ``launch_mooncake_master``) or one
@@ -239,7 +272,7 @@ def wait_until_ready(ctx: StepContext, master: ManagedMaster) -> None:
                         hint="read its log lines above; ports are picked anew on retry")
         answer = health(master.host, master.ports["metrics"])
         if answer and answer.get("service_ready") and \
-                can_connect(master.host, master.ports["rpc"], 1.0) is None:
+                rpc_problem(master.host, master.ports["rpc"], 1.0) is None:
             return
         time.sleep(0.1)
     raise StepError("the managed mooncake_master did not become ready within "
@@ -293,11 +326,12 @@ def given_master(ctx: StepContext, address: str) -> MasterEndpoint:
         raise StepError(f"mooncake.master: {exc}",
                         hint="write HOST:PORT ([v6]:PORT for IPv6), or local") from None
     timeout = float(ctx.setting("mooncake.master_connect_timeout_s"))
-    error = can_connect(host, port, timeout)
+    error = rpc_problem(host, port, timeout)
     if error is not None:
         raise StepError(f"cannot reach the Mooncake master at {address}: {error}",
                         hint="start mooncake_master there (or set mooncake.master: local on "
-                             "one machine), and check the address and the firewall")
+                             "one machine), and check the address, the firewall and that "
+                             "the port is the master's --rpc_port")
     return MasterEndpoint(host_port(host, port), None)
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from initorch.addresses import host_port, is_ipv6, split_host_port
 
-__all__ = ["HOST_IP_VARIABLES", "can_connect", "family_of", "free_port", "host_port",
+__all__ = ["HOST_IP_VARIABLES", "family_of", "free_port", "host_port",
            "interface_with", "is_ipv6", "local_address_towards", "split_host_port"]
 
 # What SGLang's get_local_ip_auto honours first (srt/utils/network.py, 0.5.23).
@@ -60,15 +60,6 @@ def local_address_towards(peer: str) -> str:
         probe.connect(address)  # UDP connect only picks a route
         local: str = probe.getsockname()[0]
     return local.split("%", maxsplit=1)[0]  # drop an IPv6 zone id
-
-
-def can_connect(host: str, port: int, timeout: float) -> OSError | None:
-    """None if a TCP connection to ``host:port`` opens within ``timeout``, else the error."""
-    try:
-        with socket.create_connection((host.strip("[]"), port), timeout=timeout):
-            return None
-    except OSError as exc:
-        return exc
 
 
 SIOCGIFADDR = 0x8915  # linux/sockios.h: an interface's (primary) IPv4 address

@@ -64,6 +64,11 @@ CHECKED_STORE_BACKEND = "cpp"
 WARMUP_BYTES = 4 * 1024  # what SGLang's MooncakeStore.warmup puts
 WARMUP_ATTEMPTS = 10  # SGLang 0.5.23 mooncake_store.py:726 max_retries
 WARMUP_DELAY_S = 1.0  # mooncake_store.py:727 retry_delay
+# The step's default timeout.  A setup normally takes well under a second, and the warm-up
+# at most WARMUP_ATTEMPTS s; a master that stops answering after the readiness probe held
+# setup for about 10 minutes (Mooncake: 30 s per RPC, 20 retries).  A profile's
+# ``steps: init_mooncake_store: {timeout: N}`` changes it (a slow RDMA registration).
+STORE_TIMEOUT_S = 120.0
 
 STORE_HOSTNAME = setting(
     "mooncake.store.hostname", str, default="auto", pattern=r"\S+",
@@ -199,6 +204,7 @@ def warm_up(store: Any, sleep: Callable[[float], None] = time.sleep) -> None:
     wants=["init_shared_mooncake_transfer_engine"],
     reads=["mooncake_master", "init_shared_mooncake_transfer_engine"],
     device_bound=True,
+    timeout=STORE_TIMEOUT_S,
     when="hicache.enabled and mooncake.enabled and hicache.storage_backend == 'mooncake'",
     settings=(HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND, MOONCAKE_PROTOCOL,
               STORE_DEVICE_NAME, STORE_HOSTNAME, STORE_METADATA_SERVER, GLOBAL_SEGMENT_MB,

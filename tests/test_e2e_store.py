@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import initorch_command, run_python
+from tests.helpers_sockets import silent_server
 
 pytestmark = pytest.mark.e2e
 
@@ -184,6 +185,51 @@ def test_an_unreachable_master_fails_at_once_with_the_diagnosis(tmp_path: Path) 
     steps = {s["step"]: s for s in json.loads(report.read_text())["steps"]}
     assert steps["mooncake_master"]["duration_s"] < 30  # not Mooncake's 90 s of retries
     assert steps["init_mooncake_store"]["status"] == "skipped"
+
+
+def test_the_real_master_answers_the_readiness_probe(running_master: str) -> None:
+    from initorch.steps.mooncake_master import rpc_problem
+
+    host, port = running_master.rsplit(":", 1)
+    assert rpc_problem(host, int(port), 5.0) is None
+
+
+def test_a_master_that_accepts_and_never_answers_fails_at_once(tmp_path: Path) -> None:
+    # A bare connect passed it, and the store's setup then hung for about 10 minutes.
+    report = tmp_path / "run.json"
+    with silent_server() as port:
+        result = initorch_command("run", "--profile", "cpu", "--report", str(report),
+                                  "--set", f"mooncake.master=127.0.0.1:{port}",
+                                  "--set", "mooncake.master_connect_timeout_s=2")
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert f"cannot reach the Mooncake master at 127.0.0.1:{port}: it accepted the connection " \
+           "but did not answer an RPC within 2s" in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "diagnosis mooncake-master-unreachable:")
+    steps = {s["step"]: s for s in json.loads(report.read_text())["steps"]}
+    assert steps["mooncake_master"]["status"] == "failed"
+    assert steps["mooncake_master"]["duration_s"] < 60
+    assert steps["init_mooncake_store"]["status"] == "skipped"
+
+
+def test_a_master_that_stops_answering_after_the_probe_is_bounded_by_the_store_timeout(
+        tmp_path: Path) -> None:
+    # It answers the probe, then accepts the store's connections and never answers them:
+    # setup holds the interpreter, so the step's timeout ends the process (SIGKILL)
+    # after naming the step, instead of Mooncake's 30 s x 20 retries.
+    from initorch.steps.mooncake_master import CORO_RPC_MAGIC
+
+    profile = tmp_path / "short.yaml"
+    profile.write_text("extends: cpu\nsteps:\n  init_mooncake_store: {timeout: 5}\n",
+                       encoding="utf-8")
+    started = time.monotonic()
+    with silent_server((bytes([CORO_RPC_MAGIC]) + bytes(15),)) as port:
+        result = initorch_command("run", "--profile", str(profile),
+                                  "--set", f"mooncake.master=127.0.0.1:{port}")
+    assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
+    assert "initorch: error: step 'init_mooncake_store' is still running" in result.stderr
+    assert "(timeout 5s)" in result.stderr
+    assert time.monotonic() - started < 120
 
 
 # -- IPv6 ------------------------------------------------------------------------------
