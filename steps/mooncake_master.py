@@ -32,6 +32,7 @@ import os
 import socket
 import struct
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,6 +100,8 @@ class ManagedMaster:
     grace: float
     status: int | None = None
     stopped: bool = False
+    stopping: bool = False  # stop() was called: an exit from now on is not a death
+    died: int | None = None  # the exit status, when it exited on its own during the run
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -116,6 +119,7 @@ class ManagedMaster:
 
         if self.stopped:
             return self.status
+        self.stopping = True
         stdin: IO[bytes] | None = self.watchdog.stdin
         if stdin is not None and not stdin.closed:
             stdin.close()
@@ -257,7 +261,26 @@ def ready_master(ctx: StepContext, master: ManagedMaster) -> ManagedMaster:
         master.stop()
         raise
     warn_if_exposed(ctx, "mooncake_master", LOOPBACK, set(), pid=master.pid)
+    watch_master(ctx, master)
     return master
+
+
+def watch_master(ctx: StepContext, master: ManagedMaster) -> None:
+    """Say at once, as an error with its last log lines, when the master exits on its own
+    (its watchdog exits with its status, ``128+N`` for a signal): the store clients lose
+    it silently otherwise, and their teardown then waits for it (about 11 s).  The
+    death is kept in ``master.died`` for the teardowns."""
+    def wait() -> None:
+        code = master.watchdog.wait()
+        if master.stopping:
+            return
+        master.died = code
+        ctx.log.error("mooncake_master_died", pid=master.pid, status=code,
+                      log_tail=master.log_tail(),
+                      why="the store clients can no longer reach it; the run is broken")
+
+    threading.Thread(target=wait, name=f"initorch-watch-mooncake-master-{master.pid}",
+                     daemon=True).start()
 
 
 def wait_until_ready(ctx: StepContext, master: ManagedMaster) -> None:
@@ -412,7 +435,15 @@ def stop_mooncake_master(ctx: StepContext, endpoint: MasterEndpoint) -> None:
 
 
 def stop_master(ctx: StepContext, master: ManagedMaster) -> None:
+    """Stop it; a master that died during the run fails the teardown, so that the run
+    does not look healthy in its report and log."""
+    died, tail = master.died, master.log_tail() if master.died is not None else ""
     code = master.stop()
+    if died is not None:
+        raise StepError(f"the managed mooncake_master (pid {master.pid}) died during the run "
+                        f"with status {died}", native_log=tail,
+                        hint="read its log lines (mooncake_master_died); a status of 137 "
+                             "is SIGKILL, often the OOM killer")
     ctx.log.info("mooncake_master_stopped", pid=master.pid, status=code)
 
 

@@ -67,7 +67,8 @@ run = Run(load_plan(["cpu"], registry=registry), diagnoses=registry.diagnoses)
 assert run.start().ok
 managed = run.output("mooncake_master").managed
 print(json.dumps({"master": managed.pid, "watchdog": managed.watchdog.pid,
-                  "ports": sorted(managed.ports.values())}), flush=True)
+                  "ports": sorted(managed.ports.values()), "log": managed.log_path}),
+      flush=True)
 time.sleep(600)  # killed by the test long before
 """
 
@@ -97,6 +98,42 @@ def test_the_managed_master_dies_with_initorch(held_run, signum: int) -> None:
     proc.wait()
     assert wait_for(lambda: not alive(master) and not alive(watchdog)), "master orphaned"
     assert wait_for(lambda: not any(listening(p) for p in ports))  # type: ignore[union-attr]
+    # A killed initorch cannot remove the master's log: the watchdog does (issue 19).
+    assert wait_for(lambda: not Path(str(facts["log"])).exists()), "master log left behind"
+
+
+MASTER_DIES = """
+import json, os, signal, time
+from initorch import Registry, load_plan
+from initorch.execution.run import Run
+
+registry = Registry.with_plugins()
+run = Run(load_plan(["cpu"], registry=registry), diagnoses=registry.diagnoses)
+assert run.start().ok
+managed = run.output("mooncake_master").managed
+os.kill(managed.pid, signal.SIGKILL)  # as the OOM killer would, while the server serves
+deadline = time.monotonic() + 60
+while managed.died is None and time.monotonic() < deadline:
+    time.sleep(0.05)
+run.teardown()
+print(json.dumps({"died": managed.died, "log": managed.log_path,
+                  "teardown": [entry.to_dict() for entry in run.report.teardown]}))
+"""
+
+
+def test_a_managed_master_that_dies_mid_run_is_named_at_once_and_fails_its_teardown(
+        tmp_path: Path) -> None:
+    result = run_python(MASTER_DIES, env={"TMPDIR": str(tmp_path)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    facts = json.loads(result.stdout)
+    assert facts["died"] == 128 + signal.SIGKILL
+    died = [line for line in result.stderr.splitlines() if "mooncake_master_died" in line]
+    assert died and "status=137" in died[0], result.stderr[-3000:]
+    assert "Master service started" in died[0]  # its log tail
+    torn = {entry["step"]: entry for entry in facts["teardown"]}
+    assert torn["mooncake_master"]["status"] == "failed"
+    assert "died during the run with status 137" in torn["mooncake_master"]["error"]
+    assert not list(tmp_path.glob("initorch-mooncake-master-*.log"))
 
 
 # -- the shared engine reused where SGLang reuses it ----------------------------------------
