@@ -268,8 +268,8 @@ def ready_master(ctx: StepContext, master: ManagedMaster) -> ManagedMaster:
 def watch_master(ctx: StepContext, master: ManagedMaster) -> None:
     """Say at once, as an error with its last log lines, when the master exits on its own
     (its watchdog exits with its status, ``128+N`` for a signal): the store clients lose
-    it silently otherwise, and their teardown then waits for it (about 11 s).  The
-    death is kept in ``master.died`` for the teardowns."""
+    it silently otherwise, and a server keeps serving without its store.  The death is
+    kept in ``master.died``, for the teardown to fail on."""
     def wait() -> None:
         code = master.watchdog.wait()
         if master.stopping:
