@@ -4,13 +4,14 @@ Run as a script (standard library only, so it starts fast)::
 
     python -I _master_watchdog.py GRACE_S LOGFILE -- /path/mooncake_master --flags...
 
-It starts the master, writes ``pid <n>`` on stdout, then waits for its stdin to
+It starts the master, removes LOGFILE's name (the master writes to it, initorch reads
+it through the descriptor it keeps open: however either dies, no file is left behind),
+writes ``pid <n>`` on stdout, then waits for its stdin to
 reach end-of-file.  initorch holds the only write end of that pipe, so EOF
 means initorch closed it (teardown) or died, however it died: the kernel
 closes a killed process's descriptors, SIGKILL included.  Then the master gets
-SIGTERM and, after GRACE_S seconds, SIGKILL, and LOGFILE is removed (a killed
-initorch cannot remove it).  SIGTERM to the watchdog stops the master too, and keeps
-the log.  The master itself is started with ``PR_SET_PDEATHSIG`` (SIGTERM), which is
+SIGTERM and, after GRACE_S seconds, SIGKILL.  SIGTERM to the watchdog does the
+same.  The master itself is started with ``PR_SET_PDEATHSIG`` (SIGTERM), which is
 safe here because this process has a single thread (the signal follows the
 *thread* that forked, which is why initorch, whose steps run on worker threads,
 does not use it directly).  If the master exits on its own, so does the watchdog,
@@ -54,6 +55,8 @@ def main(argv: list[str]) -> int:
     with open(logfile, "ab") as log:
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                  preexec_fn=_die_with_parent)  # noqa: PLW1509 - one thread here
+    with contextlib.suppress(OSError):  # initorch reads it through the descriptor it holds
+        os.unlink(logfile)
     sys.stdout.write(f"pid {child.pid}\n")
     sys.stdout.flush()
 
@@ -69,8 +72,6 @@ def main(argv: list[str]) -> int:
 
     threading.Thread(target=exit_with_child, daemon=True).start()
     sys.stdin.buffer.read()  # returns at EOF: initorch is done or gone
-    with contextlib.suppress(OSError):  # before stop(): exit_with_child exits at once then
-        os.unlink(logfile)  # initorch killed would leave it; the master writes on unlinked
     return stop(child, float(grace))
 
 

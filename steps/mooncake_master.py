@@ -73,6 +73,7 @@ START_ATTEMPTS = 3  # free ports are picked, then bound by the master: another m
 MASTER_OWNER = 0  # the global rank that starts a managed master and shares its address
 LAUNCH_STEP = "launch_mooncake_master"
 CLIENTS_CLOSE_WAIT_S = 30.0  # how long the owner waits for other ranks' store clients
+LOG_TAIL_BYTES = 64 * 1024  # what log_tail reads of the master's log, from its end
 
 
 # Mooncake's RPC is yalantinglibs' coro_rpc: a 16-byte little-endian request header (magic
@@ -96,7 +97,8 @@ class ManagedMaster:
     pid: int
     host: str
     ports: dict[str, int]
-    log_path: str
+    log_path: str  # removed by the watchdog once the master writes to it
+    log_fd: int  # this process's descriptor of that file, open until stop()
     grace: float
     status: int | None = None
     stopped: bool = False
@@ -105,7 +107,9 @@ class ManagedMaster:
 
     def log_tail(self, lines: int = 20) -> str:
         try:
-            text = Path(self.log_path).read_text(encoding="utf-8", errors="replace")
+            size = os.fstat(self.log_fd).st_size
+            start = max(size - LOG_TAIL_BYTES, 0)
+            text = os.pread(self.log_fd, size - start, start).decode("utf-8", "replace")
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-lines:])
@@ -130,7 +134,7 @@ class ManagedMaster:
             code = self.watchdog.wait()
         if self.watchdog.stdout is not None:
             self.watchdog.stdout.close()
-        Path(self.log_path).unlink(missing_ok=True)
+        os.close(self.log_fd)
         self.status, self.stopped = code, True
         return code
 
@@ -239,15 +243,14 @@ def spawn_master(ctx: StepContext) -> ManagedMaster:
     while len(set(ports.values())) < len(ports):
         ports = {name: free_port(host) for name in ports}
     grace = float(ctx.setting("mooncake.master_stop_grace_s"))
+    command = master_command(master_binary(), ports, host)  # may raise: before the log
     log_fd, log_path = tempfile.mkstemp(prefix="initorch-mooncake-master-", suffix=".log")
-    os.close(log_fd)
     watchdog = subprocess.Popen(
-        [sys.executable, "-I", str(WATCHDOG), str(grace), log_path, "--",
-         *master_command(master_binary(), ports, host)],
+        [sys.executable, "-I", str(WATCHDOG), str(grace), log_path, "--", *command],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     line = watchdog.stdout.readline().decode() if watchdog.stdout else ""
     pid = int(line.split()[1]) if line.startswith("pid ") else -1
-    master = ManagedMaster(watchdog, pid, host, ports, log_path, grace)
+    master = ManagedMaster(watchdog, pid, host, ports, log_path, log_fd, grace)
     ctx.log.info("mooncake_master_starting", pid=pid, host=host,
                  **{f"{k}_port": v for k, v in ports.items()})
     return master
