@@ -4,7 +4,9 @@ Run as a script (standard library only, so it starts fast)::
 
     python -I _master_watchdog.py GRACE_S LOGFILE -- /path/mooncake_master --flags...
 
-It starts the master, writes ``pid <n>`` on stdout, then waits for its stdin to
+It starts the master, removes LOGFILE's name (the master writes to it, initorch reads
+it through the descriptor it keeps open: however either dies, no file is left behind),
+writes ``pid <n>`` on stdout, then waits for its stdin to
 reach end-of-file.  initorch holds the only write end of that pipe, so EOF
 means initorch closed it (teardown) or died, however it died: the kernel
 closes a killed process's descriptors, SIGKILL included.  Then the master gets
@@ -18,6 +20,7 @@ with the master's exit status.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -52,6 +55,8 @@ def main(argv: list[str]) -> int:
     with open(logfile, "ab") as log:
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                  preexec_fn=_die_with_parent)  # noqa: PLW1509 - one thread here
+    with contextlib.suppress(OSError):  # initorch reads it through the descriptor it holds
+        os.unlink(logfile)
     sys.stdout.write(f"pid {child.pid}\n")
     sys.stdout.flush()
 

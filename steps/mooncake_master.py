@@ -1,9 +1,11 @@
 """``mooncake_master``: the Mooncake master the store clients talk to.
 
 ``mooncake.master: HOST:PORT`` names a running master; the step checks that it
-accepts a TCP connection within ``mooncake.master_connect_timeout_s`` and fails
-at once otherwise.  (Mooncake's own client would retry for about 90 seconds,
-``real_client.cpp``: "Failed to create client after 20 retries".)
+answers an RPC within ``mooncake.master_connect_timeout_s`` and fails at once
+otherwise (:func:`rpc_problem`: a bare connect also passes a process that accepts
+and never answers, and then the store's setup waits 30 s per RPC, 20 times).
+(Mooncake's own client would retry for about 90 seconds, ``real_client.cpp``:
+"Failed to create client after 20 retries".)
 
 ``mooncake.master: local`` starts one from the installed wheel (the CPU wheel
 ships ``mooncake/mooncake_master``): global rank 0 starts it with free ports
@@ -27,7 +29,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
+import struct
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +44,7 @@ from initorch.steps.engine_hostname import local_host, rendezvous_host
 from initorch.steps.listeners import warn_if_exposed
 from initorch.steps.mooncake_build import WHEEL_CHOICE
 from initorch.steps.mooncake_env import read_master
-from initorch.steps.network import can_connect, free_port, host_port, split_host_port
+from initorch.steps.network import free_port, host_port, split_host_port
 from initorch.steps.rendezvous import MASTER_ADDR
 from initorch.steps.settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
 
@@ -68,6 +73,16 @@ START_ATTEMPTS = 3  # free ports are picked, then bound by the master: another m
 MASTER_OWNER = 0  # the global rank that starts a managed master and shares its address
 LAUNCH_STEP = "launch_mooncake_master"
 CLIENTS_CLOSE_WAIT_S = 10.0  # how long the owner waits for other ranks' store clients
+LOG_TAIL_BYTES = 64 * 1024  # what log_tail reads of the master's log, from its end
+
+
+# Mooncake's RPC is yalantinglibs' coro_rpc: a 16-byte little-endian request header (magic
+# 21, version, serialize type, message type, sequence number, function id, body length,
+# attachment length).  Function id 0 is no registered function, so a live master answers
+# at once with a response header (magic 21) and "the rpc function not registered" (seen
+# from the CPU wheel's mooncake_master 0.3.13.post1, whose binary has that text).
+CORO_RPC_MAGIC = 21
+RPC_PROBE = struct.pack("<BBBBIIII", CORO_RPC_MAGIC, 0, 0, 0, 1, 0, 0, 0)
 
 
 class MasterPortTaken(StepError):
@@ -82,14 +97,19 @@ class ManagedMaster:
     pid: int
     host: str
     ports: dict[str, int]
-    log_path: str
+    log_path: str  # removed by the watchdog once the master writes to it
+    log_fd: int  # this process's descriptor of that file, open until stop()
     grace: float
     status: int | None = None
     stopped: bool = False
+    stopping: bool = False  # stop() was called: an exit from now on is not a death
+    died: int | None = None  # the exit status, when it exited on its own during the run
 
     def log_tail(self, lines: int = 20) -> str:
         try:
-            text = Path(self.log_path).read_text(encoding="utf-8", errors="replace")
+            size = os.fstat(self.log_fd).st_size
+            start = max(size - LOG_TAIL_BYTES, 0)
+            text = os.pread(self.log_fd, size - start, start).decode("utf-8", "replace")
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-lines:])
@@ -103,6 +123,7 @@ class ManagedMaster:
 
         if self.stopped:
             return self.status
+        self.stopping = True
         stdin: IO[bytes] | None = self.watchdog.stdin
         if stdin is not None and not stdin.closed:
             stdin.close()
@@ -113,7 +134,7 @@ class ManagedMaster:
             code = self.watchdog.wait()
         if self.watchdog.stdout is not None:
             self.watchdog.stdout.close()
-        Path(self.log_path).unlink(missing_ok=True)
+        os.close(self.log_fd)
         self.status, self.stopped = code, True
         return code
 
@@ -179,6 +200,26 @@ def health(host: str, port: int) -> dict[str, Any] | None:
         return None
 
 
+def rpc_problem(host: str, port: int, timeout: float) -> str | None:
+    """None when a coro_rpc server answers at ``host:port`` within ``timeout``; else what
+    happened.  A request, not a connect: a process that accepts and never answers (a
+    hung master, a proxy with nothing behind it) passes a connect, and the store's setup
+    would then wait 30 s per RPC, 20 times."""
+    try:
+        with socket.create_connection((host.strip("[]"), port), timeout=timeout) as sock:
+            sock.sendall(RPC_PROBE)
+            answer = sock.recv(1)
+    except TimeoutError:
+        return f"it accepted the connection but did not answer an RPC within {timeout:g}s"
+    except OSError as exc:
+        return str(exc)
+    if not answer:
+        return "it closed the connection without answering an RPC"
+    if answer[0] != CORO_RPC_MAGIC:
+        return "it answered, but not as Mooncake's RPC (coro_rpc)"
+    return None
+
+
 def start_managed_master(ctx: StepContext, launched: ManagedMaster | None = None
                          ) -> ManagedMaster:
     """The master ready: ``launched`` (started by ``launch_mooncake_master``) or one
@@ -202,15 +243,14 @@ def spawn_master(ctx: StepContext) -> ManagedMaster:
     while len(set(ports.values())) < len(ports):
         ports = {name: free_port(host) for name in ports}
     grace = float(ctx.setting("mooncake.master_stop_grace_s"))
+    command = master_command(master_binary(), ports, host)  # may raise: before the log
     log_fd, log_path = tempfile.mkstemp(prefix="initorch-mooncake-master-", suffix=".log")
-    os.close(log_fd)
     watchdog = subprocess.Popen(
-        [sys.executable, "-I", str(WATCHDOG), str(grace), log_path, "--",
-         *master_command(master_binary(), ports, host)],
+        [sys.executable, "-I", str(WATCHDOG), str(grace), log_path, "--", *command],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     line = watchdog.stdout.readline().decode() if watchdog.stdout else ""
     pid = int(line.split()[1]) if line.startswith("pid ") else -1
-    master = ManagedMaster(watchdog, pid, host, ports, log_path, grace)
+    master = ManagedMaster(watchdog, pid, host, ports, log_path, log_fd, grace)
     ctx.log.info("mooncake_master_starting", pid=pid, host=host,
                  **{f"{k}_port": v for k, v in ports.items()})
     return master
@@ -224,7 +264,26 @@ def ready_master(ctx: StepContext, master: ManagedMaster) -> ManagedMaster:
         master.stop()
         raise
     warn_if_exposed(ctx, "mooncake_master", LOOPBACK, set(), pid=master.pid)
+    watch_master(ctx, master)
     return master
+
+
+def watch_master(ctx: StepContext, master: ManagedMaster) -> None:
+    """Say at once, as an error with its last log lines, when the master exits on its own
+    (its watchdog exits with its status, ``128+N`` for a signal): the store clients lose
+    it silently otherwise, and a server keeps serving without its store.  The death is
+    kept in ``master.died``, for the teardown to fail on."""
+    def wait() -> None:
+        code = master.watchdog.wait()
+        if master.stopping:
+            return
+        master.died = code
+        ctx.log.error("mooncake_master_died", pid=master.pid, status=code,
+                      log_tail=master.log_tail(),
+                      why="the store clients can no longer reach it; the run is broken")
+
+    threading.Thread(target=wait, name=f"initorch-watch-mooncake-master-{master.pid}",
+                     daemon=True).start()
 
 
 def wait_until_ready(ctx: StepContext, master: ManagedMaster) -> None:
@@ -239,7 +298,7 @@ def wait_until_ready(ctx: StepContext, master: ManagedMaster) -> None:
                         hint="read its log lines above; ports are picked anew on retry")
         answer = health(master.host, master.ports["metrics"])
         if answer and answer.get("service_ready") and \
-                can_connect(master.host, master.ports["rpc"], 1.0) is None:
+                rpc_problem(master.host, master.ports["rpc"], 1.0) is None:
             return
         time.sleep(0.1)
     raise StepError("the managed mooncake_master did not become ready within "
@@ -293,11 +352,12 @@ def given_master(ctx: StepContext, address: str) -> MasterEndpoint:
         raise StepError(f"mooncake.master: {exc}",
                         hint="write HOST:PORT ([v6]:PORT for IPv6), or local") from None
     timeout = float(ctx.setting("mooncake.master_connect_timeout_s"))
-    error = can_connect(host, port, timeout)
+    error = rpc_problem(host, port, timeout)
     if error is not None:
         raise StepError(f"cannot reach the Mooncake master at {address}: {error}",
                         hint="start mooncake_master there (or set mooncake.master: local on "
-                             "one machine), and check the address and the firewall")
+                             "one machine), and check the address, the firewall and that "
+                             "the port is the master's --rpc_port")
     return MasterEndpoint(host_port(host, port), None)
 
 
@@ -388,7 +448,15 @@ def stop_mooncake_master(ctx: StepContext, endpoint: MasterEndpoint) -> None:
 
 
 def stop_master(ctx: StepContext, master: ManagedMaster) -> None:
+    """Stop it; a master that died during the run fails the teardown, so that the run
+    does not look healthy in its report and log."""
+    died, tail = master.died, master.log_tail() if master.died is not None else ""
     code = master.stop()
+    if died is not None:
+        raise StepError(f"the managed mooncake_master (pid {master.pid}) died during the run "
+                        f"with status {died}", native_log=tail,
+                        hint="read its log lines (mooncake_master_died); a status of 137 "
+                             "is SIGKILL, often the OOM killer")
     ctx.log.info("mooncake_master_stopped", pid=master.pid, status=code)
 
 

@@ -41,7 +41,7 @@ from initorch.steps.mooncake_env import (
     read_reuse_engine,
 )
 from initorch.steps.mooncake_master import MasterEndpoint
-from initorch.steps.network import split_host_port
+from initorch.steps.network import is_ipv6, split_host_port
 from initorch.steps.settings import (
     HICACHE_ENABLED,
     MOONCAKE_ENABLED,
@@ -64,6 +64,15 @@ CHECKED_STORE_BACKEND = "cpp"
 WARMUP_BYTES = 4 * 1024  # what SGLang's MooncakeStore.warmup puts
 WARMUP_ATTEMPTS = 10  # SGLang 0.5.23 mooncake_store.py:726 max_retries
 WARMUP_DELAY_S = 1.0  # mooncake_store.py:727 retry_delay
+# The step's default timeout.  A setup normally takes well under a second, and the warm-up
+# at most WARMUP_ATTEMPTS s; a master that stops answering after the readiness probe held
+# setup for about 10 minutes (Mooncake: 30 s per RPC, 20 retries).  A profile's
+# ``steps: init_mooncake_store: {timeout: N}`` changes it (a slow RDMA registration).
+STORE_TIMEOUT_S = 120.0
+
+# Mooncake 0.3.13's socket handshake resolves a peer as IPv4 unless this is set
+# (transfer_metadata_plugin.cpp:1099 "failed to get IP address of peer server").
+USE_IPV6_VARIABLE = "MC_USE_IPV6"
 
 STORE_HOSTNAME = setting(
     "mooncake.store.hostname", str, default="auto", pattern=r"\S+",
@@ -168,6 +177,22 @@ def metadata_server(ctx: StepContext, master: MasterEndpoint) -> str:
     return master.metadata_url
 
 
+def check_ipv6_handshake(ctx: StepContext, host: str, metadata: str) -> None:
+    """Refuse, before setup, an IPv6 store client that peers reach by P2P handshake without
+    ``MC_USE_IPV6``: its puts would fail with -800 whenever they land in another rank's
+    segment, so a start-up would pass or fail by chance (where the master places them)."""
+    if ctx.rank.world_size == 1 or metadata != "P2PHANDSHAKE" or not is_ipv6(host) \
+            or os.environ.get(USE_IPV6_VARIABLE):
+        return
+    raise StepError(f"the store client's address {host} is IPv6, and Mooncake's P2P "
+                    f"handshake resolves peers as IPv4 unless {USE_IPV6_VARIABLE} is set: "
+                    "every put into another rank's segment would fail ('failed to get IP "
+                    "address of peer server', ret=-800)",
+                    hint=f"set {USE_IPV6_VARIABLE}: \"1\" in the profile's env: (or the "
+                         "environment of every rank), or give mooncake.store.hostname an "
+                         "IPv4 address")
+
+
 def warm_up(store: Any, sleep: Callable[[float], None] = time.sleep) -> None:
     """SGLang's warm-up (``mooncake_store.py:721-745``): put 4 KiB, up to
     ``WARMUP_ATTEMPTS`` times ``WARMUP_DELAY_S`` apart (the engine may still be
@@ -199,6 +224,7 @@ def warm_up(store: Any, sleep: Callable[[float], None] = time.sleep) -> None:
     wants=["init_shared_mooncake_transfer_engine"],
     reads=["mooncake_master", "init_shared_mooncake_transfer_engine"],
     device_bound=True,
+    timeout=STORE_TIMEOUT_S,
     when="hicache.enabled and mooncake.enabled and hicache.storage_backend == 'mooncake'",
     settings=(HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND, MOONCAKE_PROTOCOL,
               STORE_DEVICE_NAME, STORE_HOSTNAME, STORE_METADATA_SERVER, GLOBAL_SEGMENT_MB,
@@ -214,6 +240,7 @@ def init_mooncake_store(ctx: StepContext) -> StoreClient:
     master_host, _ = split_host_port(master.address)
     hostname = shared.session_id if shared else \
         local_host(str(ctx.setting("mooncake.store.hostname")), master_host)
+    check_ipv6_handshake(ctx, split_host_port(hostname)[0] if shared else hostname, metadata)
     segment = int(ctx.setting("mooncake.store.global_segment_mb")) * 2**20 // ctx.rank.world_size
     local_buffer = int(ctx.setting("mooncake.store.local_buffer_mb")) * 2**20
     store = store_type()

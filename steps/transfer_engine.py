@@ -155,12 +155,40 @@ def import_transfer_engine() -> Any:
     return TransferEngine
 
 
+def malformed_metadata_server(value: str) -> tuple[str, str] | None:
+    """What is wrong with a metadata server Mooncake would misread, and the fix; None when
+    it reads as meant.  Mooncake compares ``P2PHANDSHAKE`` case-sensitively and takes any
+    value without ``://`` as etcd endpoints (``parseConnectionString``,
+    ``transfer_metadata_plugin.cpp:525-543``, 0.3.13), so ``p2phandshake`` or
+    ``etcd:/host`` would become an etcd client that never connects, and the engine fails
+    15 s later with an unrelated RDMA diagnosis."""
+    if value != "P2PHANDSHAKE" and value.upper() == "P2PHANDSHAKE":
+        return ("is not Mooncake's literal: it compares P2PHANDSHAKE case-sensitively and "
+                "would take this value as an etcd host", "did you mean 'P2PHANDSHAKE'?")
+    if "://" in value:
+        return None
+    scheme, colon, rest = value.partition(":")
+    if colon and scheme.lower() in METADATA_SCHEMES and not rest[:1].isdigit():
+        return (f"has no '://' after {scheme}:, so Mooncake would take all of it as an "
+                "etcd host:port", f"did you mean '{scheme.lower()}://{rest.lstrip('/')}'?")
+    if "/" in value:
+        return ("has a path but no scheme, so Mooncake would take all of it as an etcd "
+                "host:port",
+                "write host:port for etcd, or a URL: etcd://HOST:PORT, "
+                "http://HOST:PORT/metadata")
+    return None
+
+
 def check_metadata_plugin(ctx: PreviewContext, name: str) -> list[str]:
     """Refuse a metadata server whose plugin the installed Mooncake lacks: Mooncake would
     abort the whole process at engine init (``transfer_metadata_plugin.cpp:592``
     LOG(FATAL)), after torch and the other ranks started.  The build is read from the
     installed binaries (no import), only when a plugin is needed at all."""
     value = str(ctx.setting(name))
+    malformed = malformed_metadata_server(value)
+    if malformed is not None:
+        problem, hint = malformed
+        ctx.reject(f"{name} {value!r} {problem}", setting=name, hint=hint)
     scheme = metadata_scheme(value)
     if scheme is None:
         return []

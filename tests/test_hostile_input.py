@@ -147,6 +147,32 @@ def test_a_metadata_server_mooncake_would_abort_on_is_refused_at_plan_time(run_c
                              "'bogus://127.0.0.1:1'", located=False)
 
 
+# Mooncake takes a value without "://" as etcd endpoints and compares P2PHANDSHAKE
+# case-sensitively: these became an etcd client that never connects, and a diagnosis about
+# RDMA devices 15 s later (issue 19).
+@pytest.mark.parametrize(("value", "problem", "suggestion"), [
+    ("etcd:/host", "has no '://' after etcd:", "did you mean 'etcd://host'?"),
+    ("http:/m:8080/metadata", "has no '://' after http:", "'http://m:8080/metadata'"),
+    ("p2phandshake", "is not Mooncake's literal", "did you mean 'P2PHANDSHAKE'?"),
+    ("m:8080/metadata", "has a path but no scheme", "http://HOST:PORT/metadata"),
+])
+def test_a_malformed_metadata_server_is_refused_at_its_profile_line(run_cli, tmp_path, value,
+                                                                    problem, suggestion):
+    path = write(tmp_path, "p.yaml",
+                 f"extends: cpu\nconfig:\n  mooncake:\n    metadata_server: '{value}'\n")
+    code, out, err = run_cli("plan", "-p", str(path))
+    assert (code, out) == (EXIT_INVALID_INPUT, ""), err
+    assert_single_error_line(err, f"{path}:4:22: ", f"mooncake.metadata_server {value!r} "
+                             f"{problem}", suggestion)
+
+
+@pytest.mark.parametrize("key", ["mooncake.metadata_server", "mooncake.store.metadata_server"])
+def test_a_lower_case_p2phandshake_is_refused_on_the_command_line(run_cli, key):
+    code, out, err = run_cli("plan", "-p", "cpu", "--set", f"{key}=p2phandshake")
+    assert (code, out) == (EXIT_INVALID_INPUT, "")
+    assert_single_error_line(err, key, "did you mean 'P2PHANDSHAKE'?", located=False)
+
+
 # redis:// is Mooncake's too, but no published wheel has its plugin: refused at plan time
 # (issue 18; tests/test_mooncake_build.py reads the wheels).
 @pytest.mark.parametrize("value", ["P2PHANDSHAKE", "etcd://h:2379", "h:2379",

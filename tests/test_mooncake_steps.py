@@ -16,13 +16,14 @@ from initorch.steps import host_pool
 from initorch.steps.engine_hostname import choose_ascend_build
 from initorch.steps.kv_layout import LAYOUTS, KvGeometry, resolve_layout
 from initorch.steps.mooncake_build import MooncakeBuild, installed_build, scan_binary
+from initorch.steps.mooncake_master import CORO_RPC_MAGIC, rpc_problem
 from initorch.steps.network import (
-    can_connect,
     host_port,
     local_address_towards,
     split_host_port,
 )
 from initorch.steps.transports import installed_transports, transport_mismatch
+from tests.helpers_sockets import silent_server
 
 # -- network -------------------------------------------------------------------------------
 
@@ -74,12 +75,27 @@ def test_an_unresolvable_peer_is_a_step_error(monkeypatch: pytest.MonkeyPatch) -
     assert local_host("10.1.2.3", "no-such-host.invalid") == "10.1.2.3"
 
 
-def test_can_connect_reports_the_refusal() -> None:
+def test_the_master_probe_reports_the_refusal() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    error = can_connect("127.0.0.1", port, 1.0)
-    assert isinstance(error, ConnectionRefusedError)
+    assert "Connection refused" in str(rpc_problem("127.0.0.1", port, 1.0))
+
+
+def test_the_master_probe_refuses_a_server_that_accepts_and_never_answers() -> None:
+    # A bare connect passed it, and the store's setup then waited 30 s x 20 (issue 19).
+    with silent_server() as port:
+        assert rpc_problem("127.0.0.1", port, 0.5) == \
+            "it accepted the connection but did not answer an RPC within 0.5s"
+
+
+@pytest.mark.parametrize(("answer", "problem"), [
+    (b"HTTP/1.1 400 Bad Request\r\n\r\n", "it answered, but not as Mooncake's RPC (coro_rpc)"),
+    (bytes([CORO_RPC_MAGIC]) + bytes(15), None),
+])
+def test_the_master_probe_wants_a_coro_rpc_answer(answer: bytes, problem: str | None) -> None:
+    with silent_server((answer,)) as port:
+        assert rpc_problem("127.0.0.1", port, 5.0) == problem
 
 
 # -- layouts ---------------------------------------------------------------------------------

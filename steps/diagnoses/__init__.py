@@ -52,6 +52,7 @@ BUILTIN_DIAGNOSES: tuple[Diagnosis, ...] = (
     mooncake.TRANSPORT_MISMATCH,
     mooncake.ENGINE_INIT_DEADLINE,
     mooncake.ENGINE_INIT_FAILED,
+    mooncake.IPV6_PEER_UNRESOLVED,
     mooncake.MASTER_UNREACHABLE,
     mooncake.STORE_SETUP_FAILED,
     mooncake.STORE_REGISTER_FAILED,

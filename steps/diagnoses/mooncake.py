@@ -263,6 +263,27 @@ MASTER_UNREACHABLE = Diagnosis(
     pattern=r"\bcannot reach the Mooncake master at\b|\bFailed to create client after \d+ retries",
 )
 
+# transfer_metadata_plugin.cpp:1099 (0.3.13): the socket handshake resolves a peer's host
+# as IPv4 unless MC_USE_IPV6 is set (the variable is in engine.so and store.so; two ranks on
+# [::1] with MC_USE_IPV6=1 move their warm-up bytes here).
+IPV6_PEER_UNRESOLVED = Diagnosis(
+    id="mooncake-ipv6-peer-unresolved",
+    title="Mooncake's P2P handshake could not resolve an IPv6 peer",
+    cause=(
+        "A store client or engine has an IPv6 address ([::1], or the address towards an "
+        "IPv6 rendezvous), and Mooncake's socket handshake resolves peers as IPv4 unless "
+        "MC_USE_IPV6 is set, so it cannot open the peer's segment: puts and gets then fail "
+        "(-800, TRANSFER_FAIL)."
+    ),
+    remedy=(
+        "Set MC_USE_IPV6=1 for every rank (in the profile's env:, or the environment), or "
+        "give Mooncake IPv4 addresses (mooncake.hostname, mooncake.store.hostname, "
+        "MASTER_ADDR)."
+    ),
+    prevention="Put MC_USE_IPV6: \"1\" in the env: of the profile used on IPv6 networks.",
+    pattern=r"\bSocketHandShakePlugin: failed to get IP address of peer server\b",
+)
+
 STORE_SETUP_FAILED = Diagnosis(
     id="mooncake-store-setup-failed",
     title="MooncakeDistributedStore.setup returned an error",
