@@ -325,10 +325,10 @@ def _conclude_for_people(report: RunReport, interrupted: RunInterrupted | None, 
     if interrupted is not None:
         sys.stderr.write(f"initorch: {interrupted}; completed steps were torn down\n")
         return interrupted.exit_code
-    if report.ok and not report.peers_lost:
+    if report.ok and not report.peers_lost and not report.teardown_failed:
         return EXIT_OK
     if report.ok:
-        sys.stderr.write(peer_lost_line(report) + "\n")
+        sys.stderr.write(unclean_line(report) + "\n")
         return EXIT_STEP_FAILED
     if debug:
         for outcome in report.failed:
@@ -345,11 +345,12 @@ def _conclude_in_json(run: Run, interrupted: RunInterrupted | None) -> int:
         run.log.warning("run_interrupted", signal=signal.Signals(interrupted.signum).name,
                         exit_code=interrupted.exit_code)
         return interrupted.exit_code
-    if report.ok and not report.peers_lost:
+    if report.ok and not report.peers_lost and not report.teardown_failed:
         return EXIT_OK
     if report.ok:
         run.log.error("run_failed", step=None, lost_ranks=sorted(report.peers_lost),
-                      text=peer_lost_line(report))
+                      teardown_failed=[entry.step for entry in report.teardown_failed],
+                      text=unclean_line(report))
         return EXIT_STEP_FAILED
     run.log.error("run_failed", step=report.failed[0].name, text=failure_line(report))
     return failed_exit_code(report)
@@ -400,12 +401,18 @@ def failure_line(report: RunReport) -> str:
             "(no known diagnosis)")
 
 
-def peer_lost_line(report: RunReport) -> str:
-    """The last line of a run whose steps all succeeded while a peer was lost: the job
-    is not started, whatever this rank did, so it must not end as a success."""
-    first = min(report.peers_lost)
-    return (f"initorch: error: rank {report.rank}: {report.peers_lost[first]}; every step "
-            "of this rank succeeded, but the job is incomplete without it")
+def unclean_line(report: RunReport) -> str:
+    """The last line of a run whose steps all succeeded but that must not end as a
+    success: a peer was lost (the job is not started, whatever this rank did), or a
+    teardown failed (something it started did not end as it should: a managed master
+    that died during the run)."""
+    if report.peers_lost:
+        first = min(report.peers_lost)
+        return (f"initorch: error: rank {report.rank}: {report.peers_lost[first]}; every "
+                "step of this rank succeeded, but the job is incomplete without it")
+    broken = report.teardown_failed[0]
+    return (f"initorch: error: rank {report.rank}: the teardown of step '{broken.step}' "
+            f"failed: {broken.error}; every step succeeded, but the run did not end clean")
 
 
 def failed_exit_code(report: RunReport) -> int:

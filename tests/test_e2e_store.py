@@ -138,6 +138,38 @@ def test_a_managed_master_that_dies_mid_run_is_named_at_once_and_fails_its_teard
     assert not list(tmp_path.glob("initorch-mooncake-master-*.log"))
 
 
+KILLER_PLUGIN = """
+import os, signal, time
+from initorch import step
+
+@step("kill_the_master", description="SIGKILL the managed master, as the OOM killer would",
+      requires=["mooncake_master"], reads=["mooncake_master"])
+def kill_the_master(ctx):
+    managed = ctx.output("mooncake_master").managed
+    os.kill(managed.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while managed.died is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+def register(registry):
+    registry.steps.add(kill_the_master)
+"""
+
+
+def test_a_run_whose_master_died_does_not_end_as_a_success(tmp_path: Path) -> None:
+    (tmp_path / "killer.py").write_text(KILLER_PLUGIN, encoding="utf-8")
+    profile = tmp_path / "killed.yaml"
+    profile.write_text("extends: cpu\nsteps:\n  kill_the_master: {}\n", encoding="utf-8")
+    result = initorch_command("run", "-p", str(profile), "--plugin", "killer",
+                              env={"PYTHONPATH": str(tmp_path), "TMPDIR": str(tmp_path)})
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "run: TEARDOWN FAILED (mooncake_master; every step succeeded)" in result.stdout
+    last = result.stderr.rstrip().splitlines()[-1]
+    assert last.startswith("initorch: error: rank 0: the teardown of step 'mooncake_master' "
+                           "failed: StepError: the managed mooncake_master (pid "), last
+    assert last.endswith("died during the run with status 137; every step succeeded, but "
+                         "the run did not end clean"), last
+
 
 # -- the shared engine reused where SGLang reuses it ----------------------------------------
 

@@ -128,6 +128,9 @@ def run_summary_text(report: RunReport) -> str:
         if report.ok and report.peers_lost:
             lost = ",".join(str(rank) for rank in sorted(report.peers_lost))
             state = f"PEER LOST (rank {lost}; every step here succeeded)"
+        elif report.ok and report.teardown_failed:
+            broken = ", ".join(entry.step for entry in report.teardown_failed)
+            state = f"TEARDOWN FAILED ({broken}; every step succeeded)"
     if report.teardown_time is None:
         took = f"{report.wall_time:.3f}s (start-up; not torn down yet)"
     else:

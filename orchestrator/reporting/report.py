@@ -138,6 +138,11 @@ class RunReport:
         return not self.failed
 
     @property
+    def teardown_failed(self) -> list[TeardownOutcome]:
+        """The teardowns that failed (a managed master that died during the run, say)."""
+        return [entry for entry in self.teardown if entry.status == "failed"]
+
+    @property
     def total_time(self) -> float:
         """Start-up plus teardown: what the run cost, without the time a server served
         between the two."""
