@@ -245,9 +245,13 @@ def spawn_master(ctx: StepContext) -> ManagedMaster:
     grace = float(ctx.setting("mooncake.master_stop_grace_s"))
     command = master_command(master_binary(), ports, host)  # may raise: before the log
     log_fd, log_path = tempfile.mkstemp(prefix="initorch-mooncake-master-", suffix=".log")
+    # A session of its own: a signal sent to this rank's process group (torchrun ending
+    # its workers, a terminal's ^C) must not stop the master before the store clients
+    # have closed; the rank's teardown stops it in order, and its watchdog when the rank
+    # dies however it dies.
     watchdog = subprocess.Popen(
         [sys.executable, "-I", str(WATCHDOG), str(grace), log_path, "--", *command],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
     line = watchdog.stdout.readline().decode() if watchdog.stdout else ""
     pid = int(line.split()[1]) if line.startswith("pid ") else -1
     master = ManagedMaster(watchdog, pid, host, ports, log_path, log_fd, grace)

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,22 @@ def reference_tokens(weights: Path, prompt: str, count: int) -> list[int]:
     return model.generate(list(prompt.encode()), count, pool)
 
 
-def test_tiny_server_starts_answers_and_shuts_down_cleanly(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def two_ranks(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    """The tiny server under torchrun, two ranks, JSON logs; and its ready file.  In its
+    own session, which goes whole when the block leaves it running (torchrun's ranks
+    hold the pipes, so killing torchrun alone would leave communicate() waiting)."""
+    proc, ready = _launch(tmp_path)
+    try:
+        yield proc, ready
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+
+
+def _launch(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
     weights = generate_weights(tmp_path / "model.safetensors")
     ready = tmp_path / "ready.json"
     command = [str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node=2",
@@ -54,11 +70,12 @@ def test_tiny_server_starts_answers_and_shuts_down_cleanly(tmp_path: Path) -> No
                "--log-format", "json"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, [str(EXAMPLES), os.environ.get("PYTHONPATH")]))}
-    # Its own session: on a failure the whole group goes (torchrun's ranks hold the
-    # pipes, so killing torchrun alone would leave communicate() waiting for good).
-    proc = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
-    try:
+    return subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True), ready
+
+
+def test_tiny_server_starts_answers_and_shuts_down_cleanly(tmp_path: Path) -> None:
+    with two_ranks(tmp_path) as (proc, ready):
         info = wait_ready(proc, ready, START_TIMEOUT)
         url = info["url"]
         assert url.startswith("http://127.0.0.1:")
@@ -67,7 +84,7 @@ def test_tiny_server_starts_answers_and_shuts_down_cleanly(tmp_path: Path) -> No
         assert status == 200, answer
         assert answer["ranks"] == 2 and answer["ranks_agree"] is True
         assert answer["tokens_by_rank"][0] == answer["tokens_by_rank"][1] == answer["tokens"]
-        assert answer["tokens"] == reference_tokens(weights, "hello", 8)
+        assert answer["tokens"] == reference_tokens(tmp_path / "model.safetensors", "hello", 8)
 
         status, refused = post(f"{url}/generate", {"prompt": "", "max_new_tokens": 8})
         assert status == 400 and "prompt" in refused["error"]
@@ -84,11 +101,6 @@ def test_tiny_server_starts_answers_and_shuts_down_cleanly(tmp_path: Path) -> No
         status, stopping = post(f"{url}/shutdown", {})
         assert status == 200 and stopping == {"stopping": True, "ranks": 2}
         _out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
     assert proc.returncode == 0, err[-6000:]
     events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     served = [e for e in events if e["event"] == "request_served"]
@@ -131,25 +143,10 @@ def test_on_sigterm_the_masters_owner_tears_down_within_torchruns_30s(tmp_path: 
     # client until torchrun SIGKILLed it mid-teardown. (Rank 1 waits inside the gloo
     # broadcast for a command that never comes, where its handler cannot run: the
     # watchdog ends it without a teardown, 3 s on; a known limit of the example.)
-    weights = generate_weights(tmp_path / "model.safetensors")
-    ready = tmp_path / "ready.json"
-    command = [str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node=2",
-               f"--master-port={free_port()}", "-m", "tiny_server.launch",
-               "--set", f"model.path={weights}", "--ready-file", str(ready),
-               "--log-format", "json"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(EXAMPLES), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
-    try:
+    with two_ranks(tmp_path) as (proc, ready):
         info = wait_ready(proc, ready, START_TIMEOUT)
         os.kill(proc.pid, signal.SIGTERM)  # as a supervisor stops torchrun
         _out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
     events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     # Rank 0 concluded itself: torchrun's SIGKILL would have left no such line.
     assert "tiny-server: interrupted by SIGTERM; the start-up was torn down" in err, \
