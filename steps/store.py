@@ -240,7 +240,8 @@ def init_mooncake_store(ctx: StepContext) -> StoreClient:
     master_host, _ = split_host_port(master.address)
     hostname = shared.session_id if shared else \
         local_host(str(ctx.setting("mooncake.store.hostname")), master_host)
-    check_ipv6_handshake(ctx, split_host_port(hostname)[0] if shared else hostname, metadata)
+    host = split_host_port(hostname)[0] if shared else hostname
+    check_ipv6_handshake(ctx, host, metadata)
     segment = int(ctx.setting("mooncake.store.global_segment_mb")) * 2**20 // ctx.rank.world_size
     local_buffer = int(ctx.setting("mooncake.store.local_buffer_mb")) * 2**20
     store = store_type()
@@ -251,8 +252,7 @@ def init_mooncake_store(ctx: StepContext) -> StoreClient:
     if rc != 0:
         raise StepError(f"Failed to setup Mooncake store, error code: {rc}",
                         native_log=native.error_lines())
-    warn_if_exposed(ctx, "store client",
-                    split_host_port(hostname)[0] if shared else hostname, before)
+    warn_if_exposed(ctx, "store client", host, before)
     note_expected_errors(ctx.log, "store client", native.text)
     client = StoreClient(store, hostname, protocol, shared is not None)
     try:

@@ -71,8 +71,12 @@ def transport_mismatch(expected: str, installed: list[str]) -> str | None:
 
 
 # Lines Mooncake logs at ERROR during a call that then succeeds, with why they are
-# harmless there.  Measured: every successful initialize of the 0.3.13.post1 wheels
-# here logs the first, once per engine (the shared one and the store's own).
+# harmless there.  Measured: every successful initialize of the
+# mooncake-transfer-engine-non-cuda 0.3.13.post1 wheel here logs the first, as
+# "transfer_metadata.cpp:1098] Local segment descriptor not found", once per engine (the
+# shared one and the store's own; tests/test_e2e_cpu.py asserts it on the real wheel).
+# Upstream it is LOG(ERROR) in TransferMetadata's lookups of LOCAL_SEGMENT_ID
+# (mooncake-transfer-engine/src/transfer_metadata.cpp, v0.3.12.post1:970 and 991).
 EXPECTED_ERROR_LINES: tuple[tuple[str, str], ...] = (
     ("Local segment descriptor not found",
      "transfer_metadata.cpp looks up this process's own segment before initialize has "

@@ -99,7 +99,8 @@ class Condition:
         if isinstance(tree, ast.BoolOp) and isinstance(tree.op, ast.And):
             for operand in tree.values:
                 if not self._eval(operand, settings):
-                    names |= _names_in(operand)
+                    # parsed already, so this only collects the names it reads
+                    _validate(operand, self.source, self.location, names)
         return self.describe(settings, None, names or None)
 
     def _eval(self, node: ast.expr, settings: Mapping[str, Any]) -> Any:
@@ -126,15 +127,6 @@ class Condition:
         if name in _LITERAL_NAMES:
             return _LITERAL_NAMES[name]
         return settings[name]
-
-
-def _names_in(node: ast.expr) -> set[str]:
-    """The settings a sub-expression reads."""
-    found = {_dotted_name(child) for child in ast.walk(node)
-             if isinstance(child, (ast.Name, ast.Attribute))}
-    return {name for name in found if name is not None and name not in _LITERAL_NAMES
-            and not any(other != name and other.startswith(name + ".")
-                        for other in found if other)}
 
 
 def _is_number(node: ast.expr) -> bool:
