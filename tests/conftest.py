@@ -21,7 +21,7 @@ from initorch.model.step import StepDefinition
 from initorch.resolution.plan import Plan
 
 REPO = Path(__file__).resolve().parent.parent
-SIMULATED_SITE = REPO / "tests" / "simulated" / "site"
+SIMULATED_SITE = REPO / "tests" / "support" / "simulated" / "site"
 
 
 @pytest.fixture(scope="session")

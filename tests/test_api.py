@@ -21,8 +21,8 @@ from initorch import (
 )
 from initorch.errors import EXIT_INVALID_INPUT
 from tests.conftest import define, run_python
-from tests.helpers_foundation import write
-from tests.helpers_run import TeardownLog, with_teardown
+from tests.support.profiles import write
+from tests.support.runs import TeardownLog, with_teardown
 
 
 def quietly_planned(*args, **kwargs):
@@ -234,7 +234,7 @@ except RunInterrupted as stop:
 ], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_while_serving_tears_down_then_sigint_is_a_keyboard_interrupt(
         tmp_path, signum, caught):
-    from tests.helpers_run import finish, spawn_python
+    from tests.support.runs import finish, spawn_python
 
     _, profile = synthetic(tmp_path, define("engine"))
     proc = spawn_python(SERVING.format(profile=profile))

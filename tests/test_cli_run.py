@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import initorch_command, run_python
-from tests.helpers_run import json_lines
+from tests.support.runs import json_lines
 
 NO_MOONCAKE = ("--profile", "cpu", "--set", "mooncake.enabled=false")
 CPU_STEPS = ["import_backend", "rendezvous", "set_device", "alloc_host_mem_pool",
@@ -274,7 +274,7 @@ BLOCKING_PROFILE = "device: {type: cpu}\nsteps:\n  first: {}\n  hang: {}\n  afte
 
 @pytest.mark.parametrize("log_format", ["console", "json"])
 def test_an_interrupted_run_still_prints_its_table(tmp_path: Path, log_format: str):
-    from tests.helpers_run import finish, spawn_python
+    from tests.support.runs import finish, spawn_python
 
     profile = tmp_path / "blocking.yaml"
     profile.write_text(BLOCKING_PROFILE, encoding="utf-8")
@@ -308,7 +308,7 @@ def test_an_interrupted_step_keeps_its_duration_in_the_table_report_trace_and_ch
         tmp_path: Path):
     import time
 
-    from tests.helpers_run import finish, spawn_python
+    from tests.support.runs import finish, spawn_python
 
     profile, report, trace = (tmp_path / name for name in ("blocking.yaml", "run.json",
                                                            "trace.json"))
@@ -373,7 +373,7 @@ def test_a_signal_while_planning_ends_run_like_one_during_the_run(
     import subprocess
     import sys
 
-    from tests.helpers_run import finish
+    from tests.support.runs import finish
 
     (tmp_path / "stalling_plugin.py").write_text(
         STALLING_PLUGIN.format(while_loading=stage == "LOADING"), encoding="utf-8")

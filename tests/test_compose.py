@@ -10,7 +10,7 @@ from initorch import ComposedProfile, ConflictError, ProfileError, compose, load
 from initorch.loading.catalog import ProfileCatalog, is_path_reference
 from initorch.loading.compose import parse_assignment
 from initorch.location import COMMAND_LINE
-from tests.helpers_foundation import BUILTIN_PROFILES, catalog_in, write
+from tests.support.profiles import BUILTIN_PROFILES, catalog_in, write
 
 
 def compose_files(tmp_path: Path, files: dict[str, str], refs: list[str],

@@ -1,7 +1,7 @@
 """Hardware detection: ``initorch detect``, ``--profile auto`` and no ``--profile`` at all.
 
 On this machine the CPU is chosen and every other candidate is rejected with a reason;
-with the simulated Ascend stack (``tests/simulated/``) and a simulated host root that
+with the simulated Ascend stack (``tests/support/simulated/``) and a simulated host root that
 also has an NVIDIA driver, npu is chosen over cuda, because npu is probed first.
 """
 

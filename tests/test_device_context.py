@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from initorch import RankInfo, StepContext
 from initorch.execution.run import Run
 from tests.conftest import define
-from tests.helpers_run import EXECUTORS, WAIT, Dag, dags, load_acl, plan_of
+from tests.support.runs import EXECUTORS, WAIT, Dag, dags, load_acl, plan_of
 
 acl = load_acl()
 

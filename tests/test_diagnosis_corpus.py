@@ -1,4 +1,4 @@
-"""The built-in diagnoses against what the real stacks print (tests/diagnosis_corpus.py).
+"""The built-in diagnoses against what the real stacks print (tests/support/diagnosis_corpus.py).
 
 Five promises: every sample maps to its entry through the whole book (first match
 wins); every entry has a sample from upstream unless it only diagnoses initorch's
@@ -25,7 +25,7 @@ import pytest
 from initorch import StepError
 from initorch.reporting.diagnosis import Diagnosis, DiagnosisBook
 from initorch.steps.diagnoses import BUILTIN_DIAGNOSES
-from tests.diagnosis_corpus import (
+from tests.support.diagnosis_corpus import (
     CORPUS,
     InInitorch,
     InMooncakeSource,
@@ -38,7 +38,7 @@ from tests.diagnosis_corpus import (
     Sample,
     Unverifiable,
 )
-from tests.wheels import REPO, wheel
+from tests.support.wheels import REPO, wheel
 
 # Failures initorch detects itself; no other stack prints them.
 INITORCH_ONLY = {"mooncake-transport-mismatch"}

@@ -14,7 +14,7 @@ import os
 import pytest
 
 from tests.conftest import initorch_command, run_python
-from tests.helpers_foundation import VENDOR_MODULES, make_blockers
+from tests.support.profiles import VENDOR_MODULES, make_blockers
 
 
 @pytest.fixture(scope="module")

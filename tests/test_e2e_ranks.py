@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from tests.conftest import initorch_command
-from tests.helpers_ranks import clean_env, free_port, spawn, wait_all, wait_for_line
+from tests.support.ranks import clean_env, free_port, spawn, wait_all, wait_for_line
 
 pytestmark = pytest.mark.e2e
 
@@ -102,7 +102,7 @@ def start_and_kill(killed: int) -> list:
     """Three plain processes; rank ``killed`` lingers before the process group and is
     killed there (SIGKILL) once the other two wait for it at that step's barrier."""
     procs = plain_ranks(3, lambda rank: (
-        *NO_MOONCAKE, *NO_COLLECTIVE_TIMEOUT, "--plugin", "tests.job_plugin",
+        *NO_MOONCAKE, *NO_COLLECTIVE_TIMEOUT, "--plugin", "tests.support.job_plugin",
         "--set", f"test.linger_rank={killed}", "--set", "test.linger_s=3600",
         "--set", "distributed.peer_timeout_s=3"))
     wait_for_line(procs[killed], '"event": "lingering"')
@@ -147,7 +147,7 @@ def test_a_rank_that_dies_entering_the_process_group_stops_the_survivor_at_once(
     # collective timeout: an hour here) for a rank 1 that died entering it; its
     # heartbeat stops, and rank 0 stops once that is known, naming it.
     procs = plain_ranks(2, lambda rank: (
-        *NO_MOONCAKE, *NO_COLLECTIVE_TIMEOUT, "--plugin", "tests.job_plugin",
+        *NO_MOONCAKE, *NO_COLLECTIVE_TIMEOUT, "--plugin", "tests.support.job_plugin",
         "--set", "test.die_rank=1", "--set", "distributed.peer_timeout_s=3"))
     survivor, dead = wait_all(procs)
     assert dead.returncode == -signal.SIGKILL
@@ -166,7 +166,7 @@ def test_a_survivor_whose_steps_all_succeeded_does_not_claim_the_jobs_success():
     # client once rank 1 is known lost, and the run ends with exit 1 naming rank 1.
     procs = plain_ranks(2, lambda rank: (
         "run", "--profile", "cpu", "--log-format", "json", *NO_COLLECTIVE_TIMEOUT,
-        "--plugin", "tests.job_plugin", "--set", "test.die_rank=1",
+        "--plugin", "tests.support.job_plugin", "--set", "test.die_rank=1",
         "--set", "test.die_at=store", "--set", "distributed.peer_timeout_s=3"))
     survivor, dead = wait_all(procs)
     assert dead.returncode == -signal.SIGKILL

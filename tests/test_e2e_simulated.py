@@ -1,6 +1,6 @@
 """Regressions for the two seed bugs, on the simulated Ascend and MUSA stacks.
 
-The simulations (tests/simulated) keep a per-thread device context and fail
+The simulations (tests/support/simulated) keep a per-thread device context and fail
 exactly as the real stacks do.  For each bug: the old behaviour reproduces the
 failure and the diagnosis names it; the shipped profile passes.
 """

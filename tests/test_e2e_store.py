@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import initorch_command, run_python
-from tests.helpers_ranks import Ended, clean_env, spawn, wait_all
-from tests.helpers_sockets import silent_server
+from tests.support.ranks import Ended, clean_env, spawn, wait_all
+from tests.support.sockets import silent_server
 
 pytestmark = pytest.mark.e2e
 

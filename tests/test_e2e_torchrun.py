@@ -106,12 +106,12 @@ def torchrun_with_a_dying_rank(tmp_path: Path, *die: str) -> list[dict]:
     is still there. Returns rank 0's JSON events."""
     import subprocess
 
-    from tests.helpers_ranks import clean_env
+    from tests.support.ranks import clean_env
 
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
          f"--master-port={free_port()}", "-m", "initorch", "run", "-p", "cpu",
-         "--plugin", "tests.job_plugin", "--set", "test.die_rank=1",
+         "--plugin", "tests.support.job_plugin", "--set", "test.die_rank=1",
          *(arg for setting in die for arg in ("--set", setting)), "--log-format", "json"],
         capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
         env=clean_env())

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.helpers_ranks import BIN, clean_env, wait_all
+from tests.support.ranks import BIN, clean_env, wait_all
 
 pytestmark = pytest.mark.e2e
 
@@ -99,7 +99,7 @@ def test_a_job_on_two_hosts_works_across_their_addresses(two_hosts):
             [*host.prefix, str(BIN / "torchrun"), "--nnodes", "2", "--node-rank", str(node),
              "--nproc-per-node", "1", "--master-addr", host_a.address,
              "--master-port", str(MASTER_PORT), "--no-python", str(BIN / "initorch"), "run",
-             "--profile", "cpu", "--plugin", "tests.job_plugin",
+             "--profile", "cpu", "--plugin", "tests.support.job_plugin",
              "--set", "checks.verify_transfer=true", "--set", "hicache.host_pool_mb=4",
              "--log-format", "json"],
             env=clean_env(), cwd=str(BIN.parent.parent), text=True,

@@ -17,7 +17,7 @@ from initorch.execution.executors import (
 )
 from initorch.execution.run import Run
 from tests.conftest import FLAGS_ENABLED, define
-from tests.helpers_run import EXECUTORS, WAIT, Dag, Recorder, dags, plan_of
+from tests.support.runs import EXECUTORS, WAIT, Dag, Recorder, dags, plan_of
 
 PROPERTY = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])

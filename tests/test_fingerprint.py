@@ -34,7 +34,7 @@ from initorch.resolution.plan import (
 )
 from initorch.resolution.plangraph import PlanGraph
 from tests.conftest import noop
-from tests.helpers_foundation import DEVICE_PROFILES, MOONCAKE_PG_PROFILES
+from tests.support.profiles import DEVICE_PROFILES, MOONCAKE_PG_PROFILES
 
 SELECTIONS = [
     *[[device] for device in DEVICE_PROFILES],

@@ -12,7 +12,7 @@ from initorch.execution.heartbeat import Heartbeat
 from initorch.execution.run import Run
 from initorch.reporting.logs import get_logger
 from tests.conftest import define
-from tests.helpers_run import (
+from tests.support.runs import (
     EXECUTORS,
     WAIT,
     ListHandler,

@@ -13,7 +13,7 @@ from initorch.errors import StepError
 from initorch.execution.invoke import StepAbortedError, StepTimeoutError, stuck_at
 from initorch.execution.run import Run
 from tests.conftest import define
-from tests.helpers_run import (
+from tests.support.runs import (
     EXECUTORS,
     WAIT,
     TeardownLog,

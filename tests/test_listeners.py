@@ -26,7 +26,7 @@ from initorch.steps.listeners import (
     warn_if_exposed,
 )
 from tests.conftest import define, synthetic_plan
-from tests.helpers_run import captured_records, json_lines
+from tests.support.runs import captured_records, json_lines
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

@@ -15,7 +15,7 @@ from initorch.errors import StepError
 from initorch.execution.run import Run
 from initorch.reporting.logs import configure_logging, get_logger
 from tests.conftest import FLAGS_ENABLED, define
-from tests.helpers_run import (
+from tests.support.runs import (
     ListHandler,
     TeardownLog,
     captured_records,

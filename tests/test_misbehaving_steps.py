@@ -25,8 +25,8 @@ from initorch.errors import EXIT_OK, EXIT_STEP_FAILED, ActiveRunError
 from initorch.execution.run import Run
 from initorch.execution.watchdog import UNRESPONSIVE_S
 from tests.conftest import define
-from tests.helpers_foundation import write
-from tests.helpers_run import WAIT, json_lines, plan_of
+from tests.support.profiles import write
+from tests.support.runs import WAIT, json_lines, plan_of
 
 SCRIPT = Path(sys.executable).parent / "initorch"
 

@@ -1,7 +1,7 @@
-"""Build detection against the published Mooncake wheels (tests/wheels.py), not stubs.
+"""Build detection against the published Mooncake wheels (tests/support/wheels.py), not stubs.
 
 The five wheels are downloaded once; each test reads their real binaries.  The
-simulated Ascend stubs (tests/simulated) are checked here against the npu wheel,
+simulated Ascend stubs (tests/support/simulated) are checked here against the npu wheel,
 so that the simulation cannot drift into what initorch believes.
 """
 
@@ -20,7 +20,7 @@ from initorch.steps.mooncake_build import (
     metadata_scheme,
     scan_binary,
 )
-from tests.wheels import (
+from tests.support.wheels import (
     MOONCAKE_CPU,
     MOONCAKE_CUDA12,
     MOONCAKE_CUDA13,
@@ -30,7 +30,7 @@ from tests.wheels import (
     wheel,
 )
 
-SIMULATION = Path(__file__).parent / "simulated" / "site" / "initorch_simulation"
+SIMULATION = Path(__file__).parent / "support" / "simulated" / "site" / "initorch_simulation"
 
 # What each published wheel was built with, as its binaries show.
 BUILDS = {

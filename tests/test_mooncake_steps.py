@@ -23,7 +23,7 @@ from initorch.steps.network import (
     split_host_port,
 )
 from initorch.steps.transports import installed_transports, transport_mismatch
-from tests.helpers_sockets import silent_server
+from tests.support.sockets import silent_server
 
 # -- network -------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers_foundation import BUILTIN_PROFILES, REPO
+from tests.support.profiles import BUILTIN_PROFILES, REPO
 
 
 def test_builtin_profiles_are_package_resources():

@@ -30,7 +30,7 @@ from initorch.execution.agreement import differences, manifest, rank_list
 from initorch.execution.peers import JobPeers, KeyValueStore
 from initorch.execution.run import Run
 from tests.conftest import FLAG, define, synthetic_plan
-from tests.helpers_run import WAIT, Recorder
+from tests.support.runs import WAIT, Recorder
 
 QUICK = PeerBounds(join_s=WAIT, peer_s=WAIT, barrier_s=WAIT)
 

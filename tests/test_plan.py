@@ -9,7 +9,7 @@ import pytest
 
 from initorch import Plan, ResolveError, load_plan
 from tests.conftest import initorch_command
-from tests.helpers_foundation import assert_chain, write
+from tests.support.profiles import assert_chain, write
 
 ENGINE = "init_shared_mooncake_transfer_engine"
 SHA256 = re.compile(r"^[0-9a-f]{64}$")

@@ -19,7 +19,7 @@ from initorch import ConditionError, Registry, StepDefinitionError, UnknownStepE
 from initorch.errors import EXIT_INVALID_INPUT, EXIT_OK
 from initorch.validate import validate_all
 from tests.conftest import define, noop
-from tests.helpers_foundation import assert_single_error_line, write
+from tests.support.profiles import assert_single_error_line, write
 
 
 def refused(run_cli, tmp_path, text: str, *args: str, command: str = "plan") -> str:

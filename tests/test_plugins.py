@@ -16,7 +16,7 @@ from initorch import PluginError, Registry
 from initorch.errors import EXIT_INVALID_INPUT, StepDefinitionError
 from initorch.plugins import PluginSelection
 from tests.conftest import define
-from tests.helpers_foundation import BUILTIN_PROFILES, assert_single_error_line, run_initorch_in
+from tests.support.profiles import BUILTIN_PROFILES, assert_single_error_line, run_initorch_in
 
 _unique = itertools.count()
 

@@ -13,7 +13,7 @@ from initorch.loading.document import (
     TOP_LEVEL_KEYS,
     parse_profile,
 )
-from tests.helpers_foundation import assert_problem
+from tests.support.profiles import assert_problem
 
 
 def parse(text: str):

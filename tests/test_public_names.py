@@ -15,7 +15,7 @@ import pytest
 import initorch
 from initorch import load_plan
 from tests.conftest import run_python
-from tests.helpers_foundation import REPO
+from tests.support.profiles import REPO
 
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 

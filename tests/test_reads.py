@@ -9,14 +9,14 @@ import pytest
 from initorch import Registry, StepDefinitionError, load_plan
 from initorch.execution.run import Run
 from tests.conftest import define
-from tests.helpers_foundation import (
+from tests.support.profiles import (
     assert_problem,
     assert_single_error_line,
     error_of,
     registry_of,
     write,
 )
-from tests.helpers_run import EXECUTORS
+from tests.support.runs import EXECUTORS
 from tests.test_saved import refusal, resign
 
 BROKEN_POOL = """

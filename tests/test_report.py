@@ -18,7 +18,7 @@ from initorch.reporting.diagnosis import DiagnosisBook
 from initorch.reporting.render import run_summary_text
 from initorch.reporting.report import RunReport, StepOutcome
 from tests.conftest import FLAGS_ENABLED, define
-from tests.helpers_run import WAIT, FakeClock, plan_of, with_teardown
+from tests.support.runs import WAIT, FakeClock, plan_of, with_teardown
 
 RANK = RankInfo(rank=1, local_rank=1, world_size=2)
 

@@ -16,7 +16,7 @@ from initorch import (
     resolve,
 )
 from tests.conftest import FLAG, define, synthetic_plan
-from tests.helpers_foundation import (
+from tests.support.profiles import (
     DEVICE_PROFILES,
     MOONCAKE_PG_PROFILES,
     MOONCAKE_PROFILES,

@@ -16,7 +16,7 @@ from initorch import RankInfo, StepFailedError
 from initorch.errors import EXIT_STEP_FAILED, RunInterrupted, StepError
 from initorch.execution.run import Run
 from tests.conftest import define
-from tests.helpers_run import (
+from tests.support.runs import (
     EXECUTORS,
     WAIT,
     Dag,

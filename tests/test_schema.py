@@ -16,7 +16,7 @@ from initorch.loading.document import read_profile
 from initorch.loading.schema import profile_schema
 from initorch.resolution.resolve import lint
 from tests.conftest import define
-from tests.helpers_foundation import BUILTIN_PROFILES
+from tests.support.profiles import BUILTIN_PROFILES
 
 SETTINGS = (
     setting("a.flag", bool, default=False, description="a switch"),

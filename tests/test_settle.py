@@ -9,7 +9,7 @@ from initorch.api import load_settings
 from initorch.errors import ProfileError
 from initorch.loading.settle import settle
 from initorch.location import COMMAND_LINE
-from tests.helpers_foundation import assert_problem, write
+from tests.support.profiles import assert_problem, write
 
 
 def test_values_come_from_defaults_profiles_and_the_command_line(builtin_registry):

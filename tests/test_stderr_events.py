@@ -7,7 +7,7 @@ import sys
 import warnings
 
 from initorch.reporting.stderr_events import StderrEvents
-from tests.helpers_run import captured_records, restored_initorch_logger
+from tests.support.runs import captured_records, restored_initorch_logger
 
 GLOG = (b"W1130 18:33:29.710994 13256 topology.cpp:201] No RDMA devices found\n"
         b"I1130 18:33:29.711047 13256 transfer_engine_impl.cpp:274] Found 0 HCAs.\n"

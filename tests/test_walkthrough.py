@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import initorch
-from tests.helpers_foundation import REPO
+from tests.support.profiles import REPO
 
 pytestmark = pytest.mark.e2e
 

@@ -254,7 +254,7 @@ SCRIPT_PRELUDE = f"""
 import os, signal, sys, threading
 sys.path.insert(0, {str(REPO)!r})
 from tests.conftest import define, synthetic_plan
-from tests.helpers_run import plan_of
+from tests.support.runs import plan_of
 from initorch.execution.run import Run
 from initorch.errors import RunInterrupted
 """

@@ -7,7 +7,7 @@ by the simulation (``pinned``), the glue that registers simulated device modules
 torch (``torch_backend``, imported lazily) and a simulated Ascend transport for the
 Mooncake transfer engine (``mooncake_ascend``).
 
-Nothing here talks to real hardware.  See ``tests/simulated/README.md`` for what is
+Nothing here talks to real hardware.  See ``tests/support/simulated/README.md`` for what is
 faithful and what is not.
 """
 

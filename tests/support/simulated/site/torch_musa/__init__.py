@@ -1,6 +1,6 @@
 """SIMULATED torch_musa -- NOT the Moore Threads plugin.  Test-only, never installed.
 
-This package exists only on the PYTHONPATH of initorch's tests (``tests/simulated/site``).
+This package exists only on the PYTHONPATH of initorch's tests (``tests/support/simulated/site``).
 Importing it:
 
 * registers a simulated ``musa`` device module with torch through PrivateUse1

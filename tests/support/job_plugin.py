@@ -1,4 +1,4 @@
-"""A plugin for the multi-rank tests (``--plugin tests.job_plugin``), loaded from the
+"""A plugin for the multi-rank tests (``--plugin tests.support.job_plugin``), loaded from the
 repository root like a launcher's own module.
 
 * ``linger``: one rank (``test.linger_rank``) sleeps ``test.linger_s`` seconds after the

@@ -10,7 +10,7 @@ values: a code, a port, a protocol name, an OS error text), so that an invented
 sample fails:
 
 * ``InWheel``: a member of a published wheel (bytes of a binary or a Python file),
-  downloaded with ``tests/wheels.py``;
+  downloaded with ``tests/support/wheels.py``;
 * ``NeededBy``: the library name is a ``DT_NEEDED`` entry of a wheel's binary
   (``readelf -d``);
 * ``InSGLang``: the SGLang 0.5.23 source at ``file:line`` (the unpacked wheel);
@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from tests.wheels import (
+from tests.support.wheels import (
     MOONCAKE_CPU,
     MOONCAKE_CUDA12,
     MOONCAKE_CUDA13,

@@ -1,6 +1,6 @@
 """SIMULATED torch_npu -- NOT the Huawei Ascend plugin.  Test-only, never installed.
 
-This package exists only on the PYTHONPATH of initorch's tests (``tests/simulated/site``)
+This package exists only on the PYTHONPATH of initorch's tests (``tests/support/simulated/site``)
 so that code written for Ascend can run on a CPU machine.  Importing it:
 
 * registers a simulated ``npu`` device module with torch through PrivateUse1

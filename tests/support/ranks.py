@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import REPO
-from tests.helpers_run import json_lines
+from tests.support.runs import json_lines
 
 BIN = Path(sys.executable).parent
 # What torchrun and SLURM export: removed so that a test describes the job itself.
@@ -38,7 +38,7 @@ def free_port() -> int:
 
 def clean_env(extra: Mapping[str, str] = ()) -> dict[str, str]:  # type: ignore[assignment]
     """This process's environment without launcher variables (SLURM's too), plus ``extra``;
-    the repository on PYTHONPATH so that ``--plugin tests.job_plugin`` imports."""
+    the repository on PYTHONPATH so that ``--plugin tests.support.job_plugin`` imports."""
     env = {key: value for key, value in os.environ.items()
            if key not in LAUNCHER_VARIABLES and not key.startswith("SLURM_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "wheels"
 
 # The Mooncake builds the built-in steps make claims about (README hardware matrix).

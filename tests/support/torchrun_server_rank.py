@@ -1,6 +1,6 @@
 """One rank of the server overlay's real start-up, for tests under torchrun.
 
-Usage: ``torchrun --nproc-per-node=N tests/torchrun_server_rank.py OUT_DIR SETTINGS_JSON
+Usage: ``torchrun --nproc-per-node=N tests/support/torchrun_server_rank.py OUT_DIR SETTINGS_JSON
 [--short-rank R] [--executor E]``.  Runs ``cpu`` + ``server`` with the given
 settings, and writes ``OUT_DIR/rank<N>.json``: what each step produced, the CPU
 affinity of every thread of this process and torch's thread count while the run
