@@ -15,16 +15,22 @@ nox.options.error_on_missing_interpreters = True  # a missing Python is a failur
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 
 CORE_TESTS = (
-    "tests/test_compose.py", "tests/test_conditions.py", "tests/test_devices.py",
-    "tests/test_dry_run_isolation.py", "tests/test_edge_reasons_and_env.py",
-    "tests/test_fingerprint.py", "tests/test_graph.py", "tests/test_location.py",
-    "tests/test_logs.py", "tests/test_names.py", "tests/test_plan.py",
-    "tests/test_plan_time_refusals.py", "tests/test_plangraph.py", "tests/test_plugins.py",
-    "tests/test_preview.py", "tests/test_profile.py", "tests/test_reads.py",
-    "tests/test_reasons.py", "tests/test_registry.py", "tests/test_report.py",
-    "tests/test_resolve.py", "tests/test_saved.py", "tests/test_schema.py",
-    "tests/test_settings.py", "tests/test_settle.py", "tests/test_trace_merge.py",
-    "tests/test_yamlsource.py",
+    # Every test of the model and resolution layers: none needs torch.
+    "tests/unit/model",
+    "tests/unit/resolution",
+    "tests/unit/loading/test_compose.py",
+    "tests/unit/loading/test_document.py",
+    "tests/unit/loading/test_document_edges_env.py",
+    "tests/unit/loading/test_schema.py",
+    "tests/unit/loading/test_settle.py",
+    "tests/unit/loading/test_yamlsource.py",
+    "tests/unit/reporting/test_logs.py",
+    "tests/unit/reporting/test_report.py",
+    "tests/unit/reporting/test_trace_merge.py",
+    "tests/unit/plugins/test_plugins.py",
+    "tests/unit/api/test_imports.py",
+    "tests/unit/base/test_location.py",
+    "tests/unit/base/test_validate.py",
 )
 
 

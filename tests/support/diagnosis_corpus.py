@@ -1,7 +1,7 @@
 """What the real stacks print when start-up fails, each sample tied to where it comes from.
 
 Every built-in diagnosis pattern alternative must be backed by a sample here
-(``tests/test_diagnosis_corpus.py``).  A sample is an upstream message with its
+(``tests/unit/steps/test_diagnoses.py``).  A sample is an upstream message with its
 format arguments filled in, and it carries its *origins*: where each literal
 part of the message is written.  The test reads every origin from the real
 artifact and checks each quote there, and it checks that the text the diagnosis

@@ -5,7 +5,7 @@ out of ``mooncake/engine.so``: the binding needs ``libtransfer_engine.so``, whic
 needs ``ascend_transport.so`` (``readelf -d``), and only those two name
 ``AscendDirectTransport``.  The stubs copy that shape (file names, the links
 between them, which class names each holds) so that initorch's build detection
-meets the same puzzle as on a real NPU host; ``tests/test_mooncake_build.py``
+meets the same puzzle as on a real NPU host; ``tests/unit/steps/test_mooncake_build.py``
 checks the stubs against the downloaded wheel.  They hold no code and cannot be
 loaded.  The legacy HCCL build was never published as a wheel; its stubs assume
 the same layout with ``HcclTransport`` (a source build with ``USE_ASCEND``).

@@ -22,7 +22,7 @@ from initorch.resolution.plan import Plan
 from initorch.steps import mooncake_master as module
 from initorch.steps.mooncake_master import LAUNCH_STEP, ManagedMaster, MasterEndpoint
 from tests.conftest import initorch_command
-from tests.test_e2e_store import alive, listening, wait_for
+from tests.e2e.test_store import alive, listening, wait_for
 
 MASTER = "mooncake_master"
 

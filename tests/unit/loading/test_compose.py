@@ -285,7 +285,7 @@ def test_set_cannot_change_the_core_device_fields(builtin_registry):
 
 def test_compose_records_set_values_unchecked(builtin_registry):
     # Whether a key exists and a value fits is decided against the declarations, when
-    # the selection is resolved (see tests/test_settle.py), not while layering.
+    # the selection is resolved (see tests/unit/loading/test_settle.py), not while layering.
     composed = compose(builtin_registry.profiles, ["npu"], [("zzz", 1)])
     assert composed.settings["zzz"].source == "--set"
 

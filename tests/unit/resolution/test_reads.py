@@ -17,7 +17,7 @@ from tests.support.profiles import (
     write,
 )
 from tests.support.runs import EXECUTORS
-from tests.test_saved import refusal, resign
+from tests.unit.resolution.test_saved import refusal, resign
 
 BROKEN_POOL = """
 extends: cpu

@@ -140,7 +140,7 @@ def test_an_unknown_tag_in_set_is_refused_by_name(run_cli):
 def test_a_metadata_server_mooncake_would_abort_on_is_refused_at_plan_time(run_cli, key):
     # Mooncake LOG(FATAL)s -- abort() -- on an unknown scheme: "Unable to find metadata
     # storage plugin bogus" (issue 10, point 9); its captured line is replayed as the
-    # process dies (tests/test_misbehaving_steps.py), but a plan never gets there.
+    # process dies (tests/unit/execution/test_run_misbehaving.py), but a plan never gets there.
     code, out, err = run_cli("plan", "-p", "cpu", "--set", f"{key}=bogus://127.0.0.1:1")
     assert (code, out) == (EXIT_INVALID_INPUT, "")
     assert_single_error_line(err, key, "Unable to find metadata storage plugin",
@@ -174,7 +174,7 @@ def test_a_lower_case_p2phandshake_is_refused_on_the_command_line(run_cli, key):
 
 
 # redis:// is Mooncake's too, but no published wheel has its plugin: refused at plan time
-# (issue 18; tests/test_mooncake_build.py reads the wheels).
+# (issue 18; tests/unit/steps/test_mooncake_build.py reads the wheels).
 @pytest.mark.parametrize("value", ["P2PHANDSHAKE", "etcd://h:2379", "h:2379",
                                    "http://m:8080/metadata", "https://m/metadata"])
 def test_every_metadata_server_the_installed_mooncake_has_is_accepted(run_cli, value):

@@ -1,7 +1,7 @@
 """Ranks in step through the job's store: plan agreement, progress, barriers, leaving.
 
 The store here is an in-memory one with torch's ``Store`` semantics, and each rank a
-thread; ``tests/test_e2e_ranks.py`` does the same with real processes and torch's
+thread; ``tests/e2e/test_ranks.py`` does the same with real processes and torch's
 TCPStore.  Waits are bounded by the peers' own bounds, never by asserting times.
 """
 

@@ -394,7 +394,7 @@ def test_dry_runs_may_run_beside_a_real_one():
 
 
 def test_the_watchdog_overshoot_is_documented():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
     assert f"{UNRESPONSIVE_S:g} s" in readme.split("## Failure behaviour", 1)[1]
 
 

@@ -1,6 +1,6 @@
 """initorch.resolution.graph: deterministic order and waves, every cycle, located edges.
 
-The graph a resolved plan carries is tested in test_plangraph.py."""
+The graph a resolved plan carries is tested in tests/unit/resolution/test_plangraph.py."""
 
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ def test_a_hung_step_is_reported_with_name_elapsed_and_stack(executor, peer):
     first = str(error).splitlines()[0]
     assert first.startswith(f"step 'hung' timed out after {error.elapsed:.1f}s "
                             f"(timeout {HUNG_TIMEOUT:g}s); it is stuck at ")
-    assert "tests/test_invoke.py:" in first
+    assert "tests/unit/execution/test_invoke.py:" in first
     assert " in wait_for_the_peer (event.wait(WAIT)), waiting in threading.py:" in first
     assert first.endswith("; its stack:") and error.where in first
     assert hung.status == "failed"

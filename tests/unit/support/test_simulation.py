@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-SITE = Path(__file__).resolve().parent / "support" / "simulated" / "site"
+SITE = Path(__file__).resolve().parents[2] / "support" / "simulated" / "site"
 
 # What each simulated Ascend build logs when aclrtGetDevice finds no context (glog).
 GLOG_NO_CONTEXT = {

@@ -34,7 +34,7 @@ from initorch.reporting.diagnosis import (
 )
 from initorch.steps.diagnoses import BUILTIN_DIAGNOSES, register_diagnoses
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 # Attribute access on a value typed Any, so that the real AttributeError text is produced.
 NONE: Any = None

@@ -23,7 +23,7 @@ from initorch import (
 from initorch.model.settings import CORE_KEYS, MAX_INT, show_value
 from tests.conftest import define, synthetic_plan
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 
 FLAG = setting("a.flag", bool, default=False, description="a switch")
 COUNT = setting("a.count", int, default=1, minimum=0, maximum=10, description="a count")

@@ -30,7 +30,7 @@ from tests.support.wheels import (
     wheel,
 )
 
-SIMULATION = Path(__file__).parent / "support" / "simulated" / "site" / "initorch_simulation"
+SIMULATION = Path(__file__).parents[2] / "support" / "simulated" / "site" / "initorch_simulation"
 
 # What each published wheel was built with, as its binaries show.
 BUILDS = {

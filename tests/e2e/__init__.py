@@ -1,0 +1,1 @@
+"""Real start-ups: torch, gloo, Mooncake and torchrun on this machine (marked ``e2e``)."""

@@ -1,0 +1,1 @@
+"""Guards on how the code scales, timed on this machine (marked ``perf``)."""

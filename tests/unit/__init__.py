@@ -1,0 +1,1 @@
+"""The fast tier: one folder per layer of the code under test, one file per module."""
