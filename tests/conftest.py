@@ -22,6 +22,28 @@ from initorch.resolution.plan import Plan
 
 REPO = Path(__file__).resolve().parent.parent
 SIMULATED_SITE = REPO / "tests" / "support" / "simulated" / "site"
+TESTS = Path(__file__).resolve().parent
+
+# A test's tier is the folder it sits in, so that no test has to say it: tests/e2e/ start
+# real processes (torch, gloo, Mooncake), tests/perf/ time the code on this machine,
+# tests/sglang/ run SGLang itself.  tests/unit/ is the fast tier (``make unit``); a test
+# there that starts a real process carries ``@pytest.mark.e2e`` itself.
+FOLDER_MARKS = {"e2e": pytest.mark.e2e, "perf": pytest.mark.perf, "sglang": pytest.mark.sglang}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its folder's tier and, under pytest-xdist (``-n``), give it its
+    xdist group: its file (so that a module's fixtures run once, on one worker), or one
+    group for all of tests/sglang/ (its session fixtures start an SGLang server)."""
+    grouped = config.pluginmanager.hasplugin("xdist")
+    for item in items:
+        folder = item.path.relative_to(TESTS).parts[0]
+        mark = FOLDER_MARKS.get(folder)
+        if mark is not None:
+            item.add_marker(mark)
+        if grouped:
+            group = folder if folder == "sglang" else item.path.relative_to(TESTS).as_posix()
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,6 @@ import pytest
 
 from tests.conftest import initorch_command, run_python
 
-pytestmark = pytest.mark.e2e
-
 ALL_STEPS = ("launch_mooncake_master", "import_backend", "rendezvous", "set_device",
              "alloc_host_mem_pool", "init_shared_mooncake_transfer_engine",
              "init_torch_distributed", "mooncake_master", "init_mooncake_store",

@@ -22,8 +22,6 @@ from initorch.execution.run import Run
 from initorch.resolution.plan import Plan
 from tests.conftest import initorch_command
 
-pytestmark = pytest.mark.e2e
-
 CPU_STEPS = ("launch_mooncake_master", "import_backend", "rendezvous", "set_device",
              "alloc_host_mem_pool", "init_shared_mooncake_transfer_engine",
              "init_torch_distributed", "mooncake_master", "init_mooncake_store",

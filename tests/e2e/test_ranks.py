@@ -17,8 +17,6 @@ import pytest
 from tests.conftest import initorch_command
 from tests.support.ranks import clean_env, free_port, spawn, wait_all, wait_for_line
 
-pytestmark = pytest.mark.e2e
-
 NO_MOONCAKE = ("run", "--profile", "cpu", "--set", "mooncake.enabled=false",
                "--log-format", "json")
 # Far beyond the test's own bound: a rank that waited for a collective would hang the test.

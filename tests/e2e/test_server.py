@@ -20,8 +20,6 @@ import pytest
 
 from initorch.steps.topology import format_cpu_list, parse_cpu_list
 
-pytestmark = pytest.mark.e2e
-
 SCRIPT = Path(__file__).parents[1] / "support" / "torchrun_server_rank.py"
 # Mooncake and the host pool are covered elsewhere; here they would only add time.
 # parallel.pre_warm: the warm-up's one-hot all-reduce proves each group's members.

@@ -15,8 +15,6 @@ import pytest
 
 from tests.conftest import initorch_command, run_python
 
-pytestmark = pytest.mark.e2e
-
 OLD_ORDER = """
 import json, threading
 from initorch import Registry, StepContext, load_plan

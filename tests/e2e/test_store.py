@@ -20,8 +20,6 @@ from tests.conftest import initorch_command, run_python
 from tests.support.ranks import Ended, clean_env, spawn, wait_all
 from tests.support.sockets import silent_server
 
-pytestmark = pytest.mark.e2e
-
 
 def events_of(stderr: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]

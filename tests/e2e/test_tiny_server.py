@@ -19,8 +19,6 @@ import pytest
 
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.e2e
-
 EXAMPLES = REPO / "examples"
 sys.path.insert(0, str(EXAMPLES))
 

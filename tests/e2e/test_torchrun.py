@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.e2e
-
 
 def free_port() -> int:
     with socket.socket() as probe:

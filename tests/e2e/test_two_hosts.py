@@ -27,8 +27,6 @@ import pytest
 
 from tests.support.ranks import BIN, clean_env, wait_all
 
-pytestmark = pytest.mark.e2e
-
 SUBNET = "10.231.7"
 MASTER_PORT = 29500  # a fresh namespace: nothing else listens there
 

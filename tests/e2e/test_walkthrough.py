@@ -23,8 +23,6 @@ import pytest
 import initorch
 from tests.support.profiles import REPO
 
-pytestmark = pytest.mark.e2e
-
 QUICK_START = re.compile(r"^### Quick start[^\n]*\n+```sh\n(?P<body>.*?)^```",
                          re.MULTILINE | re.DOTALL)
 # The checkout's own install must stay invisible to the new venv.

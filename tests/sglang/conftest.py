@@ -40,13 +40,6 @@ WHEEL_CACHE = REPO / ".cache" / "wheels"
 SGLANG_VERSION = "0.5.23"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(item.fspath).parents:
-            item.add_marker(pytest.mark.sglang)
-
-
 @pytest.fixture(scope="session")
 def sglang_python() -> Path:
     """The SGLang venv's python (the tests fail, naming the fix, when it is missing)."""
