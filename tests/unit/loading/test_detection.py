@@ -95,6 +95,7 @@ def test_npu_is_chosen_over_cuda_on_a_simulated_host_with_both(tmp_path):
     assert candidates["cpu"]["status"] == "fits"
 
 
+@pytest.mark.e2e  # --import: the simulated torch_npu imports torch
 def test_a_deep_probe_imports_the_simulated_torch_npu_and_counts_its_devices(tmp_path):
     root = simulated_host(tmp_path / "host", "npu", "cuda")
     data = detect_json("--root", str(root), "--import", simulated=True,
@@ -104,6 +105,7 @@ def test_a_deep_probe_imports_the_simulated_torch_npu_and_counts_its_devices(tmp
     assert npu["reasons"][-1] == "3 device(s) visible (torch.npu.device_count)"
 
 
+@pytest.mark.e2e  # --import: the simulated torch_npu imports torch
 def test_hidden_devices_and_a_missing_cann_are_rejections_with_reasons(tmp_path):
     root = simulated_host(tmp_path / "host", "npu", "cuda")
     hidden = by_device(detect_json("--root", str(root), simulated=True,

@@ -285,6 +285,7 @@ def npu_report(tmp_path_factory):
     return _report(_run_simulated(NPU_SCRIPT, tmp, ASCEND_RT_VISIBLE_DEVICES="4,5"))
 
 
+@pytest.mark.e2e  # the report comes from a fresh interpreter with torch
 def test_npu_device_module_reaches_simulated_runtime(npu_report):
     assert npu_report["device_str"] == "npu:1"
     assert npu_report["module_is_torch_npu_npu"] is True
@@ -294,21 +295,25 @@ def test_npu_device_module_reaches_simulated_runtime(npu_report):
     assert npu_report["log"][0] == ["MainThread", 1, 5]
 
 
+@pytest.mark.e2e  # the report comes from a fresh interpreter with torch
 def test_torch_accelerator_api_reaches_simulated_runtime(npu_report):
     # torch.accelerator.set_device_index(0), then device_index(1) as a context manager
     assert npu_report["accelerator"] == ["npu", 0, 0, 1, 0]
 
 
+@pytest.mark.e2e  # the report comes from a fresh interpreter with torch
 def test_npu_helper_thread_has_no_context(npu_report):
     assert npu_report["current_helper"] == 0  # torch_npu answers 0 without binding...
     assert npu_report["helper_error"] == ["Call aclrtGetDevice failed, ret: 107002", 107002]
 
 
+@pytest.mark.e2e  # the report comes from a fresh interpreter with torch
 def test_npu_invalid_index_through_torch(npu_report):
     assert "invalid device id 2" in npu_report["invalid"]
     assert npu_report["invalid"].startswith("Call aclrtSetDevice failed, ret: 107001")
 
 
+@pytest.mark.e2e  # the report comes from a fresh interpreter with torch
 def test_npu_pin_memory_is_recorded_as_pinned(npu_report):
     assert npu_report["pool_pinned"] is True
     assert npu_report["pool_block"] == [[npu_report["pool_ptr"], 1024, "npu"]]
@@ -316,15 +321,18 @@ def test_npu_pin_memory_is_recorded_as_pinned(npu_report):
     assert npu_report["copy"] == [True, [0.0, 1.0, 2.0, 3.0]]
 
 
+@pytest.mark.e2e  # the report comes from a fresh interpreter with torch
 def test_hccl_process_group_runs_real_gloo(npu_report):
     assert npu_report["pg"] == ["hccl", [2.0, 2.0, 2.0], "ProcessGroupGloo"]
 
 
+@pytest.mark.e2e  # the report comes from a fresh interpreter with torch
 def test_torch_npu_import_does_not_import_mooncake_but_hooks_it(npu_report):
     assert npu_report["mooncake_imported_by_torch_npu"] is False
     assert npu_report["engine_class"] == "SimulatedAscendTransferEngine"
 
 
+@pytest.mark.e2e  # the report comes from a fresh interpreter with torch
 def test_npu_and_musa_refuse_to_share_a_process(npu_report):
     message = npu_report["musa_refused"]
     assert "PrivateUse1" in message
@@ -403,14 +411,17 @@ def _stderr_section(stderr: str, start: str, end: str) -> str:
     return stderr.split(f"@@ {start}", 1)[1].split(f"@@ {end}", 1)[0]
 
 
+@pytest.mark.e2e  # the report comes from a fresh interpreter with torch
 def test_hook_patches_an_already_imported_engine(mooncake_report):
     assert mooncake_report["patched"] == "SimulatedAscendTransferEngine"
 
 
+@pytest.mark.e2e  # the report comes from a fresh interpreter with torch
 def test_the_simulated_binary_names_the_build(mooncake_report):
     assert mooncake_report["build_read"] == mooncake_report["_build"]
 
 
+@pytest.mark.e2e  # the report comes from a fresh interpreter with torch
 def test_ascend_engine_fails_before_set_device(mooncake_report):
     assert mooncake_report["rc_before_set_device"] == -1
     section = _stderr_section(mooncake_report["_stderr"], "before-set-device", "helper-tid")
@@ -418,6 +429,7 @@ def test_ascend_engine_fails_before_set_device(mooncake_report):
     assert "Failed to install Ascend transport" in section
 
 
+@pytest.mark.e2e  # the report comes from a fresh interpreter with torch
 def test_ascend_engine_fails_on_helper_thread_without_context(mooncake_report):
     assert mooncake_report["rc_helper"] == -1
     stderr = mooncake_report["_stderr"]
@@ -427,15 +439,18 @@ def test_ascend_engine_fails_on_helper_thread_without_context(mooncake_report):
     assert {m["tid"] for m in matches} == {helper_tid}
 
 
+@pytest.mark.e2e  # the report comes from a fresh interpreter with torch
 def test_an_ascend_build_ignores_the_protocol(mooncake_report):
     # transfer_engine_impl.cpp init: Ascend builds install ascend whatever the protocol.
     assert mooncake_report["rc_helper_tcp"] == -1
 
 
+@pytest.mark.e2e  # the report comes from a fresh interpreter with torch
 def test_mc_force_tcp_skips_the_ascend_transport(mooncake_report):
     assert mooncake_report["rc_forced_tcp_helper"] == 0
 
 
+@pytest.mark.e2e  # the report comes from a fresh interpreter with torch
 def test_ascend_engine_succeeds_with_context_and_moves_real_bytes(mooncake_report):
     build = mooncake_report["_build"]
     assert mooncake_report["rc_main"] == 0
@@ -451,6 +466,7 @@ def test_ascend_engine_succeeds_with_context_and_moves_real_bytes(mooncake_repor
     assert GLOG_NO_CONTEXT[build].search(section) is None
 
 
+@pytest.mark.e2e  # the report comes from a fresh interpreter with torch
 def test_only_ascend_direct_registers_memory_through_acl(mooncake_report):
     section = _stderr_section(mooncake_report["_stderr"], "register-on-helper",
                               "register-on-main")
@@ -510,6 +526,7 @@ def musa_report(tmp_path_factory):
     return _report(_run_simulated(MUSA_SCRIPT, tmp, MUSA_VISIBLE_DEVICES="0,1,2,3"))
 
 
+@pytest.mark.e2e  # the report comes from a fresh interpreter with torch
 def test_musa_device_module_is_per_thread(musa_report):
     assert musa_report["count"] == 4
     assert musa_report["device_str"] == "musa:2"
@@ -518,6 +535,7 @@ def test_musa_device_module_is_per_thread(musa_report):
     assert musa_report["log"] == [["MainThread", 2]]
 
 
+@pytest.mark.e2e  # the report comes from a fresh interpreter with torch
 def test_musa_cuda_host_register_path_crashes_like_real_musa(musa_report):
     assert musa_report["cudart"] == "None"
     assert musa_report["host_register"] == (
@@ -525,14 +543,17 @@ def test_musa_cuda_host_register_path_crashes_like_real_musa(musa_report):
     )
 
 
+@pytest.mark.e2e  # the report comes from a fresh interpreter with torch
 def test_musa_pin_memory_path_is_recorded(musa_report):
     assert musa_report["pool"] == [True, ["musa"]]
 
 
+@pytest.mark.e2e  # the report comes from a fresh interpreter with torch
 def test_mccl_process_group_runs_real_gloo(musa_report):
     assert musa_report["pg"] == ["mccl", [1.0, 1.0]]
 
 
+@pytest.mark.e2e  # the report comes from a fresh interpreter with torch
 def test_musa_then_npu_is_refused(musa_report):
     assert "already claimed by 'musa'" in musa_report["npu_refused"]
 
