@@ -15,7 +15,7 @@ SGLANG_STAMP := $(SGLANG_VENV)/.installed
 SGLANG_PIN := sglang==0.5.23
 MOONCAKE_CPU_PIN := mooncake-transfer-engine-non-cuda==0.3.13.post1
 
-.PHONY: demo demo-sglang test lint typecheck unit e2e pythons bench clean system-deps sglang-venv
+.PHONY: demo demo-sglang test lint typecheck unit e2e perf pythons bench clean system-deps sglang-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,12 +54,21 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python scripts/typecheck.py
 
-# The fast tier (no real start-up, no SGLang), then the real end-to-end tier.
+# The tiers are folders (tests/conftest.py marks them): the fast tier (tests/unit/, no real
+# start-up) with initorch's branch coverage, the real end-to-end tier (tests/e2e/, the
+# e2e-marked tests elsewhere and tests/sglang/), and the scaling guards (tests/perf/, timed,
+# so alone).  Both of the first run on every core (pytest-xdist), a file per worker and
+# tests/sglang/ on one: each test picks free ports, so files run side by side.
+XDIST := -n auto --dist loadgroup
 unit: $(STAMP)
-	$(BIN)/pytest -q -m "not e2e and not sglang"
+	$(BIN)/pytest -q -m "not e2e and not sglang and not perf" $(XDIST) \
+		--cov=initorch --cov-branch --cov-report=term:skip-covered
 
 e2e: system-deps $(STAMP) $(SGLANG_STAMP)
-	$(BIN)/pytest -q -m "e2e or sglang"
+	$(BIN)/pytest -q -m "e2e or sglang" $(XDIST)
+
+perf: $(STAMP)
+	$(BIN)/pytest -q -m perf
 
 # The core tests (no torch) on Python 3.10 to 3.13 (noxfile.py), from pyenv's interpreters.
 PYTHONS := 3.10 3.11 3.12 3.13
@@ -67,7 +76,7 @@ pythons: $(STAMP)
 	@command -v pyenv >/dev/null || { echo "make pythons needs pyenv with Python $(PYTHONS)"; exit 1; }
 	PATH="$$(pyenv prefix $(PYTHONS) | sed 's#:#/bin:#g')/bin:$$PATH" $(BIN)/nox -s core
 
-test: system-deps $(STAMP) $(SGLANG_STAMP) lint pythons unit e2e
+test: system-deps $(STAMP) $(SGLANG_STAMP) lint pythons unit e2e perf
 
 # One table of every performance figure against its goal (bench/table.py); the other
 # scripts in bench/ take one figure apart.
@@ -75,4 +84,5 @@ bench: system-deps $(STAMP)
 	$(BIN)/python bench/table.py
 
 clean:
-	rm -rf $(VENV) $(SGLANG_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .nox
+	rm -rf $(VENV) $(SGLANG_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .nox \
+		.coverage .coverage.*
