@@ -11,11 +11,14 @@ pip output: a missing wheel must not look like a passing check.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import re
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +34,17 @@ MOONCAKE_CUDA12 = ("mooncake-transfer-engine", "0.3.13.post1")
 MOONCAKE_CUDA13 = ("mooncake-transfer-engine-cuda13", "0.3.14")
 MOONCAKE_ROCM = ("mooncake-transfer-engine-rocm", "0.3.13.post1")
 MOONCAKE_WHEELS = (MOONCAKE_NPU, MOONCAKE_CPU, MOONCAKE_CUDA12, MOONCAKE_CUDA13, MOONCAKE_ROCM)
+
+
+@contextlib.contextmanager
+def cache_lock() -> Iterator[None]:
+    """The cache to this process alone while it fetches or extracts: pytest-xdist's workers
+    (``make unit``) ask for the same wheels at once, and a half-written file must not be
+    read as the wheel."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / ".lock", "w", encoding="ascii") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 @dataclass(frozen=True)
@@ -53,8 +67,9 @@ class Wheel:
         """``member`` extracted under ``.cache/wheels/<wheel stem>/``."""
         target = self.path.with_suffix("") / member
         if not target.is_file():
-            with zipfile.ZipFile(self.path) as archive:
-                archive.extract(member, self.path.with_suffix(""))
+            with cache_lock(), zipfile.ZipFile(self.path) as archive:
+                if not target.is_file():
+                    archive.extract(member, self.path.with_suffix(""))
         return target
 
     def unpack(self, folder: str) -> Path:
@@ -80,15 +95,15 @@ class Wheel:
 def wheel(dist: str, version: str) -> Wheel:
     """The published wheel ``dist==version`` for this interpreter, downloaded once."""
     stem = f"{re.sub(r'[-_.]+', '_', dist)}-{version}-"
-    found = sorted(CACHE.glob(f"{stem}*.whl"))
-    if not found:
-        CACHE.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-             "--disable-pip-version-check", "-q", "-d", str(CACHE), f"{dist}=={version}"],
-            check=False, capture_output=True, text=True)
+    with cache_lock():
         found = sorted(CACHE.glob(f"{stem}*.whl"))
-        if done.returncode != 0 or not found:
-            pytest.fail(f"cannot download the real wheel {dist}=={version} into {CACHE}: "
-                        f"{(done.stderr or done.stdout).strip()[-600:]}", pytrace=False)
+        if not found:
+            done = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                 "--disable-pip-version-check", "-q", "-d", str(CACHE), f"{dist}=={version}"],
+                check=False, capture_output=True, text=True)
+            found = sorted(CACHE.glob(f"{stem}*.whl"))
+            if done.returncode != 0 or not found:
+                pytest.fail(f"cannot download the real wheel {dist}=={version} into {CACHE}: "
+                            f"{(done.stderr or done.stdout).strip()[-600:]}", pytrace=False)
     return Wheel(dist, version, found[-1])
