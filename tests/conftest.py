@@ -1,27 +1,22 @@
-"""Shared fixtures: registries, profile files, synthetic plans, CLI runner."""
+"""Shared fixtures (registries, profile files, the CLI runner, the wheel) and the tiers by
+folder; the helpers tests import are in ``tests/support/``."""
 
 from __future__ import annotations
 
-import logging
-import os
 import shutil
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from initorch import Registry, StepContext, compose, resolve, setting, step
+from initorch import Registry
 from initorch.cli import main
-from initorch.model.step import StepDefinition
-from initorch.resolution.plan import Plan
+from tests.support.paths import REPO
+from tests.support.runs import restored_initorch_logger
 
-REPO = Path(__file__).resolve().parent.parent
-SIMULATED_SITE = REPO / "tests" / "support" / "simulated" / "site"
 TESTS = Path(__file__).resolve().parent
 
 # A test's tier is the folder it sits in, so that no test has to say it: tests/e2e/ start
@@ -70,19 +65,6 @@ def write_profile(tmp_path: Path) -> Callable[[str, str], Path]:
     return write
 
 
-@contextmanager
-def restored_initorch_logger() -> Iterator[logging.Logger]:
-    """Undo what ``configure_logging`` does to the ``initorch`` logger."""
-    logger = logging.getLogger("initorch")
-    saved = (list(logger.handlers), logger.level, logger.propagate)
-    try:
-        yield logger
-    finally:
-        logger.handlers[:] = saved[0]
-        logger.setLevel(saved[1])
-        logger.propagate = saved[2]
-
-
 @pytest.fixture
 def run_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
             ) -> Iterator[Callable[..., tuple[int, str, str]]]:
@@ -99,60 +81,6 @@ def run_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 
     with restored_initorch_logger():
         yield run
-
-
-# Switches synthetic steps declare for their `when:` conditions.
-FLAGS_ENABLED = setting("flags.enabled", bool, default=True,
-                        description="synthetic switch for gated test steps")
-FLAG = setting("flag", bool, default=True, description="synthetic switch for test steps")
-
-
-def noop(ctx: StepContext) -> None:
-    """A step action that does nothing (for ordering tests)."""
-
-
-def define(name: str, action: Callable[[StepContext], Any] = noop, **fields: Any
-           ) -> StepDefinition:
-    """A step definition for synthetic plans."""
-    return step(name, description=f"synthetic step {name}", **fields)(action)
-
-
-def synthetic_plan(definitions: Iterable[StepDefinition], tmp_path: Path,
-                   extra_yaml: str = "") -> Plan:
-    """Resolve ``definitions`` as the only steps of a cpu-typed profile in ``tmp_path``."""
-    registry = Registry()
-    names = []
-    for definition in definitions:
-        registry.steps.add(definition)
-        names.append(definition.fields["name"])
-    profile = tmp_path / "synthetic.yaml"
-    steps_yaml = "\n".join(f"  {name}: {{}}" for name in names)
-    profile.write_text(f"device:\n  type: cpu\nsteps:\n{steps_yaml}\n{extra_yaml}",
-                       encoding="utf-8")
-    return resolve(compose(registry.profiles, [str(profile)]), registry.steps)
-
-
-def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float = 120,
-               simulated: bool = False) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter (optionally with the simulated vendor stack)."""
-    full_env = {**os.environ, **(env or {})}
-    if simulated:
-        full_env["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [str(SIMULATED_SITE), full_env.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env,
-                          capture_output=True, text=True, timeout=timeout, check=False)
-
-
-def initorch_command(*args: str, env: dict[str, str] | None = None, timeout: float = 180,
-                     simulated: bool = False) -> subprocess.CompletedProcess[str]:
-    """Run the installed ``initorch`` console script as a user would."""
-    full_env = {**os.environ, **(env or {})}
-    if simulated:
-        full_env["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [str(SIMULATED_SITE), full_env.get("PYTHONPATH")]))
-    script = Path(sys.executable).parent / "initorch"
-    return subprocess.run([str(script), *args], env=full_env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
 
 
 # The wheel a user would install: built once per session, from a copy of the source tree.

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.conftest import initorch_command, run_python
+from tests.support.commands import initorch_command, run_python
 
 ALL_STEPS = ("launch_mooncake_master", "import_backend", "rendezvous", "set_device",
              "alloc_host_mem_pool", "init_shared_mooncake_transfer_engine",

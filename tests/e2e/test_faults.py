@@ -20,7 +20,7 @@ import pytest
 from initorch import Registry, StepContext, load_plan
 from initorch.execution.run import Run
 from initorch.resolution.plan import Plan
-from tests.conftest import initorch_command
+from tests.support.commands import initorch_command
 
 CPU_STEPS = ("launch_mooncake_master", "import_backend", "rendezvous", "set_device",
              "alloc_host_mem_pool", "init_shared_mooncake_transfer_engine",

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.conftest import initorch_command
+from tests.support.commands import initorch_command
 from tests.support.ranks import clean_env, free_port, spawn, wait_all, wait_for_line
 
 NO_MOONCAKE = ("run", "--profile", "cpu", "--set", "mooncake.enabled=false",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import initorch_command, run_python
+from tests.support.commands import initorch_command, run_python
 from tests.support.runs import json_lines
 
 NO_MOONCAKE = ("--profile", "cpu", "--set", "mooncake.enabled=false")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import initorch_command, run_python
+from tests.support.commands import initorch_command, run_python
 
 OLD_ORDER = """
 import json, threading

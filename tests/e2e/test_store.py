@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import initorch_command, run_python
+from tests.support.commands import initorch_command, run_python
 from tests.support.ranks import Ended, clean_env, spawn, wait_all
 from tests.support.sockets import silent_server
 

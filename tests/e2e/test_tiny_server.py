@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 EXAMPLES = REPO / "examples"
 sys.path.insert(0, str(EXAMPLES))

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import initorch
-from tests.support.profiles import REPO
+from tests.support.paths import REPO
 
 QUICK_START = re.compile(r"^### Quick start[^\n]*\n+```sh\n(?P<body>.*?)^```",
                          re.MULTILINE | re.DOTALL)

@@ -25,7 +25,7 @@ from types import ModuleType
 import pytest
 
 from initorch import resolve
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 ROUNDS = 5
 ATTEMPTS = 3  # a real regression fails every attempt; a burst of load fails one

@@ -21,8 +21,6 @@ from initorch.errors import Problem
 from initorch.loading.catalog import ProfileCatalog
 from initorch.model.step import StepDefinition
 
-REPO = Path(__file__).resolve().parents[2]
-
 # Every built-in profile, and the ones that set a device (the rest are base/overlays).
 BUILTIN_PROFILES = ("base", "cpu", "cuda", "mooncake-ep", "mps", "musa", "npu", "npu-hccl", "rocm",
                     "server",

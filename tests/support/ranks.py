@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 from tests.support.runs import json_lines
 
 BIN = Path(sys.executable).parent

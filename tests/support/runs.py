@@ -27,13 +27,8 @@ from hypothesis import strategies as st
 from initorch import StepContext
 from initorch.model.step import StepDefinition
 from initorch.resolution.plan import Plan
-from tests.conftest import (  # noqa: F401 - restored_initorch_logger is re-exported
-    REPO,
-    SIMULATED_SITE,
-    define,
-    restored_initorch_logger,
-    synthetic_plan,
-)
+from tests.support.paths import REPO, SIMULATED_SITE
+from tests.support.synthetic import define, synthetic_plan
 
 EXECUTORS = ("sequential", "parallel")
 """The executors that really run steps; behaviour must be the same in both."""
@@ -212,6 +207,19 @@ def with_teardown(definition: StepDefinition, teardown: Callable[[StepContext, A
 
 # -- logs -------------------------------------------------------------------------------------
 
+@contextmanager
+def restored_initorch_logger() -> Iterator[logging.Logger]:
+    """Undo what ``configure_logging`` does to the ``initorch`` logger."""
+    logger = logging.getLogger("initorch")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    try:
+        yield logger
+    finally:
+        logger.handlers[:] = saved[0]
+        logger.setLevel(saved[1])
+        logger.propagate = saved[2]
+
+
 class ListHandler(logging.Handler):
     """A plain stdlib handler, as a host server would attach one."""
 
@@ -253,7 +261,7 @@ def json_lines(text: str) -> list[dict[str, Any]]:
 SCRIPT_PRELUDE = f"""
 import os, signal, sys, threading
 sys.path.insert(0, {str(REPO)!r})
-from tests.conftest import define, synthetic_plan
+from tests.support.synthetic import define, synthetic_plan
 from tests.support.runs import plan_of
 from initorch.execution.run import Run
 from initorch.errors import RunInterrupted

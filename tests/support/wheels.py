@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
+
 CACHE = REPO / ".cache" / "wheels"
 
 # The Mooncake builds the built-in steps make claims about (README hardware matrix).

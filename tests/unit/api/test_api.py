@@ -20,9 +20,10 @@ from initorch import (
     start,
 )
 from initorch.errors import EXIT_INVALID_INPUT
-from tests.conftest import define, run_python
+from tests.support.commands import run_python
 from tests.support.profiles import write
 from tests.support.runs import TeardownLog, with_teardown
+from tests.support.synthetic import define
 
 
 def quietly_planned(*args, **kwargs):

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from tests.conftest import initorch_command, run_python
+from tests.support.commands import initorch_command, run_python
 from tests.support.profiles import VENDOR_MODULES, make_blockers
 
 

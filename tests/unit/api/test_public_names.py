@@ -14,8 +14,8 @@ import pytest
 
 import initorch
 from initorch import load_plan
-from tests.conftest import run_python
-from tests.support.profiles import REPO
+from tests.support.commands import run_python
+from tests.support.paths import REPO
 
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 

@@ -20,7 +20,7 @@ import pytest
 
 from initorch.errors import EXIT_INVALID_INPUT, EXIT_OK, EXIT_STEP_FAILED
 from initorch.files import write_atomically
-from tests.conftest import REPO
+from tests.support.paths import REPO
 from tests.support.profiles import assert_single_error_line, run_initorch_in, write
 
 SCRIPT = Path(sys.executable).parent / "initorch"

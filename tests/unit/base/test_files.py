@@ -21,7 +21,7 @@ from initorch import Registry
 from initorch.errors import EXIT_INVALID_INPUT, EXIT_OK
 from initorch.files import MAX_INPUT_BYTES
 from initorch.loading.yamlsource import MAX_ALIAS_EXPANSION, parse_yaml
-from tests.conftest import REPO
+from tests.support.paths import REPO
 from tests.support.profiles import assert_single_error_line, run_initorch_in, write
 
 # --- point 1: a profile can name only modules a registered plugin declares ----------------------

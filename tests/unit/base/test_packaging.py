@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.profiles import BUILTIN_PROFILES, REPO
+from tests.support.paths import REPO
+from tests.support.profiles import BUILTIN_PROFILES
 
 
 def test_builtin_profiles_are_package_resources():

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from initorch import ConditionError, Registry, StepDefinitionError, UnknownStepError, step
 from initorch.errors import EXIT_INVALID_INPUT, EXIT_OK
 from initorch.validate import validate_all
-from tests.conftest import define, noop
 from tests.support.profiles import assert_single_error_line, write
+from tests.support.synthetic import define, noop
 
 
 def refused(run_cli, tmp_path, text: str, *args: str, command: str = "plan") -> str:

@@ -11,7 +11,7 @@ import pytest
 
 from initorch import InitorchError, ProfileError, StepFailedError, load_plan
 from initorch.errors import EXIT_INVALID_INPUT, EXIT_OK, EXIT_STEP_FAILED
-from tests.conftest import initorch_command
+from tests.support.commands import initorch_command
 from tests.support.profiles import (
     BUILTIN_PROFILES,
     assert_single_error_line,

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from initorch import Registry, load_plan
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 sys.path.insert(0, str(REPO / "examples"))
 
@@ -99,7 +99,7 @@ def test_decode_with_the_kv_pool_equals_recomputing_everything(tmp_path: Path) -
 
 
 def test_the_launchers_dry_run_imports_no_torch() -> None:
-    from tests.conftest import run_python
+    from tests.support.commands import run_python
 
     result = run_python(f"""
         import sys
@@ -119,7 +119,7 @@ def test_initorch_plans_the_server_with_its_plugin(device: str) -> None:
     import json
     import os
 
-    from tests.conftest import initorch_command
+    from tests.support.commands import initorch_command
 
     path = os.pathsep.join(filter(None, [str(REPO / "examples"), os.environ.get("PYTHONPATH")]))
     result = initorch_command("--plugin", "tiny_server.steps", "plan", "-d", device,

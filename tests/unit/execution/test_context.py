@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from initorch import RankInfo, StepContext
 from initorch.execution.run import Run
-from tests.conftest import define
 from tests.support.runs import EXECUTORS, WAIT, Dag, dags, load_acl, plan_of
+from tests.support.synthetic import define
 
 acl = load_acl()
 

@@ -16,8 +16,8 @@ from initorch.execution.executors import (
     make_executor,
 )
 from initorch.execution.run import Run
-from tests.conftest import FLAGS_ENABLED, define
 from tests.support.runs import EXECUTORS, WAIT, Dag, Recorder, dags, plan_of
+from tests.support.synthetic import FLAGS_ENABLED, define
 
 PROPERTY = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])

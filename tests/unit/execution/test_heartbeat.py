@@ -11,7 +11,6 @@ import pytest
 from initorch.execution.heartbeat import Heartbeat
 from initorch.execution.run import Run
 from initorch.reporting.logs import get_logger
-from tests.conftest import define
 from tests.support.runs import (
     EXECUTORS,
     WAIT,
@@ -20,6 +19,7 @@ from tests.support.runs import (
     plan_of,
     restored_initorch_logger,
 )
+from tests.support.synthetic import define
 
 INTERVAL = 0.05
 

@@ -12,7 +12,6 @@ import pytest
 from initorch.errors import StepError
 from initorch.execution.invoke import StepAbortedError, StepTimeoutError, stuck_at
 from initorch.execution.run import Run
-from tests.conftest import define
 from tests.support.runs import (
     EXECUTORS,
     WAIT,
@@ -22,6 +21,7 @@ from tests.support.runs import (
     plan_of,
     with_teardown,
 )
+from tests.support.synthetic import define
 
 HUNG_TIMEOUT = 0.05
 

@@ -29,8 +29,8 @@ from initorch.execution import run as run_module
 from initorch.execution.agreement import differences, manifest, rank_list
 from initorch.execution.peers import JobPeers, KeyValueStore
 from initorch.execution.run import Run
-from tests.conftest import FLAG, define, synthetic_plan
 from tests.support.runs import WAIT, Recorder
+from tests.support.synthetic import FLAG, define, synthetic_plan
 
 QUICK = PeerBounds(join_s=WAIT, peer_s=WAIT, barrier_s=WAIT)
 

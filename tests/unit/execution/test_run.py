@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from initorch import RankInfo, StepFailedError
 from initorch.errors import EXIT_STEP_FAILED, RunInterrupted, StepError
 from initorch.execution.run import Run
-from tests.conftest import define
 from tests.support.runs import (
     EXECUTORS,
     WAIT,
@@ -31,6 +30,7 @@ from tests.support.runs import (
     spawn_python,
     with_teardown,
 )
+from tests.support.synthetic import define
 
 
 class Boom(RuntimeError):

@@ -24,9 +24,9 @@ from initorch.console import LINGER_S
 from initorch.errors import EXIT_OK, EXIT_STEP_FAILED, ActiveRunError
 from initorch.execution.run import Run
 from initorch.execution.watchdog import UNRESPONSIVE_S
-from tests.conftest import define
 from tests.support.profiles import write
 from tests.support.runs import WAIT, json_lines, plan_of
+from tests.support.synthetic import define
 
 SCRIPT = Path(sys.executable).parent / "initorch"
 

@@ -23,7 +23,8 @@ from initorch import (
 )
 from initorch.loading.detection import ProbeBook, detect
 from initorch.steps.detect import BUILTIN_PROBES, HardwareProbe, find_library
-from tests.conftest import SIMULATED_SITE, initorch_command, run_python
+from tests.support.commands import initorch_command, run_python
+from tests.support.paths import SIMULATED_SITE
 
 PRIORITY = ["npu", "musa", "rocm", "cuda", "xpu", "mps", "cpu"]
 REJECTIONS = ("package ", "runtime library ", "no device node ", "needs darwin",

@@ -14,8 +14,8 @@ from initorch.execution.environment import apply_environment
 from initorch.loading.document import EnvEntry, parse_profile
 from initorch.location import SourceLocation
 from initorch.reporting.render import graph_dot, graph_json, graph_mermaid
-from tests.conftest import FLAG, define
 from tests.support.profiles import error_of, find_problem, plan_of, registry_of, write
+from tests.support.synthetic import FLAG, define
 
 A, B, C = define("a"), define("b"), define("c")
 REASON = 'SGLang 0.5.23 bootstrap.py: engine before "group" | always'

@@ -15,8 +15,8 @@ from initorch.errors import ProfileError
 from initorch.loading.document import read_profile
 from initorch.loading.schema import profile_schema
 from initorch.resolution.resolve import lint
-from tests.conftest import define
 from tests.support.profiles import BUILTIN_PROFILES
+from tests.support.synthetic import define
 
 SETTINGS = (
     setting("a.flag", bool, default=False, description="a switch"),

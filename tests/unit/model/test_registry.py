@@ -7,7 +7,7 @@ import pytest
 
 from initorch import Registry, Step, StepDefinitionError, StepRegistry, UnknownStepError, step
 from initorch.plugins import PluginError
-from tests.conftest import define
+from tests.support.synthetic import define
 
 BUILTIN_STEPS = ("import_backend", "set_device", "init_torch_distributed",
                  "init_shared_mooncake_transfer_engine", "alloc_host_mem_pool",

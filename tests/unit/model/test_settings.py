@@ -21,7 +21,7 @@ from initorch import (
     setting,
 )
 from initorch.model.settings import CORE_KEYS, MAX_INT, show_value
-from tests.conftest import define, synthetic_plan
+from tests.support.synthetic import define, synthetic_plan
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -15,8 +15,8 @@ import pytest
 from initorch import PluginError, Registry
 from initorch.errors import EXIT_INVALID_INPUT, StepDefinitionError
 from initorch.plugins import PluginSelection
-from tests.conftest import define
 from tests.support.profiles import BUILTIN_PROFILES, assert_single_error_line, run_initorch_in
+from tests.support.synthetic import define
 
 _unique = itertools.count()
 

@@ -14,7 +14,6 @@ from initorch import RankInfo
 from initorch.errors import StepError
 from initorch.execution.run import Run
 from initorch.reporting.logs import configure_logging, get_logger
-from tests.conftest import FLAGS_ENABLED, define
 from tests.support.runs import (
     ListHandler,
     TeardownLog,
@@ -24,6 +23,7 @@ from tests.support.runs import (
     restored_initorch_logger,
     with_teardown,
 )
+from tests.support.synthetic import FLAGS_ENABLED, define
 
 RANK = RankInfo(rank=1, local_rank=1, world_size=2)
 RUN_EVENTS = {"run_started", "run_finished"}

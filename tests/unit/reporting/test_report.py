@@ -17,8 +17,8 @@ from initorch.execution.run import Run
 from initorch.reporting.diagnosis import DiagnosisBook
 from initorch.reporting.render import run_summary_text
 from initorch.reporting.report import RunReport, StepOutcome
-from tests.conftest import FLAGS_ENABLED, define
 from tests.support.runs import WAIT, FakeClock, plan_of, with_teardown
+from tests.support.synthetic import FLAGS_ENABLED, define
 
 RANK = RankInfo(rank=1, local_rank=1, world_size=2)
 

@@ -33,8 +33,8 @@ from initorch.resolution.plan import (
     step_fields,
 )
 from initorch.resolution.plangraph import PlanGraph
-from tests.conftest import noop
 from tests.support.profiles import DEVICE_PROFILES, MOONCAKE_PG_PROFILES
+from tests.support.synthetic import noop
 
 SELECTIONS = [
     *[[device] for device in DEVICE_PROFILES],

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from initorch import Plan, ResolveError, load_plan
-from tests.conftest import initorch_command
+from tests.support.commands import initorch_command
 from tests.support.profiles import assert_chain, write
 
 ENGINE = "init_shared_mooncake_transfer_engine"

@@ -15,7 +15,7 @@ from initorch import (
     resolve,
     setting,
 )
-from tests.conftest import define
+from tests.support.synthetic import define
 
 POOL_SIZE = setting("pool.size", int, default=1, description="a size a preview reads")
 POOL_ENABLED = setting("pool.enabled", bool, default=True, description="a switch")

@@ -8,7 +8,6 @@ import pytest
 
 from initorch import Registry, StepDefinitionError, load_plan
 from initorch.execution.run import Run
-from tests.conftest import define
 from tests.support.profiles import (
     assert_problem,
     assert_single_error_line,
@@ -17,6 +16,7 @@ from tests.support.profiles import (
     write,
 )
 from tests.support.runs import EXECUTORS
+from tests.support.synthetic import define
 from tests.unit.resolution.test_saved import refusal, resign
 
 BROKEN_POOL = """

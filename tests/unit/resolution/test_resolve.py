@@ -15,7 +15,6 @@ from initorch import (
     load_plan,
     resolve,
 )
-from tests.conftest import FLAG, define, synthetic_plan
 from tests.support.profiles import (
     DEVICE_PROFILES,
     MOONCAKE_PG_PROFILES,
@@ -27,6 +26,7 @@ from tests.support.profiles import (
     error_of,
     plan_of,
 )
+from tests.support.synthetic import FLAG, define, synthetic_plan
 
 ENGINE = "init_shared_mooncake_transfer_engine"
 PROCESS_GROUP = "init_torch_distributed"
@@ -317,7 +317,7 @@ def test_unknown_step_in_a_declaration_points_at_the_code(tmp_path):
     error = error_of(tmp_path, "device: {type: cpu}\nsteps:\n  a: {}\n",
                      define("a", requires=["bee"]), define("be"))
     problem = assert_problem(error, "unknown step 'bee'", "did you mean 'be'?")
-    assert problem.location is not None and problem.location.path.endswith("conftest.py")
+    assert problem.location is not None and problem.location.path.endswith("synthetic.py")
 
 
 @pytest.mark.parametrize(("override", "fragment"), [

@@ -12,9 +12,10 @@ from initorch import Registry, SavedPlanError, load_plan, load_saved_plan
 from initorch.execution.run import Run
 from initorch.resolution.plan import Plan
 from initorch.resolution.saved import FORMAT_VERSION, saved_form
-from tests.conftest import FLAG, FLAGS_ENABLED, define, initorch_command, run_python
+from tests.support.commands import initorch_command, run_python
 from tests.support.profiles import assert_single_error_line, write
 from tests.support.runs import EXECUTORS, Recorder, restored_initorch_logger
+from tests.support.synthetic import FLAG, FLAGS_ENABLED, define
 
 ENGINE = "init_shared_mooncake_transfer_engine"
 SYNTHETIC = """
@@ -293,7 +294,7 @@ def test_a_step_with_other_code_now_is_refused(tmp_path):
                        define("gated", when="flags.enabled", settings=[FLAGS_ENABLED])):
         registry.steps.add(definition)
     error = refusal(path, registry, "action was 'tests.support.runs:Recorder.action.<locals>.act'"
-                    ", is 'tests.conftest:noop'")
+                    ", is 'tests.support.synthetic:noop'")
     assert len(error.problems) == 3  # every planned step changed; each is named
 
 

@@ -38,7 +38,8 @@ from tests.support.diagnosis_corpus import (
     Sample,
     Unverifiable,
 )
-from tests.support.wheels import REPO, wheel
+from tests.support.paths import REPO
+from tests.support.wheels import wheel
 
 # Failures initorch detects itself; no other stack prints them.
 INITORCH_ONLY = {"mooncake-transport-mismatch"}

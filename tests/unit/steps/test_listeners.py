@@ -25,8 +25,8 @@ from initorch.steps.listeners import (
     parse_proc_address,
     warn_if_exposed,
 )
-from tests.conftest import define, synthetic_plan
 from tests.support.runs import captured_records, json_lines
+from tests.support.synthetic import define, synthetic_plan
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
