@@ -21,8 +21,8 @@ from initorch.execution.launchers import RankInfo
 from initorch.resolution.plan import Plan
 from initorch.steps import mooncake_master as module
 from initorch.steps.mooncake_master import LAUNCH_STEP, ManagedMaster, MasterEndpoint
-from tests.e2e.test_store import alive, listening, wait_for
 from tests.support.commands import initorch_command
+from tests.support.processes import alive, listening, wait_for
 
 MASTER = "mooncake_master"
 
