@@ -74,7 +74,7 @@ def transport_mismatch(expected: str, installed: list[str]) -> str | None:
 # harmless there.  Measured: every successful initialize of the
 # mooncake-transfer-engine-non-cuda 0.3.13.post1 wheel here logs the first, as
 # "transfer_metadata.cpp:1098] Local segment descriptor not found", once per engine (the
-# shared one and the store's own; tests/test_e2e_cpu.py asserts it on the real wheel).
+# shared one and the store's own; tests/e2e/test_cpu.py asserts it on the real wheel).
 # Upstream it is LOG(ERROR) in TransferMetadata's lookups of LOCAL_SEGMENT_ID
 # (mooncake-transfer-engine/src/transfer_metadata.cpp, v0.3.12.post1:970 and 991).
 EXPECTED_ERROR_LINES: tuple[tuple[str, str], ...] = (

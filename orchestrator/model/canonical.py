@@ -8,8 +8,8 @@ registry writes it once, when it registers the step (:func:`encode_step`): a pla
 then only writes the wave in, and a step that profiles changed reuses the text of
 its declaration.  Every value that is not a plain string, whole number, finite
 float, boolean or ``None`` goes through ``json.dumps`` itself, so the bytes are the
-canonical document's; ``tests/test_fingerprint.py`` checks that against the dicts
-for every built-in profile and for generated steps.
+canonical document's; ``tests/unit/resolution/test_fingerprint.py`` checks that
+against the dicts for every built-in profile and for generated steps.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ SGLang's exceptions, ACL/HCCL and CUDA return codes, loader errors,
 torch.distributed messages) and says what caused it, what to do now and which
 profile constraint prevents it.  Every pattern alternative is backed by a sample
 taken from upstream source, labelled with its file and version, in
-``tests/diagnosis_corpus.py``; an alternative without one is dead and removed.
+``tests/support/diagnosis_corpus.py``; an alternative without one is dead and
+removed.
 
 Order matters because the first match wins: specific entries come before the
 generic ones that would also match their text (``ascend-context-null`` before

@@ -7,7 +7,7 @@ from initorch.steps.mooncake_build import WHEEL_CHOICE
 
 _READ_NATIVE_LOG = "Read the Mooncake log lines before the failure (kept in native_log)."
 
-# DT_NEEDED of the published wheels (readelf -d; tests/test_diagnosis_corpus.py checks
+# DT_NEEDED of the published wheels (readelf -d; tests/unit/steps/test_diagnoses.py checks
 # each against the downloaded wheel): every build's engine (npu 0.3.13.post1: its
 # libtransfer_engine.so) needs libibverbs.so.1, libnuma.so.1 and libcurl.so.4; the CUDA
 # builds (mooncake-transfer-engine 0.3.13.post1, -cuda13 0.3.14) also libmlx5.so.1.
