@@ -15,7 +15,7 @@ SGLANG_STAMP := $(SGLANG_VENV)/.installed
 SGLANG_PIN := sglang==0.5.23
 MOONCAKE_CPU_PIN := mooncake-transfer-engine-non-cuda==0.3.13.post1
 
-.PHONY: demo demo-sglang test lint typecheck unit e2e perf pythons bench clean system-deps sglang-venv
+.PHONY: demo demo-sglang test lint typecheck unit coverage e2e perf pythons bench clean system-deps sglang-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,14 +55,18 @@ lint: $(STAMP)
 	$(BIN)/python scripts/typecheck.py
 
 # The tiers are folders (tests/conftest.py marks them): the fast tier (tests/unit/, no real
-# start-up) with initorch's branch coverage, the real end-to-end tier (tests/e2e/, the
-# e2e-marked tests elsewhere and tests/sglang/), and the scaling guards (tests/perf/, timed,
-# so alone).  Both of the first run on every core (pytest-xdist), a file per worker and
-# tests/sglang/ on one: each test picks free ports, so files run side by side.
+# start-up), the real end-to-end tier (tests/e2e/, the e2e-marked tests elsewhere and
+# tests/sglang/), and the scaling guards (tests/perf/, timed, so alone).  The first two run
+# on every core (pytest-xdist), a file per worker and tests/sglang/ on one: each test picks
+# free ports, so files run side by side.  `make coverage` is the fast tier with initorch's
+# branch coverage (tracing doubles its time, so `make unit` goes without); `make test` runs it.
 XDIST := -n auto --dist loadgroup
+UNIT := -m "not e2e and not sglang and not perf"
 unit: $(STAMP)
-	$(BIN)/pytest -q -m "not e2e and not sglang and not perf" $(XDIST) \
-		--cov=initorch --cov-branch --cov-report=term:skip-covered
+	$(BIN)/pytest -q $(UNIT) $(XDIST)
+
+coverage: $(STAMP)
+	$(BIN)/pytest -q $(UNIT) $(XDIST) --cov=initorch --cov-branch --cov-report=term:skip-covered
 
 e2e: system-deps $(STAMP) $(SGLANG_STAMP)
 	$(BIN)/pytest -q -m "e2e or sglang" $(XDIST)
@@ -76,7 +80,7 @@ pythons: $(STAMP)
 	@command -v pyenv >/dev/null || { echo "make pythons needs pyenv with Python $(PYTHONS)"; exit 1; }
 	PATH="$$(pyenv prefix $(PYTHONS) | sed 's#:#/bin:#g')/bin:$$PATH" $(BIN)/nox -s core
 
-test: system-deps $(STAMP) $(SGLANG_STAMP) lint pythons unit e2e perf
+test: system-deps $(STAMP) $(SGLANG_STAMP) lint pythons coverage e2e perf
 
 # One table of every performance figure against its goal (bench/table.py); the other
 # scripts in bench/ take one figure apart.
