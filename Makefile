@@ -50,9 +50,12 @@ demo: system-deps $(STAMP)
 demo-sglang: system-deps $(STAMP) $(SGLANG_STAMP)
 	$(BIN)/python examples/sglang_demo.py
 
+# Style, types, and the layer contract ([tool.importlinter] in pyproject.toml; the
+# built-in steps' own contract is tests/test_public_names.py, import-linter cannot see them).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python scripts/typecheck.py
+	$(BIN)/lint-imports
 
 # The fast tier (no real start-up, no SGLang), then the real end-to-end tier.
 unit: $(STAMP)

@@ -2,6 +2,11 @@
 
 Importing this package is cheap: step modules import torch, vendor plugins and
 Mooncake only inside the steps, so ``initorch plan`` never loads them.
+
+Besides ``register``, the package exports what a plugin that builds on the built-in
+steps reads (``examples/tiny_server`` does): the ``memory_baseline`` step's output
+(:class:`MemoryBaseline`, with its pool budget), the device's visibility setting and
+the device a rank's tensors live on.  Step modules themselves stay private.
 """
 
 from __future__ import annotations
@@ -9,10 +14,13 @@ from __future__ import annotations
 from importlib.resources import files
 from typing import TYPE_CHECKING
 
+from initorch.steps.device import VISIBLE_DEVICES_ENV, tensor_device
+from initorch.steps.memory import MemoryBaseline
+
 if TYPE_CHECKING:
     from initorch import Registry
 
-__all__ = ["register"]
+__all__ = ["VISIBLE_DEVICES_ENV", "MemoryBaseline", "register", "tensor_device"]
 
 
 def register(registry: Registry) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from initorch import StepContext, StepError, setting, step
+from initorch.plugin import StepContext, StepError, setting, step
 from initorch.steps.device import VISIBLE_DEVICES_ENV, tensor_device
 from initorch.steps.parallel import ModelParallel
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from initorch.loading.detection import DeviceProbe, Machine, Verdict
+from initorch.plugin import DeviceProbe, Machine, Verdict
 
 # Where the dynamic loader looks when nothing else says (ld.so(8); Debian multiarch).
 SYSTEM_LIBRARY_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64", "/usr/local/lib",

@@ -38,8 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from initorch import StepContext, StepError, setting, step
-from initorch.model.step import MAX_TIMEOUT_S
+from initorch.plugin import MAX_TIMEOUT_S, StepContext, StepError, setting, step
 from initorch.steps.engine_hostname import local_host, rendezvous_host
 from initorch.steps.listeners import warn_if_exposed
 from initorch.steps.mooncake_build import WHEEL_CHOICE

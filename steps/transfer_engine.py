@@ -20,8 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from initorch import PreviewContext, StepContext, StepError, setting, step
-from initorch.execution.native_output import NativeLog, capture_native_stderr
+from initorch.plugin import (
+    NativeLog,
+    PreviewContext,
+    StepContext,
+    StepError,
+    capture_native_stderr,
+    setting,
+    step,
+)
 from initorch.steps.device import VISIBLE_DEVICES_ENV
 from initorch.steps.engine_hostname import EngineHostname, engine_hostname
 from initorch.steps.listeners import listeners, warn_if_exposed

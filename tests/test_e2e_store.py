@@ -140,7 +140,7 @@ def test_a_managed_master_that_dies_mid_run_is_named_at_once_and_fails_its_teard
 
 KILLER_PLUGIN = """
 import os, signal, time
-from initorch import step
+from initorch.plugin import step
 
 @step("kill_the_master", description="SIGKILL the managed master, as the OOM killer would",
       requires=["mooncake_master"], reads=["mooncake_master"])

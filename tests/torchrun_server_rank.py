@@ -23,8 +23,9 @@ from typing import Any
 
 import torch
 
-from initorch import Registry, StepContext, load_plan
+from initorch import Registry, load_plan
 from initorch.execution.run import Run
+from initorch.plugin import StepContext
 from initorch.steps.memory import MEMORY_QUERIES, MemoryQuerySpec, query_host
 
 

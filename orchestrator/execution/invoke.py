@@ -21,7 +21,7 @@ from types import FrameType
 from typing import Any
 
 from initorch.errors import RunInterrupted, describe_exception, exception_message
-from initorch.execution.context import RunState, StepContext
+from initorch.execution.context import RunState, RunStepContext
 from initorch.execution.heartbeat import Heartbeat
 from initorch.execution.native_output import release_captures
 from initorch.execution.signals import POLL_S
@@ -99,7 +99,7 @@ GiveUp = Callable[[], BaseException | None]
 longer succeed (a peer it waits for broke off), and the run stops waiting for it."""
 
 
-def call_step(planned: PlannedStep, ctx: StepContext, outcome: StepOutcome) -> Any:
+def call_step(planned: PlannedStep, ctx: RunStepContext, outcome: StepOutcome) -> Any:
     """Run the action on the current thread: after the other ranks arrive if it is a
     barrier, and with the device bound if it is device-bound."""
     current = threading.current_thread()
@@ -115,7 +115,7 @@ class _HelperCall:
     """One step call on a daemon helper thread, and what it shares with the thread
     that waits for it: the outcome, and whether the waiter gave up on it."""
 
-    def __init__(self, planned: PlannedStep, ctx: StepContext, outcome: StepOutcome,
+    def __init__(self, planned: PlannedStep, ctx: RunStepContext, outcome: StepOutcome,
                  late: LateResult, watchdog: Watchdog | None) -> None:
         self.planned, self.ctx, self.outcome, self.late = planned, ctx, outcome, late
         self.watchdog = watchdog
@@ -177,7 +177,7 @@ class _HelperCall:
         return stuck_at(frame), "".join(traceback.format_stack(frame))
 
 
-def call_supervised(planned: PlannedStep, ctx: StepContext, outcome: StepOutcome,
+def call_supervised(planned: PlannedStep, ctx: RunStepContext, outcome: StepOutcome,
                     late: LateResult, *, offload: bool = False,
                     watchdog: Watchdog | None = None, give_up: GiveUp | None = None) -> Any:
     """:func:`call_step`, on a daemon helper thread when the step has a timeout or
@@ -292,7 +292,7 @@ def invoke_step(planned: PlannedStep, state: RunState, outcome: StepOutcome,
     """
     step = planned.step
     step_log = log.bind(step=step.name)
-    ctx = StepContext(state, step.name, step_log)
+    ctx = RunStepContext(state, step.name, step_log)
     outcome.started = clock()
     if heartbeat is not None:
         heartbeat.watch(step.name, step.timeout)

@@ -1,6 +1,6 @@
 """A run: one execution of a plan, torn down exactly once.
 
->>> with Run(plan) as run:            # runs the plan; raises StepFailedError on failure
+>>> with Run(plan, diagnoses=registry.diagnoses) as run:   # raises StepFailedError on failure
 ...     serve(run.output("init_shared_mooncake_transfer_engine"))
 ...                                   # leaving the block tears everything down
 
@@ -45,7 +45,7 @@ from initorch.errors import (
     StepFailedError,
     exception_message,
 )
-from initorch.execution.context import RankInfo, RunState, StepContext
+from initorch.execution.context import RankInfo, RunState, RunStepContext
 from initorch.execution.environment import AppliedEnvironment, apply_environment
 from initorch.execution.executors import DryRunExecutor, Executor, make_executor
 from initorch.execution.heartbeat import DEFAULT_INTERVAL_S, Heartbeat
@@ -54,7 +54,6 @@ from initorch.execution.launchers import LaunchArguments, detect_rank
 from initorch.execution.peers import JobPeers, JobStore
 from initorch.execution.signals import SignalGuard
 from initorch.execution.watchdog import Watchdog, start_watchdog, stop_watchdog
-from initorch.plugins import Registry
 from initorch.reporting.diagnosis import DiagnosisBook
 from initorch.reporting.logs import get_logger
 from initorch.reporting.report import RunReport, StepOutcome, TeardownOutcome
@@ -95,6 +94,9 @@ _ACTIVE = _ActiveRun()
 class Run:
     """Executes a plan and owns the resources its steps produced.
 
+    ``diagnoses`` turn a failed step's error into a cause and a remedy: a run is
+    handed them (``registry.diagnoses`` of the registry the plan was resolved
+    with) instead of finding plugins itself; :func:`initorch.start` does that.
     ``rank`` says where this process stands in the job; without it, the
     SGLang-style ``dist_init_addr`` (``HOST:PORT``), ``nnodes`` and
     ``node_rank`` (and ``nproc_per_node``, ``local_rank``) describe it, else
@@ -111,7 +113,7 @@ class Run:
         *,
         executor: str | Executor = "sequential",
         workers: int | None = None,
-        diagnoses: DiagnosisBook | None = None,
+        diagnoses: DiagnosisBook,
         rank: RankInfo | None = None,
         dist_init_addr: str | None = None,
         nnodes: int | None = None,
@@ -128,8 +130,7 @@ class Run:
         self._plan = plan
         self.executor = make_executor(executor, workers) if isinstance(executor, str) \
             else executor
-        self.diagnoses = diagnoses if diagnoses is not None \
-            else Registry.with_plugins().diagnoses
+        self.diagnoses = diagnoses
         arguments = LaunchArguments(dist_init_addr, nnodes, node_rank, nproc_per_node,
                                     local_rank)
         if rank is not None and arguments.given:
@@ -456,7 +457,7 @@ class Run:
         try:
             if planned.step.device_bound and self.state.has_binding:
                 self.state.bind_device()
-            teardown(StepContext(self.state, name, log), output)
+            teardown(RunStepContext(self.state, name, log), output)
         except BaseException as exc:  # sys.exit or ^C in one teardown never skips the others
             entry.finished = self._elapsed()
             message = exception_message(exc)
