@@ -22,9 +22,9 @@ PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 def documented_snippets() -> list[tuple[str, str]]:
-    """(label, code) of every ```python block in the README and docs/."""
+    """(label, code) of every ```python block in the README and docs/ (subfolders too)."""
     snippets = []
-    for document in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+    for document in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
         text = document.read_text(encoding="utf-8")
         for match in PYTHON_BLOCK.finditer(text):
             line = text.count("\n", 0, match.start()) + 2
