@@ -14,8 +14,8 @@ from __future__ import annotations
 from importlib.resources import files
 from typing import TYPE_CHECKING
 
-from initorch.steps.device import VISIBLE_DEVICES_ENV, tensor_device
-from initorch.steps.memory import MemoryBaseline
+from initorch.steps.memory_baseline import MemoryBaseline
+from initorch.steps.set_device import VISIBLE_DEVICES_ENV, tensor_device
 
 if TYPE_CHECKING:
     from initorch import Registry
@@ -26,27 +26,27 @@ __all__ = ["VISIBLE_DEVICES_ENV", "MemoryBaseline", "register", "tensor_device"]
 def register(registry: Registry) -> None:
     """Entry point of the ``builtin`` plugin (``initorch.plugins`` group)."""
     from initorch.steps import (
-        backend,
         collectives,
         cpu_binding,
-        device,
         distributed,
         host_pool,
-        memory,
+        import_backend,
+        memory_baseline,
+        model_parallel,
         mooncake_master,
         mooncake_pg,
-        parallel,
         rendezvous,
+        set_device,
         store,
         transfer_engine,
-        verify,
+        verify_transfer,
     )
     from initorch.steps.detect import BUILTIN_PROBES
     from initorch.steps.diagnoses import BUILTIN_DIAGNOSES
 
-    for module in (backend, cpu_binding, device, rendezvous, distributed, transfer_engine,
-                   mooncake_pg, mooncake_master, store, parallel, collectives, memory, host_pool,
-                   verify):
+    for module in (import_backend, cpu_binding, set_device, rendezvous, distributed,
+                   transfer_engine, mooncake_pg, mooncake_master, store, model_parallel,
+                   collectives, memory_baseline, host_pool, verify_transfer):
         for definition in module.STEPS:
             registry.steps.add(definition)
     registry.profiles.add_directory(files("initorch.profiles"), plugin="builtin")

@@ -37,7 +37,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from initorch.plugin import StepContext, StepError, capture_native_stderr, setting, step
 from initorch.steps.kv_layout import DEPRECATED_LAYOUTS, IO_BACKENDS, LAYOUTS, resolve_layout
-from initorch.steps.settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
+from initorch.steps.shared_settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
 from initorch.steps.store import StoreClient
 from initorch.steps.topology import host_available_bytes, local_world_size
 

@@ -45,7 +45,7 @@ from initorch.steps.mooncake_build import WHEEL_CHOICE
 from initorch.steps.mooncake_env import read_master
 from initorch.steps.network import free_port, host_port, split_host_port
 from initorch.steps.rendezvous import MASTER_ADDR
-from initorch.steps.settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
+from initorch.steps.shared_settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
 
 if TYPE_CHECKING:  # process and HTTP modules load when a master is needed, not for a plan
     import subprocess

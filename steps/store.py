@@ -48,7 +48,7 @@ from initorch.steps.mooncake_env import (
 )
 from initorch.steps.mooncake_master import MasterEndpoint
 from initorch.steps.network import is_ipv6, split_host_port
-from initorch.steps.settings import (
+from initorch.steps.shared_settings import (
     HICACHE_ENABLED,
     MOONCAKE_ENABLED,
     MOONCAKE_PROTOCOL,

@@ -29,7 +29,6 @@ from initorch.plugin import (
     setting,
     step,
 )
-from initorch.steps.device import VISIBLE_DEVICES_ENV
 from initorch.steps.engine_hostname import EngineHostname, engine_hostname
 from initorch.steps.listeners import listeners, warn_if_exposed
 from initorch.steps.mooncake_build import (
@@ -40,7 +39,8 @@ from initorch.steps.mooncake_build import (
 )
 from initorch.steps.network import host_port
 from initorch.steps.rendezvous import MASTER_ADDR
-from initorch.steps.settings import MOONCAKE_DEVICE_NAME, MOONCAKE_ENABLED, MOONCAKE_PROTOCOL
+from initorch.steps.set_device import VISIBLE_DEVICES_ENV
+from initorch.steps.shared_settings import MOONCAKE_DEVICE_NAME, MOONCAKE_ENABLED, MOONCAKE_PROTOCOL
 from initorch.steps.transports import (
     installed_transports,
     note_expected_errors,
