@@ -53,6 +53,58 @@ def test_random_dags_never_violate_an_edge_and_run_each_step_once(executor, dag,
     assert_edges_respected(dag, recorder)
 
 
+class BlockingDriver:
+    """A RunDriver that blocks the steps it was given (as a run does after a failure) and
+    records, under a lock, what it was asked, what ran and what was skipped."""
+
+    def __init__(self, plan, blocked: set[str]) -> None:
+        self.plan, self.blocked = plan, blocked
+        self.lock = threading.Lock()
+        self.asked: list[str] = []
+        self.ran: list[str] = []
+        self.skipped: list[str] = []
+
+    def _settled(self) -> set[str]:
+        return {*self.ran, *self.skipped}
+
+    def blocked_by(self, planned):
+        with self.lock:
+            early = set(self.plan.graph.predecessors(planned.name)) - self._settled()
+            assert not early, f"{planned.name} asked about before {early} settled"
+            self.asked.append(planned.name)
+        return "root" if planned.name in self.blocked else None
+
+    def skip(self, planned, root_cause):
+        with self.lock:
+            self.skipped.append(planned.name)
+
+    def run_step(self, planned):
+        with self.lock:
+            assert set(self.plan.graph.predecessors(planned.name)) <= self._settled()
+            self.ran.append(planned.name)
+
+    would_run = run_step
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@PROPERTY
+@given(dag=dags(), data=st.data())
+def test_the_walk_asks_the_run_about_every_step_once_and_skips_exactly_what_it_blocks(
+        executor, dag, data):
+    # The walk withholds nothing itself: a skipped step is done like one that ran, and
+    # each of its dependents is asked about in turn (the run's rule decides how far a
+    # failure carries: failing fast, everything; keep_going, only what requires it).
+    blocked = data.draw(st.sets(st.sampled_from(dag.names)), label="blocked")
+    plan = plan_of(dag.definitions(lambda name: lambda ctx: None))
+    driver = BlockingDriver(plan, blocked)
+    make_executor(executor, workers=3).execute(driver)
+    assert sorted(driver.asked) == sorted(plan.order)
+    assert sorted(driver.skipped) == sorted(blocked)
+    assert sorted(driver.ran) == sorted(set(plan.order) - blocked)
+    if executor == "sequential":
+        assert driver.asked == list(plan.order)
+
+
 @PROPERTY
 @given(dag=dags())
 def test_sequential_runs_in_plan_order_on_the_calling_thread(dag):

@@ -10,8 +10,13 @@ from collections.abc import Iterator
 import pytest
 
 from initorch.errors import StepError
-from initorch.execution.invoke import StepAbortedError, StepTimeoutError, stuck_at
+from initorch.execution.context import RankInfo, RunState
+from initorch.execution.invoke import StepAbortedError, StepInvoker, StepTimeoutError, stuck_at
 from initorch.execution.run import Run
+from initorch.execution.signals import SignalGuard
+from initorch.reporting.diagnosis import DiagnosisBook
+from initorch.reporting.logs import get_logger
+from initorch.reporting.report import StepOutcome
 from tests.conftest import define
 from tests.helpers_run import (
     DIAGNOSES,
@@ -150,6 +155,29 @@ def retrying_run(action, executor: str, **fields) -> tuple[Run, list[float]]:
     fields = {"retries": 3, "retry_on": (ConnectionError,), **fields}
     plan = plan_of([define("connect", action, **fields)])
     return Run(plan, executor=executor, sleep=delays.append, diagnoses=DIAGNOSES), delays
+
+
+def test_one_invoker_runs_every_step_of_a_run_with_what_it_was_built_with():
+    # What does not change from step to step is given once; a step is then only
+    # itself and the outcome it fills.
+    plan = plan_of([define("connect", Flaky(failures=1), retries=1,
+                           retry_on=(ConnectionError,)),
+                    define("use", lambda ctx: ctx.output("connect") + " and used",
+                           requires=["connect"])])
+    state, delays, ticks = RunState(plan, RankInfo()), [], iter(range(100))
+    log = get_logger()
+    invoker = StepInvoker(state=state, diagnoses=DiagnosisBook(), log=log,
+                          clock=lambda: float(next(ticks)), late=lambda planned, output: None,
+                          signals=SignalGuard(log), watchdog_for=lambda planned: None,
+                          give_up_for=lambda planned: None, sleep=delays.append)
+    outcomes = {name: StepOutcome(name) for name in plan.order}
+    for planned in plan.steps:
+        invoker.invoke(planned, outcome=outcomes[planned.name])
+    assert {name: (o.status, o.attempts) for name, o in outcomes.items()} == {
+        "connect": ("succeeded", 2), "use": ("succeeded", 1)}
+    assert delays == [0.5]
+    assert state.output("use") == "connected and used"
+    assert (outcomes["use"].started, outcomes["use"].finished) == (2.0, 3.0)
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)

@@ -49,7 +49,7 @@ from initorch.execution.context import RankInfo, RunState, RunStepContext
 from initorch.execution.environment import AppliedEnvironment, apply_environment
 from initorch.execution.executors import DryRunExecutor, Executor, make_executor
 from initorch.execution.heartbeat import DEFAULT_INTERVAL_S, Heartbeat
-from initorch.execution.invoke import GiveUp, invoke_step, release_frames
+from initorch.execution.invoke import GiveUp, StepInvoker, release_frames
 from initorch.execution.launchers import LaunchArguments, detect_rank
 from initorch.execution.peers import JobPeers, JobStore
 from initorch.execution.signals import SignalGuard
@@ -145,7 +145,7 @@ class Run:
         self._first_failure: str | None = None  # the step that failed first, if any
         self._blocked: dict[str, str] = {}  # skipped step -> the failed step it hard-needs
         self._teardown_at_exit = teardown_at_exit
-        self._clock, self._sleep = clock, sleep
+        self._clock = clock
         self._t0 = 0.0
         self._lock = threading.Lock()
         self._teardown_lock = threading.Lock()  # a second caller waits for the first
@@ -156,6 +156,11 @@ class Run:
         self._signals = SignalGuard(self.log)
         self._watchdog: Watchdog | None = None
         self._heartbeat = Heartbeat(heartbeat, self.log) if heartbeat is not None else None
+        self._invoker = StepInvoker(state=self.state, diagnoses=self.diagnoses, log=self.log,
+                                    clock=self._elapsed, late=self._late_result,
+                                    signals=self._signals, watchdog_for=self._watchdog_for,
+                                    give_up_for=self._peers_broken_off, sleep=sleep,
+                                    heartbeat=self._heartbeat)
         outcomes = {name: StepOutcome(name) for name in plan.order}
         for skipped in plan.skipped:
             outcomes[skipped.name] = StepOutcome(skipped.name, "skipped", reason=skipped.reason)
@@ -325,20 +330,13 @@ class Run:
         if root is not None:             # failure that came while it waited for a thread
             self.skip(planned, root)
             return
-        if planned.step.timeout is not None and self._watchdog is None:
-            self._start_watchdog()  # the deadline must hold even if the step holds the GIL
-        handled = self._signals.installed
-        offload = handled and threading.current_thread() is threading.main_thread()
         if self._peers is not None:
             self._peers.step_started(planned.name)
-        invoke_step(planned, self.state, outcome, self.diagnoses, self.log,
-                    self._elapsed, self._late_result, self._sleep, self._heartbeat,
-                    offload=offload, signals_handled=handled, watchdog=self._watchdog,
-                    give_up=self._peers_broken_off(planned))
+        self._invoker.invoke(planned, outcome=outcome)
         if self._peers is not None:  # joined by this very step, perhaps
             self._peers.step_finished(planned.name, outcome.status)
         if outcome.status == "failed":
-            if outcome.error is not None:  # invoke_step has returned: its frame is done too
+            if outcome.error is not None:  # invoke has returned: its frame is done too
                 release_frames(outcome.error)
             with self._lock:
                 self._first_failure = self._first_failure or planned.name
@@ -368,6 +366,13 @@ class Run:
             if name in self._blocked:
                 return self._blocked[name]
         return None
+
+    def _watchdog_for(self, planned: PlannedStep) -> Watchdog | None:
+        """The run's watchdog, if any, started for the first step with a timeout: its
+        deadline must hold even if the step holds the GIL."""
+        if planned.step.timeout is not None:
+            return self._start_watchdog()
+        return self._watchdog
 
     def _peers_broken_off(self, planned: PlannedStep) -> GiveUp | None:
         """For a step that meets every rank (a barrier step: the process group forming,
