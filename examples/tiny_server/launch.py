@@ -32,8 +32,8 @@ from initorch import (
     RunReport,
     configure_logging,
     load_plan,
-    run_summary_text,
 )
+from initorch.renderers import run_summary_text
 
 
 def startup_report(report: RunReport) -> dict[str, Any]:

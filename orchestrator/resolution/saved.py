@@ -2,7 +2,7 @@
 
 ``initorch plan --out plan.json`` (or :meth:`Plan.save`) writes the resolved
 plan; ``initorch run --plan plan.json`` (or :func:`load_saved_plan` then
-``Run(plan)``) runs it without reading a profile or resolving anything, so a
+``Run(plan, diagnoses=...)``) runs it without reading a profile or resolving anything, so a
 server start never imports networkx.  The file is one JSON object: the keys of
 ``initorch plan --json`` (profiles, device, order, waves, steps with their
 effective fields, why they are planned and their declaration in code, skipped

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from initorch import InitorchError, Plan, Registry, compose, resolve
+from initorch import InitorchError, Plan, Registry
 from initorch.errors import Problem
 from initorch.loading.catalog import ProfileCatalog
+from initorch.loading.compose import compose
 from initorch.model.step import StepDefinition
+from initorch.resolution.resolve import resolve
 
 # Every built-in profile, and the ones that set a device (the rest are base/overlays).
 BUILTIN_PROFILES = ("base", "cpu", "cuda", "mooncake-ep", "mps", "musa", "npu", "npu-hccl", "rocm",

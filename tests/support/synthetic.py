@@ -6,9 +6,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from initorch import Registry, StepContext, compose, resolve, setting, step
+from initorch import Registry
+from initorch.loading.compose import compose
 from initorch.model.step import StepDefinition
+from initorch.plugin import StepContext, setting, step
 from initorch.resolution.plan import Plan
+from initorch.resolution.resolve import resolve
 
 # Switches synthetic steps declare for their `when:` conditions.
 FLAGS_ENABLED = setting("flags.enabled", bool, default=True,

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from initorch import Registry, Step, StepDefinitionError, StepRegistry, UnknownStepError, step
-from initorch.plugins import PluginError
+from initorch import Registry
+from initorch.errors import PluginError, StepDefinitionError, UnknownStepError
+from initorch.plugin import Step, StepRegistry, step
 from tests.support.synthetic import define
 
 BUILTIN_STEPS = ("import_backend", "set_device", "init_torch_distributed",
@@ -157,7 +158,7 @@ def test_a_single_name_as_a_string_is_one_edge_not_its_letters():
 
 
 def test_when_must_be_a_valid_condition():
-    from initorch import ConditionError
+    from initorch.errors import ConditionError
 
     with pytest.raises(ConditionError) as caught:
         StepRegistry().add(define("x", when="a +"))

@@ -19,10 +19,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from initorch import Registry, load_plan, setting
+from initorch import Registry, load_plan
 from initorch.location import SourceLocation
 from initorch.model.devices import DeviceRef
 from initorch.model.step import Step
+from initorch.plugin import setting
 from initorch.resolution.fingerprint import fingerprint
 from initorch.resolution.plan import (
     Plan,

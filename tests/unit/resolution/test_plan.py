@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from initorch import Plan, ResolveError, load_plan
+from initorch import Plan, load_plan
+from initorch.errors import ResolveError
 from tests.support.commands import initorch_command
 from tests.support.profiles import assert_chain, write
 

@@ -6,15 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from initorch import (
-    PreviewContext,
-    Registry,
-    ResolveError,
-    StepDefinitionError,
-    compose,
-    resolve,
-    setting,
-)
+from initorch import Registry
+from initorch.errors import ResolveError, StepDefinitionError
+from initorch.loading.compose import compose
+from initorch.plugin import PreviewContext, setting
+from initorch.resolution.resolve import resolve
 from tests.support.synthetic import define
 
 POOL_SIZE = setting("pool.size", int, default=1, description="a size a preview reads")
