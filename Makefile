@@ -51,7 +51,8 @@ demo-sglang: system-deps $(STAMP) $(SGLANG_STAMP)
 	$(BIN)/python examples/sglang_demo.py
 
 # Style, types, and the layer contract ([tool.importlinter] in pyproject.toml; the
-# built-in steps' own contract is tests/test_public_names.py, import-linter cannot see them).
+# built-in steps' own contract is tests/unit/api/test_public_names.py, import-linter cannot
+# see them).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python scripts/typecheck.py
