@@ -1,4 +1,4 @@
-"""Helpers for the foundation tests (issue 2): profile files, plans, and assertions.
+"""Profile files, the plans and errors made from them, and assertions on what the CLI says.
 
 Plain functions, not fixtures, so that test modules import exactly what they use
 next to the shared fixtures of ``conftest.py``.
