@@ -21,17 +21,11 @@ from hypothesis import strategies as st
 
 from initorch import Registry, load_plan, setting
 from initorch.location import SourceLocation
+from initorch.model.canonical import declaration, step_fields
 from initorch.model.devices import DeviceRef
 from initorch.model.step import Step
 from initorch.resolution.fingerprint import fingerprint
-from initorch.resolution.plan import (
-    Plan,
-    PlannedStep,
-    declaration,
-    env_values,
-    read_settings,
-    step_fields,
-)
+from initorch.resolution.plan import Plan, PlannedStep, env_values, read_settings
 from initorch.resolution.plangraph import PlanGraph
 from tests.conftest import noop
 from tests.helpers_foundation import DEVICE_PROFILES, MOONCAKE_PG_PROFILES

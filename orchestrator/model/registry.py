@@ -16,7 +16,13 @@ from initorch.model.canonical import encode_step
 from initorch.model.conditions import parse_condition
 from initorch.model.names import name_problem, non_ascii_problem
 from initorch.model.settings import SettingCatalog
-from initorch.model.step import EDGE_KINDS, MAX_RETRIES, MAX_TIMEOUT_S, Step, StepDefinition
+from initorch.model.step import (
+    MAX_RETRIES,
+    MAX_TIMEOUT_S,
+    STEP_FIELDS,
+    Step,
+    StepDefinition,
+)
 from initorch.suggest import closest
 
 
@@ -108,6 +114,10 @@ def _fail(step: Step, message: str, hint: str) -> None:
                               hint=hint)
 
 
+_NAME_LISTS = tuple(row.name for row in STEP_FIELDS if row.kind == "names")
+_FLAGS = tuple(row.name for row in STEP_FIELDS if row.kind == "flag")
+
+
 def _validate(step: Step) -> None:
     problem = name_problem(step.name, "step name")
     if problem is not None:
@@ -117,7 +127,7 @@ def _validate(step: Step) -> None:
         _fail(step, "no description", "pass description= or give the function a docstring")
     if not callable(step.action):
         _fail(step, "action is not callable", "decorate a function with @step")
-    for kind in (*EDGE_KINDS, "wanted_by", "reads"):
+    for kind in _NAME_LISTS:
         for target in getattr(step, kind):
             problem = name_problem(target, "step name")
             if problem is not None:
@@ -148,9 +158,11 @@ def _validate(step: Step) -> None:
         if not (isinstance(exc_type, type) and issubclass(exc_type, Exception)):
             _fail(step, f"retry_on entry {exc_type!r} is not an Exception subclass",
                   "list exception classes; KeyboardInterrupt and the like are never retried")
-    if not isinstance(step.holds_gil, bool):
-        _fail(step, f"holds_gil must be True or False, got {step.holds_gil!r}",
-              "pass holds_gil=True for a step that computes in Python, or leave it out")
+    for flag in _FLAGS:
+        value = getattr(step, flag)
+        if not isinstance(value, bool):
+            _fail(step, f"{flag} must be True or False, got {value!r}",
+                  f"pass {flag}=True, or leave it out")
     if step.device_bound and step.binds_device:
         _fail(step, "cannot be both device_bound and binds_device",
               "the step that binds the device runs before the device context exists")

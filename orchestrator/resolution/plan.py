@@ -21,10 +21,10 @@ from typing import Any
 
 from initorch.errors import ResolveError
 from initorch.loading.document import EnvEntry, Setting
-from initorch.model.canonical import qualified_name, spec_json
+from initorch.model.canonical import declaration, step_fields
 from initorch.model.devices import DeviceRef
 from initorch.model.settings import CORE_KEYS
-from initorch.model.step import EDGE_KINDS, Step
+from initorch.model.step import Step
 from initorch.resolution.plangraph import Edge, PlanGraph
 from initorch.suggest import closest
 
@@ -256,38 +256,3 @@ def read_settings(settings: Mapping[str, Setting], steps: Iterable[PlannedStep]
 def env_values(env: Mapping[str, EnvEntry]) -> dict[str, str | None]:
     """``{NAME: value}`` in declaration order."""
     return {name: entry.value for name, entry in env.items()}
-
-
-OVERRIDABLE_FIELDS = (*EDGE_KINDS, "when", "timeout", "retries")
-"""The effective fields a profile may change; the rest of a step is as registered."""
-
-
-def step_fields(step: Step) -> dict[str, Any]:
-    """A step's effective fields as JSON: what ``plan --json`` shows for each step."""
-    return {
-        **{kind: list(step.edges(kind)) for kind in EDGE_KINDS},
-        "when": step.when,
-        "device_bound": step.device_bound,
-        "binds_device": step.binds_device,
-        "job_store": step.job_store,
-        "barrier": step.barrier,
-        "timeout": step.timeout,
-        "retries": step.retries,
-        "teardown": step.teardown is not None,
-        "settings": [spec.key for spec in step.settings],
-    }
-
-
-def declaration(step: Step) -> dict[str, Any]:
-    """A registered step's declaration as JSON: every field its code sets, with the
-    action, the teardown and the transient errors by qualified name, and the
-    settings it reads in full (kind, default, choices, bounds)."""
-    return {
-        **step_fields(step),
-        "settings": [spec_json(spec) for spec in step.settings],
-        "wanted_by": list(step.wanted_by),
-        "action": qualified_name(step.action),
-        "teardown": qualified_name(step.teardown),
-        "retry_on": [qualified_name(error) for error in step.retry_on],
-        "retry_backoff": step.retry_backoff,
-    }

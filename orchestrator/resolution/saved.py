@@ -39,16 +39,15 @@ from initorch.errors import InitorchError, Problem, SavedPlanError
 from initorch.files import describe_os_error, read_input, write_atomically
 from initorch.loading.document import EnvEntry, Setting, env_name_problem, env_value_problem
 from initorch.location import SourceLocation, display_path
+from initorch.model.canonical import declaration
 from initorch.model.devices import DeviceRef
 from initorch.model.registry import StepRegistry
-from initorch.model.step import EDGE_KINDS
+from initorch.model.step import EDGE_KINDS, OVERRIDABLE_FIELDS
 from initorch.resolution.fingerprint import fingerprint
 from initorch.resolution.plan import (
-    OVERRIDABLE_FIELDS,
     Plan,
     PlannedStep,
     SkippedStep,
-    declaration,
 )
 from initorch.resolution.plangraph import EDGE_KINDS_IN_GRAPH, Edge, PlanGraph
 from initorch.resolution.preview import preview_steps
