@@ -7,7 +7,7 @@ only ever *name* registered steps; nothing named in a profile is imported.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from initorch.errors import StepDefinitionError, UnknownStepError
@@ -39,6 +39,9 @@ class StepRegistry:
     def __init__(self, settings: SettingCatalog | None = None) -> None:
         self._steps: dict[str, Step] = {}
         self._providers: dict[str, str | None] = {}
+        # The steps that declare themselves wanted_by each name, in registration order:
+        # kept as steps are added, so that no plan scans every registered step for them.
+        self._wanted_by: dict[str, list[Step]] = {}
         self.provider: str | None = None
         self.settings = SettingCatalog() if settings is None else settings
 
@@ -62,7 +65,14 @@ class StepRegistry:
             encode_step(record)  # once per step, not on every first plan of it
         self._steps[record.name] = record
         self._providers[record.name] = self.provider
+        for target in record.wanted_by:
+            self._wanted_by.setdefault(target, []).append(record)
         return record
+
+    def wanting(self, name: str) -> Sequence[Step]:
+        """The registered steps that list ``name`` under ``wanted_by``, in registration
+        order."""
+        return self._wanted_by.get(name, ())
 
     def plugin_of(self, name: str) -> str | None:
         """The plugin that registered step ``name`` (``None``: added in code)."""
@@ -73,6 +83,7 @@ class StepRegistry:
         plugin loader's undo point)."""
         clone = StepRegistry(self.settings.copy())
         clone._steps, clone._providers = dict(self._steps), dict(self._providers)
+        clone._wanted_by = {name: list(steps) for name, steps in self._wanted_by.items()}
         clone.provider = self.provider
         return clone
 

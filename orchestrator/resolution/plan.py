@@ -249,7 +249,9 @@ def read_settings(settings: Mapping[str, Setting], steps: Iterable[PlannedStep]
     plugin's) must not make two ranks of one job refuse each other."""
     keys = set(CORE_KEYS)
     for planned in steps:
-        keys.update(spec.key for spec in planned.step.settings)
+        specs = planned.step.settings
+        if specs:
+            keys.update(spec.key for spec in specs)
     return {key: setting for key, setting in settings.items() if key in keys}
 
 
