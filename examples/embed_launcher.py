@@ -32,6 +32,7 @@ from initorch import (
     configure_logging,
     graph_mermaid,
     load_plan,
+    plan_text,
     setting,
     step,
 )
@@ -97,7 +98,7 @@ def main() -> int:
             print(f"launcher: {error}", file=sys.stderr)
             return error.exit_code
 
-    print(plan)  # the dry run, as 'initorch plan' prints it
+    print(plan_text(plan))  # the dry run, as 'initorch plan' prints it
     print("\nwhy is the engine up before the pool is warmed?")
     for edge in plan.explain("init_shared_mooncake_transfer_engine", "warm_kv_cache"):
         print(f"  {edge.describe()}")

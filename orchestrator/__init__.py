@@ -56,11 +56,13 @@ if TYPE_CHECKING:
         graph_dot,
         graph_json,
         graph_mermaid,
+        plan_text,
         run_summary_text,
     )
     from initorch.reporting.report import RunReport, StepOutcome
     from initorch.resolution.graph import StepGraph
     from initorch.resolution.resolve import resolve
+    from initorch.resolution.saved import plan_json, save_plan
 
 _ON_FIRST_USE = {
     "detect_device": "initorch.api",
@@ -81,7 +83,10 @@ _ON_FIRST_USE = {
     "graph_dot": "initorch.reporting.render",
     "graph_json": "initorch.reporting.render",
     "graph_mermaid": "initorch.reporting.render",
+    "plan_text": "initorch.reporting.render",
     "run_summary_text": "initorch.reporting.render",
+    "plan_json": "initorch.resolution.saved",
+    "save_plan": "initorch.resolution.saved",
 }
 
 
@@ -156,8 +161,11 @@ __all__ = [
     "load_plan",
     "load_saved_plan",
     "parse_device",
+    "plan_json",
+    "plan_text",
     "resolve",
     "run_summary_text",
+    "save_plan",
     "setting",
     "start",
     "step",

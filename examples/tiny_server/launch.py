@@ -32,6 +32,7 @@ from initorch import (
     RunReport,
     configure_logging,
     load_plan,
+    plan_text,
     run_summary_text,
 )
 
@@ -121,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan = load_plan(["tiny-server", *args.profile], device=args.device,
                          settings=args.settings, registry=registry)
         if args.plan:
-            print(plan)
+            print(plan_text(plan))
             return 0
         with Run(plan, diagnoses=registry.diagnoses, handle_signals=True) as run:
             serve(run, args.ready_file)
