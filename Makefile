@@ -15,7 +15,7 @@ SGLANG_STAMP := $(SGLANG_VENV)/.installed
 SGLANG_PIN := sglang==0.5.23
 MOONCAKE_CPU_PIN := mooncake-transfer-engine-non-cuda==0.3.13.post1
 
-.PHONY: demo demo-sglang test lint typecheck unit e2e pythons bench clean system-deps sglang-venv
+.PHONY: demo demo-sglang test lint typecheck unit e2e pythons docs bench clean system-deps sglang-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,9 +50,12 @@ demo: system-deps $(STAMP)
 demo-sglang: system-deps $(STAMP) $(SGLANG_STAMP)
 	$(BIN)/python examples/sglang_demo.py
 
+# Style, types, and the layer contract ([tool.importlinter] in pyproject.toml; the
+# built-in steps' own contract is tests/test_public_names.py, import-linter cannot see them).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python scripts/typecheck.py
+	$(BIN)/lint-imports
 
 # The fast tier (no real start-up, no SGLang), then the real end-to-end tier.
 unit: $(STAMP)
@@ -67,7 +70,12 @@ pythons: $(STAMP)
 	@command -v pyenv >/dev/null || { echo "make pythons needs pyenv with Python $(PYTHONS)"; exit 1; }
 	PATH="$$(pyenv prefix $(PYTHONS) | sed 's#:#/bin:#g')/bin:$$PATH" $(BIN)/nox -s core
 
-test: system-deps $(STAMP) $(SGLANG_STAMP) lint pythons unit e2e
+# The documentation site (mkdocs.yml, docs/) into site/; --strict: a warning or a broken
+# link fails the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+test: system-deps $(STAMP) $(SGLANG_STAMP) lint docs pythons unit e2e
 
 # One table of every performance figure against its goal (bench/table.py); the other
 # scripts in bench/ take one figure apart.
@@ -75,4 +83,4 @@ bench: system-deps $(STAMP)
 	$(BIN)/python bench/table.py
 
 clean:
-	rm -rf $(VENV) $(SGLANG_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .nox
+	rm -rf $(VENV) $(SGLANG_VENV) build site *.egg-info .pytest_cache .mypy_cache .ruff_cache .nox

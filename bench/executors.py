@@ -20,9 +20,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from initorch import Registry, StepContext, compose, resolve, step
+from initorch import Registry
 from initorch.execution.run import Run
+from initorch.loading.compose import compose
+from initorch.plugin import DiagnosisBook, StepContext, step
 from initorch.resolution.plan import Plan
+from initorch.resolution.resolve import resolve
 
 # name: (seconds it waits, what it requires) — the built-in plan's shape.
 SHAPE: dict[str, tuple[float, tuple[str, ...]]] = {
@@ -61,7 +64,7 @@ def critical_path(plan: Plan) -> float:
 
 
 def timed_run(plan: Plan, executor: str) -> float:
-    report = Run(plan, executor=executor).start()
+    report = Run(plan, executor=executor, diagnoses=DiagnosisBook()).start()
     assert report.ok
     return report.wall_time
 

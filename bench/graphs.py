@@ -14,9 +14,10 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
-from initorch import Registry, StepContext, compose, step
-from initorch.loading.compose import ComposedProfile
+from initorch import Registry
+from initorch.loading.compose import ComposedProfile, compose
 from initorch.model.registry import StepRegistry
+from initorch.plugin import StepContext, step
 
 Shape = Callable[[int], dict[str, tuple[str, ...]]]
 

@@ -23,19 +23,9 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from initorch import (
-    InitorchError,
-    Registry,
-    Run,
-    StepContext,
-    StepFailedError,
-    configure_logging,
-    graph_mermaid,
-    load_plan,
-    plan_text,
-    setting,
-    step,
-)
+from initorch import InitorchError, Registry, Run, StepFailedError, configure_logging, load_plan
+from initorch.plugin import StepContext, setting, step
+from initorch.renderers import graph_mermaid, plan_text
 
 # A setting the step reads: profiles set it under config: (warmup: {fill_byte: 0}),
 # --set warmup.fill_byte=7 overrides it, and a wrong value is refused at plan time.

@@ -32,6 +32,7 @@ from initorch.errors import (
     EXIT_STEP_FAILED,
     InitorchError,
     PeerError,
+    PluginError,
     RunInterrupted,
     UnplannedStepWarning,
     describe_exception,
@@ -42,7 +43,7 @@ from initorch.files import OutputFile, check_outputs, write_atomically
 from initorch.loading.catalog import AUTO_PROFILE
 from initorch.loading.detection import DEEP_PROBE_TIMEOUT_S
 from initorch.location import display_path
-from initorch.plugins import PluginError, Registry
+from initorch.plugins import Registry
 from initorch.resolution.plan import Plan
 
 if TYPE_CHECKING:

@@ -3,7 +3,8 @@
 Every error carries the data it is about (a location, a cycle, a step name) and
 the exit code the CLI turns it into, so that exactly one boundary (``cli.main``)
 decides how it is printed.  Embedders catch :class:`InitorchError` and read the
-attributes instead of parsing messages.
+attributes instead of parsing messages.  A public module: every error initorch
+raises, or a step raises for it, is importable from here.
 """
 
 from __future__ import annotations
@@ -14,6 +15,34 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from initorch.location import SourceLocation
+
+__all__ = [
+    "EXIT_INTERNAL_ERROR",
+    "EXIT_INTERRUPTED",
+    "EXIT_INVALID_INPUT",
+    "EXIT_OK",
+    "EXIT_STEP_FAILED",
+    "ActiveRunError",
+    "ConditionError",
+    "ConflictError",
+    "CycleError",
+    "DeviceError",
+    "InitorchError",
+    "InterruptedBySigint",
+    "LaunchError",
+    "PeerError",
+    "PluginError",
+    "Problem",
+    "ProfileError",
+    "ResolveError",
+    "RunInterrupted",
+    "SavedPlanError",
+    "StepDefinitionError",
+    "StepError",
+    "StepFailedError",
+    "UnknownStepError",
+    "UnplannedStepWarning",
+]
 
 EXIT_OK = 0
 EXIT_STEP_FAILED = 1
@@ -103,6 +132,18 @@ class UnknownStepError(InitorchError):
         message = f"unknown step {name!r}: {reason}" if reason else f"unknown step '{name}'"
         super().__init__(message, location=location,
                          hint="retype the name in ASCII" if reason else hint)
+
+
+class LaunchError(InitorchError, ValueError):
+    """The launcher's description of the job is malformed or ambiguous (exit code 2)."""
+
+
+class PluginError(InitorchError):
+    """A plugin could not be loaded or failed while registering; ``plugin`` names it."""
+
+    def __init__(self, plugin: str, message: str, *, hint: str | None = None) -> None:
+        self.plugin = plugin
+        super().__init__(message, hint=hint)
 
 
 class ResolveError(InitorchError):

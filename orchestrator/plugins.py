@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from importlib import import_module
 from importlib.metadata import EntryPoint, entry_points
 
-from initorch.errors import InitorchError, RunInterrupted, describe_exception
+from initorch.errors import InitorchError, PluginError, RunInterrupted, describe_exception
 from initorch.loading.catalog import ProfileCatalog
 from initorch.loading.detection import ProbeBook
 from initorch.model.registry import StepRegistry
@@ -51,14 +51,6 @@ RegisterFunction = Callable[["Registry"], None]
 
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 _IDENTIFIER = re.compile(r"^[A-Za-z_]\w*$")
-
-
-class PluginError(InitorchError):
-    """A plugin could not be loaded or failed while registering; ``plugin`` names it."""
-
-    def __init__(self, plugin: str, message: str, *, hint: str | None = None) -> None:
-        self.plugin = plugin
-        super().__init__(message, hint=hint)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,11 @@
 
 Importing this package is cheap: step modules import torch, vendor plugins and
 Mooncake only inside the steps, so ``initorch plan`` never loads them.
+
+Besides ``register``, the package exports what a plugin that builds on the built-in
+steps reads (``examples/tiny_server`` does): the ``memory_baseline`` step's output
+(:class:`MemoryBaseline`, with its pool budget), the device's visibility setting and
+the device a rank's tensors live on.  Step modules themselves stay private.
 """
 
 from __future__ import annotations
@@ -9,36 +14,39 @@ from __future__ import annotations
 from importlib.resources import files
 from typing import TYPE_CHECKING
 
+from initorch.steps.memory_baseline import MemoryBaseline
+from initorch.steps.set_device import VISIBLE_DEVICES_ENV, tensor_device
+
 if TYPE_CHECKING:
     from initorch import Registry
 
-__all__ = ["register"]
+__all__ = ["VISIBLE_DEVICES_ENV", "MemoryBaseline", "register", "tensor_device"]
 
 
 def register(registry: Registry) -> None:
     """Entry point of the ``builtin`` plugin (``initorch.plugins`` group)."""
     from initorch.steps import (
-        backend,
         collectives,
         cpu_binding,
-        device,
         distributed,
         host_pool,
-        memory,
+        import_backend,
+        memory_baseline,
+        model_parallel,
         mooncake_master,
         mooncake_pg,
-        parallel,
         rendezvous,
+        set_device,
         store,
         transfer_engine,
-        verify,
+        verify_transfer,
     )
     from initorch.steps.detect import BUILTIN_PROBES
     from initorch.steps.diagnoses import BUILTIN_DIAGNOSES
 
-    for module in (backend, cpu_binding, device, rendezvous, distributed, transfer_engine,
-                   mooncake_pg, mooncake_master, store, parallel, collectives, memory, host_pool,
-                   verify):
+    for module in (import_backend, cpu_binding, set_device, rendezvous, distributed,
+                   transfer_engine, mooncake_pg, mooncake_master, store, model_parallel,
+                   collectives, memory_baseline, host_pool, verify_transfer):
         for definition in module.STEPS:
             registry.steps.add(definition)
     registry.profiles.add_directory(files("initorch.profiles"), plugin="builtin")

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from initorch import StepContext, StepError, setting, step
-from initorch.steps.device import VISIBLE_DEVICES_ENV, tensor_device
-from initorch.steps.parallel import ModelParallel
+from initorch.plugin import StepContext, StepError, setting, step
+from initorch.steps.model_parallel import ModelParallel
+from initorch.steps.set_device import VISIBLE_DEVICES_ENV, tensor_device
 
 
 def members_seen(group: Any, rank: int, world_size: int, device: Any) -> tuple[int, ...]:

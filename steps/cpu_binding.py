@@ -39,7 +39,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from initorch import PreviewContext, StepContext, StepError, setting, step
+from initorch.plugin import PreviewContext, StepContext, StepError, setting, step
 from initorch.steps.topology import (
     RankShare,
     format_cpu_list,

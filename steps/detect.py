@@ -1,6 +1,6 @@
 """The built-in device probes: how ``--profile auto`` tells an Ascend host from a CUDA one.
 
-Priority order, first fit wins (documented in the README): **npu, musa, rocm,
+Priority order, first fit wins (documented in docs/hardware.md): **npu, musa, rocm,
 cuda, xpu, mps, cpu**.  npu comes before cuda because torch_npu's
 ``transfer_to_npu`` patches ``torch.cuda`` names onto the NPU, so a CUDA check
 run after ``import torch_npu`` answers yes on an Ascend host (accelerate probes
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from initorch.loading.detection import DeviceProbe, Machine, Verdict
+from initorch.plugin import DeviceProbe, Machine, Verdict
 
 # Where the dynamic loader looks when nothing else says (ld.so(8); Debian multiarch).
 SYSTEM_LIBRARY_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64", "/usr/local/lib",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
-from initorch import StepContext, StepError, setting, step
+from initorch.plugin import StepContext, StepError, setting, step
 from initorch.steps.rendezvous import TIMEOUT_S, TorchJobStore
 
 if TYPE_CHECKING:

@@ -18,11 +18,10 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from initorch import StepContext, StepError
-from initorch.addresses import split_host_port
-from initorch.steps.device import device_index, visible_devices
+from initorch.plugin import StepContext, StepError, split_host_port
 from initorch.steps.mooncake_build import ASCEND_BUILDS, AscendBuild, MooncakeBuild
 from initorch.steps.network import free_port, local_address_towards
+from initorch.steps.set_device import device_index, visible_devices
 
 LEGACY_SWITCH = "ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE"
 PHYSICAL_ID = "ASCEND_NPU_PHY_ID"

@@ -35,10 +35,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from initorch import StepContext, StepError, setting, step
-from initorch.execution.native_output import capture_native_stderr
+from initorch.plugin import StepContext, StepError, capture_native_stderr, setting, step
 from initorch.steps.kv_layout import DEPRECATED_LAYOUTS, IO_BACKENDS, LAYOUTS, resolve_layout
-from initorch.steps.settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
+from initorch.steps.shared_settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
 from initorch.steps.store import StoreClient
 from initorch.steps.topology import host_available_bytes, local_world_size
 
@@ -256,7 +255,7 @@ def host_pool_bytes(ctx: StepContext) -> int:
     """``hicache.host_pool_ratio`` x the required device pool, or ``host_pool_mb``."""
     ratio = float(ctx.setting("hicache.host_pool_ratio"))
     if ratio:
-        requires = ctx.plan.step(ctx.step).step.requires
+        requires = ctx.declared.requires
         pools = [ctx.output(name) for name in requires
                  if isinstance(ctx.output(name), DevicePool)]
         if not pools:

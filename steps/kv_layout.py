@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from initorch import StepError
+from initorch.plugin import StepError
 
 LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_first_kv_split", "page_head")
 DEPRECATED_LAYOUTS = {"page_first_kv_spilt": "page_first_kv_split"}

@@ -20,7 +20,7 @@ import ipaddress
 import os
 from dataclasses import dataclass
 
-from initorch import StepContext
+from initorch.plugin import StepContext
 
 LISTEN_STATE = "0A"  # TCP_LISTEN in /proc/net/tcp
 WILDCARDS = frozenset({"0.0.0.0", "::"})

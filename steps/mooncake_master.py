@@ -38,15 +38,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from initorch import StepContext, StepError, setting, step
-from initorch.model.step import MAX_TIMEOUT_S
+from initorch.plugin import MAX_TIMEOUT_S, StepContext, StepError, setting, step
 from initorch.steps.engine_hostname import local_host, rendezvous_host
 from initorch.steps.listeners import warn_if_exposed
 from initorch.steps.mooncake_build import WHEEL_CHOICE
 from initorch.steps.mooncake_env import read_master
 from initorch.steps.network import free_port, host_port, split_host_port
 from initorch.steps.rendezvous import MASTER_ADDR
-from initorch.steps.settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
+from initorch.steps.shared_settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
 
 if TYPE_CHECKING:  # process and HTTP modules load when a master is needed, not for a plan
     import subprocess

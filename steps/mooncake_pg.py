@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from initorch import StepContext, StepError, setting, step
+from initorch.plugin import StepContext, StepError, setting, step
 from initorch.steps.distributed import ELASTIC_EP
 from initorch.steps.transfer_engine import SharedTransferEngine
 

@@ -23,7 +23,7 @@ import os
 import socket
 from pathlib import Path
 
-from initorch.addresses import host_port, is_ipv6, split_host_port
+from initorch.plugin import host_port, is_ipv6, split_host_port
 
 __all__ = ["HOST_IP_VARIABLES", "can_connect", "family_of", "free_port", "host_port",
            "interface_with", "is_ipv6", "local_address_towards", "split_host_port"]

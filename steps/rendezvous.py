@@ -38,15 +38,23 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from initorch import LaunchError, StepContext, StepError, setting, step
-from initorch.addresses import host_port, split_host_port
-from initorch.execution.liveness import MIN_PEER_TIMEOUT_S, WAIT_LOG_S
-from initorch.model.step import MAX_TIMEOUT_S
+from initorch.plugin import (
+    MAX_TIMEOUT_S,
+    MIN_PEER_TIMEOUT_S,
+    WAIT_LOG_S,
+    LaunchError,
+    StepContext,
+    StepError,
+    host_port,
+    setting,
+    split_host_port,
+    step,
+)
 from initorch.steps.engine_hostname import local_host
 from initorch.steps.network import can_connect, free_port, interface_with
 
 if TYPE_CHECKING:
-    from initorch import JobStore, PeerBounds
+    from initorch.plugin import JobStore, PeerBounds
 
 GLOO_INTERFACE = "GLOO_SOCKET_IFNAME"  # read by ProcessGroupGloo when a gloo group forms
 
@@ -168,7 +176,7 @@ def rendezvous(ctx: StepContext) -> JobStore:
     from torch._C._distributed_c10d import TCPStore  # torch.distributed.TCPStore
     from torch.distributed.distributed_c10d import PrefixStore
 
-    from initorch import PeerBounds  # the run's side of the job: not needed to plan
+    from initorch.plugin import PeerBounds
 
     host, port = endpoint(ctx)
     address = host_port(host, port)

@@ -29,8 +29,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from initorch import PreviewContext, StepContext, StepError, setting, step
-from initorch.execution.native_output import capture_native_stderr
+from initorch.plugin import (
+    PreviewContext,
+    StepContext,
+    StepError,
+    capture_native_stderr,
+    setting,
+    step,
+)
 from initorch.steps.engine_hostname import local_host
 from initorch.steps.listeners import listeners, warn_if_exposed
 from initorch.steps.mooncake_env import (
@@ -42,7 +48,7 @@ from initorch.steps.mooncake_env import (
 )
 from initorch.steps.mooncake_master import MasterEndpoint
 from initorch.steps.network import is_ipv6, split_host_port
-from initorch.steps.settings import (
+from initorch.steps.shared_settings import (
     HICACHE_ENABLED,
     MOONCAKE_ENABLED,
     MOONCAKE_PROTOCOL,

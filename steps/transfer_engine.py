@@ -20,9 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from initorch import PreviewContext, StepContext, StepError, setting, step
-from initorch.execution.native_output import NativeLog, capture_native_stderr
-from initorch.steps.device import VISIBLE_DEVICES_ENV
+from initorch.plugin import (
+    NativeLog,
+    PreviewContext,
+    StepContext,
+    StepError,
+    capture_native_stderr,
+    setting,
+    step,
+)
 from initorch.steps.engine_hostname import EngineHostname, engine_hostname
 from initorch.steps.listeners import listeners, warn_if_exposed
 from initorch.steps.mooncake_build import (
@@ -33,7 +39,8 @@ from initorch.steps.mooncake_build import (
 )
 from initorch.steps.network import host_port
 from initorch.steps.rendezvous import MASTER_ADDR
-from initorch.steps.settings import MOONCAKE_DEVICE_NAME, MOONCAKE_ENABLED, MOONCAKE_PROTOCOL
+from initorch.steps.set_device import VISIBLE_DEVICES_ENV
+from initorch.steps.shared_settings import MOONCAKE_DEVICE_NAME, MOONCAKE_ENABLED, MOONCAKE_PROTOCOL
 from initorch.steps.transports import (
     installed_transports,
     note_expected_errors,

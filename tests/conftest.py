@@ -15,10 +15,13 @@ from typing import Any
 
 import pytest
 
-from initorch import Registry, StepContext, compose, resolve, setting, step
+from initorch import Registry
 from initorch.cli import main
+from initorch.loading.compose import compose
 from initorch.model.step import StepDefinition
+from initorch.plugin import StepContext, setting, step
 from initorch.resolution.plan import Plan
+from initorch.resolution.resolve import resolve
 
 REPO = Path(__file__).resolve().parent.parent
 SIMULATED_SITE = REPO / "tests" / "simulated" / "site"

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from initorch import InitorchError, Plan, Registry, compose, resolve
+from initorch import InitorchError, Plan, Registry
 from initorch.errors import Problem
 from initorch.loading.catalog import ProfileCatalog
+from initorch.loading.compose import compose
 from initorch.model.step import StepDefinition
+from initorch.resolution.resolve import resolve
 
 REPO = Path(__file__).resolve().parent.parent
 

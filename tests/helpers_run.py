@@ -24,8 +24,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from initorch import StepContext
+from initorch import Registry
 from initorch.model.step import StepDefinition
+from initorch.plugin import StepContext
 from initorch.resolution.plan import Plan
 from tests.conftest import (  # noqa: F401 - restored_initorch_logger is re-exported
     REPO,
@@ -254,7 +255,7 @@ SCRIPT_PRELUDE = f"""
 import os, signal, sys, threading
 sys.path.insert(0, {str(REPO)!r})
 from tests.conftest import define, synthetic_plan
-from tests.helpers_run import plan_of
+from tests.helpers_run import DIAGNOSES, plan_of
 from initorch.execution.run import Run
 from initorch.errors import RunInterrupted
 """
@@ -285,3 +286,8 @@ def finish(proc: subprocess.Popen[str], timeout: float = 20.0) -> Finished:
         proc.kill()
         out, err = proc.communicate()
         return Finished(None, out, err, hung=True)
+
+
+DIAGNOSES = Registry.with_plugins().diagnoses
+"""The built-in diagnoses, which every ``Run`` in the tests is handed (a run takes its
+diagnoses explicitly; only :func:`initorch.start` finds them itself)."""

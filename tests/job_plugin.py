@@ -21,7 +21,9 @@ import signal
 import time
 from typing import Any
 
-from initorch import Registry, StepContext, StepError, setting, step
+from initorch import Registry
+from initorch.errors import StepError
+from initorch.plugin import StepContext, setting, step
 
 LINGER_S = setting("test.linger_s", float, default=0, minimum=0,
                    description="how long the lingering rank sleeps")

@@ -10,16 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from initorch import (
-    InitorchError,
-    Registry,
-    StepFailedError,
-    UnplannedStepWarning,
-    detect_device,
-    load_plan,
-    start,
-)
-from initorch.errors import EXIT_INVALID_INPUT
+from initorch import InitorchError, Registry, StepFailedError, detect_device, load_plan, start
+from initorch.errors import EXIT_INVALID_INPUT, UnplannedStepWarning
 from tests.conftest import define, run_python
 from tests.helpers_foundation import write
 from tests.helpers_run import TeardownLog, with_teardown
@@ -72,7 +64,7 @@ def test_a_plugin_step_nothing_pulls_in_is_named_with_its_plugin(registry):
 
 def test_the_cli_prints_the_warning_as_one_line(run_cli, tmp_path, monkeypatch):
     write(tmp_path, "orphan_steps.py", """
-        from initorch import step
+        from initorch.plugin import step
 
         @step("orphan", description="a step nothing pulls in")
         def orphan(ctx):
@@ -175,7 +167,7 @@ def test_start_brings_the_real_cpu_stack_up_and_down():
         import json
         import torch.distributed as dist
         import initorch
-        from initorch import StepContext, step
+        from initorch.plugin import StepContext, step
 
         @step("load_model", description="stands for loading weights",
               wanted_by=["register_mem_pool_host"],

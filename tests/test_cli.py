@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from initorch import InitorchError, ProfileError, StepFailedError, load_plan
-from initorch.errors import EXIT_INVALID_INPUT, EXIT_OK, EXIT_STEP_FAILED
+from initorch import InitorchError, StepFailedError, load_plan
+from initorch.errors import EXIT_INVALID_INPUT, EXIT_OK, EXIT_STEP_FAILED, ProfileError
 from tests.conftest import initorch_command
 from tests.helpers_foundation import (
     BUILTIN_PROFILES,

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from initorch import ComposedProfile, ConflictError, ProfileError, compose, load_plan
+from initorch import load_plan
+from initorch.errors import ConflictError, ProfileError
 from initorch.loading.catalog import ProfileCatalog, is_path_reference
-from initorch.loading.compose import parse_assignment
+from initorch.loading.compose import ComposedProfile, compose, parse_assignment
 from initorch.location import COMMAND_LINE
 from tests.helpers_foundation import BUILTIN_PROFILES, catalog_in, write
 

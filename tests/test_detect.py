@@ -14,14 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from initorch import (
-    Detection,
-    Machine,
-    Registry,
-    Verdict,
-    detect_device,
-)
+from initorch import Registry, detect_device
 from initorch.loading.detection import ProbeBook, detect
+from initorch.plugin import Detection, Machine, Verdict
 from initorch.steps.detect import BUILTIN_PROBES, HardwareProbe, find_library
 from tests.conftest import SIMULATED_SITE, initorch_command, run_python
 

@@ -16,10 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from initorch import RankInfo, StepContext
+from initorch import RankInfo
 from initorch.execution.run import Run
+from initorch.plugin import StepContext
 from tests.conftest import define
-from tests.helpers_run import EXECUTORS, WAIT, Dag, dags, load_acl, plan_of
+from tests.helpers_run import DIAGNOSES, EXECUTORS, WAIT, Dag, dags, load_acl, plan_of
 
 acl = load_acl()
 
@@ -76,7 +77,8 @@ RUNS = [
 @pytest.mark.parametrize(("executor", "fields"), RUNS)
 def test_engine_init_sees_the_device_context_on_whatever_thread_runs_it(executor, fields):
     npu = Npu()
-    run = Run(engine_plan(npu, **fields), executor=executor, workers=3, rank=RANK)
+    run = Run(engine_plan(npu, **fields), executor=executor, workers=3, rank=RANK,
+              diagnoses=DIAGNOSES)
     report = run.start()
     assert report.ok, [o.error for o in report.failed]
     thread, device = npu.seen["engine_init"]
@@ -87,7 +89,7 @@ def test_engine_init_sees_the_device_context_on_whatever_thread_runs_it(executor
 
 def test_a_timeout_runs_the_step_on_a_helper_thread_that_is_bound_too():
     npu = Npu()
-    Run(engine_plan(npu, timeout=WAIT), rank=RANK).start()
+    Run(engine_plan(npu, timeout=WAIT), rank=RANK, diagnoses=DIAGNOSES).start()
     thread, _ = npu.seen["engine_init"]
     assert thread != threading.get_ident()
     assert [r.thread_name for r in npu.runtime.set_device_log()
@@ -96,7 +98,7 @@ def test_a_timeout_runs_the_step_on_a_helper_thread_that_is_bound_too():
 
 def test_parallel_engine_init_runs_on_a_worker_thread_and_is_bound_there():
     npu = Npu()
-    Run(engine_plan(npu), executor="parallel", workers=2, rank=RANK).start()
+    Run(engine_plan(npu), executor="parallel", workers=2, rank=RANK, diagnoses=DIAGNOSES).start()
     thread, _ = npu.seen["engine_init"]
     assert thread != threading.get_ident()
     worker_names = {r.thread_name for r in npu.runtime.set_device_log() if r.thread_id == thread}
@@ -143,7 +145,7 @@ def test_without_device_bound_a_timeout_reproduces_the_ascend_failure(registry):
 def test_the_calling_thread_is_left_on_the_ranks_device(executor):
     npu = Npu()
     assert npu.runtime.thread_device() is None
-    Run(engine_plan(npu), executor=executor, workers=2, rank=RANK).start()
+    Run(engine_plan(npu), executor=executor, workers=2, rank=RANK, diagnoses=DIAGNOSES).start()
     assert npu.runtime.get_device() == RANK.local_rank
 
 
@@ -152,7 +154,7 @@ def test_teardown_of_a_device_bound_step_runs_with_the_context_on_any_thread():
     released: list[int] = []
     engine = define("engine_init", npu.engine_init, device_bound=True)
     engine.teardown(lambda ctx, output: released.append(npu.runtime.get_device()))
-    run = Run(plan_of([npu.binder(), engine]), rank=RANK)
+    run = Run(plan_of([npu.binder(), engine]), rank=RANK, diagnoses=DIAGNOSES)
     run.start()
     closer = threading.Thread(target=run.teardown)  # e.g. a server's shutdown thread
     closer.start()
@@ -171,7 +173,7 @@ def test_a_failed_binder_skips_every_device_bound_step(executor):
 
     plan = plan_of([define("set_device", broken, binds_device=True),
                     define("engine_init", npu.engine_init, device_bound=True)])
-    report = Run(plan, executor=executor, rank=RANK).start()
+    report = Run(plan, executor=executor, rank=RANK, diagnoses=DIAGNOSES).start()
     assert report.outcomes["set_device"].status == "failed"
     assert report.outcomes["engine_init"].status == "skipped"
     assert report.outcomes["engine_init"].reason == "upstream failed: set_device"
@@ -182,7 +184,7 @@ def test_a_binder_that_returns_no_binding_fails_clearly():
     npu = Npu()
     plan = plan_of([define("set_device", lambda ctx: None, binds_device=True),
                     define("engine_init", npu.engine_init, device_bound=True)])
-    report = Run(plan, rank=RANK).start()
+    report = Run(plan, rank=RANK, diagnoses=DIAGNOSES).start()
     error = report.outcomes["set_device"].error
     assert isinstance(error, TypeError)
     assert "binds the device but returned None" in str(error)
@@ -217,8 +219,10 @@ def test_no_device_bound_step_ever_sees_a_missing_context(dag: Dag, data):
                             device_bound=lambda name: bound[index[name]],
                             timeout=lambda name: WAIT if timed[index[name]] else None)
     rank = RankInfo(rank=local_index, local_rank=local_index, world_size=4)
-    report = Run(plan_of([npu.binder(), *steps]), executor=executor, workers=workers,
-                 rank=rank).start()
+    run = Run(plan_of([npu.binder(), *steps]), executor=executor, workers=workers,
+              rank=rank, diagnoses=DIAGNOSES)
+    report = run.start()
+    run.teardown()  # a worker still returning would hold the run for the next example
     assert report.ok, [(o.name, o.error) for o in report.failed]
     expected = {name for name in dag.names if bound[index[name]]}
     assert set(npu.seen) == expected

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from initorch import DeviceError, DeviceRef, parse_device
+from initorch.errors import DeviceError
 from initorch.loading.selection import device_types, normalise_device
+from initorch.plugin import DeviceRef, parse_device
 
 KNOWN_TYPES = ("cpu", "cuda", "mps", "musa", "npu", "rocm", "xpu")
 

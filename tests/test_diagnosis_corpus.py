@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from initorch import StepError
+from initorch.errors import StepError
 from initorch.reporting.diagnosis import Diagnosis, DiagnosisBook
 from initorch.steps.diagnoses import BUILTIN_DIAGNOSES
 from tests.diagnosis_corpus import (

@@ -138,10 +138,13 @@ def test_resolving_an_acyclic_plan_never_imports_networkx():
 
 def test_run_time_names_are_still_public():
     import initorch
+    import initorch.plugin
+    from initorch.execution.executors import Executor
     from initorch.execution.run import Run
 
     assert initorch.Run is Run
-    assert {"Run", "RunReport", "StepOutcome", "RunInterrupted", "Executor",
-            "RunDriver"} <= set(initorch.__all__)
+    assert initorch.plugin.Executor is Executor
+    assert {"Run", "RunReport", "StepOutcome", "RunInterrupted"} <= set(initorch.__all__)
+    assert {"Executor", "RunDriver", "JobStore", "PeerBounds"} <= set(initorch.plugin.__all__)
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         initorch.Nope  # noqa: B018

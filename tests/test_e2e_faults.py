@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from initorch import Registry, StepContext, load_plan
+from initorch import Registry, load_plan
 from initorch.execution.run import Run
+from initorch.plugin import StepContext
 from initorch.resolution.plan import Plan
 from tests.conftest import initorch_command
 

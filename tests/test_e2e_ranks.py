@@ -255,7 +255,7 @@ def test_a_batch_script_with_slurm_ntasks_is_refused_instead_of_running_alone():
 IN_CODE = """
 import json, sys
 import torch, torch.distributed as dist
-from initorch import RankInfo, Run, load_plan, start
+from initorch import RankInfo, Registry, Run, load_plan, start
 
 how, rank, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 lean = {"mooncake.enabled": False, "hicache.enabled": False}
@@ -266,8 +266,11 @@ def summed() -> int:
     return int(value.item())
 
 if how == "rank-info":  # where to meet: the settings, since RankInfo names no rendezvous
-    plan = load_plan(["cpu"], settings={**lean, "distributed.master_port": port})
-    with Run(plan, rank=RankInfo(rank=rank, world_size=2), heartbeat=None):
+    registry = Registry.with_plugins()
+    plan = load_plan(["cpu"], settings={**lean, "distributed.master_port": port},
+                     registry=registry)
+    with Run(plan, diagnoses=registry.diagnoses, rank=RankInfo(rank=rank, world_size=2),
+             heartbeat=None):
         result = summed()
 else:  # SGLang-style arguments
     with start(profile="cpu", settings=lean, dist_init_addr=f"127.0.0.1:{port}", nnodes=2,

@@ -19,8 +19,8 @@ pytestmark = pytest.mark.e2e
 
 OLD_ORDER = """
 import json, threading
-from initorch import Registry, StepContext, load_plan
-from initorch.execution.context import RankInfo, RunState
+from initorch import Registry, load_plan
+from initorch.execution.context import RankInfo, RunState, RunStepContext
 from initorch.errors import StepError
 
 registry = Registry.with_plugins()
@@ -29,7 +29,7 @@ state = RunState(plan, RankInfo())
 
 def call(name):
     planned = plan.step(name)
-    output = planned.step.action(StepContext(state, name, __import__("structlog").get_logger()))
+    output = planned.step.action(RunStepContext(state, name, __import__("structlog").get_logger()))
     state.record_output(name, output, binds_device=planned.step.binds_device)
     return output
 
@@ -120,7 +120,9 @@ def test_asking_for_the_other_build_fails_before_the_engine_starts() -> None:
 
 WITHOUT_CONTEXT = """
 import json, threading
-from initorch import Registry, StepContext, StepError, load_plan
+from initorch import Registry, load_plan
+from initorch.errors import StepError
+from initorch.execution.context import RunStepContext
 from initorch.execution.run import Run
 
 registry = Registry.with_plugins()
@@ -131,7 +133,7 @@ facts = {}
 
 def step_on_a_fresh_thread(name):
     # What the old code did: call into Mooncake from a thread that never ran set_device.
-    ctx = StepContext(run.state, name, __import__("structlog").get_logger())
+    ctx = RunStepContext(run.state, name, __import__("structlog").get_logger())
     box = {}
     def target():
         try:

@@ -140,7 +140,7 @@ def test_a_managed_master_that_dies_mid_run_is_named_at_once_and_fails_its_teard
 
 KILLER_PLUGIN = """
 import os, signal, time
-from initorch import step
+from initorch.plugin import step
 
 @step("kill_the_master", description="SIGKILL the managed master, as the OOM killer would",
       requires=["mooncake_master"], reads=["mooncake_master"])
@@ -325,7 +325,7 @@ shared.close()
 def test_ipv6_session_ids_are_the_names_mooncake_gives_its_segment() -> None:
     # Mooncake names a P2P segment maybeWrapIpV6(host):port (transfer_engine_impl.cpp);
     # peers must use that name.  (Mooncake 0.3.13's SocketHandShakePlugin then cannot
-    # resolve an IPv6 peer, so transfers over IPv6 fail upstream; the README says so.)
+    # resolve an IPv6 peer, so transfers over IPv6 fail upstream; docs/hardware.md says so.)
     result = run_python(IPV6_ENGINE, env={"MC_FORCE_TCP": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
     session = json.loads(result.stdout.strip().splitlines()[-1])["session"]
@@ -349,7 +349,7 @@ def two_ipv6_store_clients(extra: dict[str, str]) -> list[Ended]:
 def test_two_store_clients_on_ipv6_move_bytes_with_mc_use_ipv6() -> None:
     # Mooncake's handshake resolves peers as IPv4 unless MC_USE_IPV6 is set ("failed to get
     # IP address of peer server", diagnosed as mooncake-ipv6-peer-unresolved): the remedy
-    # the refusal below, the diagnosis and the README give is proven here.
+    # the refusal below, the diagnosis and docs/failures.md give is proven here.
     for ended in two_ipv6_store_clients({"MC_USE_IPV6": "1"}):
         assert ended.returncode == 0, ended.stderr[-3000:]
         assert "transfer_verified" in ended.stderr

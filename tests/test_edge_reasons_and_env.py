@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from initorch import ProfileError
+from initorch.errors import ProfileError
 from initorch.execution.environment import apply_environment
 from initorch.loading.document import EnvEntry, parse_profile
 from initorch.location import SourceLocation

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from initorch import Executor, RunDriver
 from initorch.execution.executors import (
     DryRunExecutor,
     ParallelExecutor,
@@ -16,8 +15,9 @@ from initorch.execution.executors import (
     make_executor,
 )
 from initorch.execution.run import Run
+from initorch.plugin import Executor, RunDriver
 from tests.conftest import FLAGS_ENABLED, define
-from tests.helpers_run import EXECUTORS, WAIT, Dag, Recorder, dags, plan_of
+from tests.helpers_run import DIAGNOSES, EXECUTORS, WAIT, Dag, Recorder, dags, plan_of
 
 PROPERTY = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -26,8 +26,11 @@ PROPERTY = settings(max_examples=60, deadline=None,
 def run_dag(dag: Dag, executor: str, workers: int = 4) -> tuple[Recorder, Run]:
     recorder = Recorder()
     plan = plan_of(dag.definitions(recorder.action))
-    run = Run(plan, executor=executor, workers=workers)
+    run = Run(plan, executor=executor, workers=workers, diagnoses=DIAGNOSES)
     run.start()
+    # Torn down here, not left to the garbage collector: a parallel worker that has not
+    # yet returned still holds the run, and the next example's run would be refused.
+    run.teardown()
     return recorder, run
 
 
@@ -50,6 +53,58 @@ def test_random_dags_never_violate_an_edge_and_run_each_step_once(executor, dag,
     assert_edges_respected(dag, recorder)
 
 
+class BlockingDriver:
+    """A RunDriver that blocks the steps it was given (as a run does after a failure) and
+    records, under a lock, what it was asked, what ran and what was skipped."""
+
+    def __init__(self, plan, blocked: set[str]) -> None:
+        self.plan, self.blocked = plan, blocked
+        self.lock = threading.Lock()
+        self.asked: list[str] = []
+        self.ran: list[str] = []
+        self.skipped: list[str] = []
+
+    def _settled(self) -> set[str]:
+        return {*self.ran, *self.skipped}
+
+    def blocked_by(self, planned):
+        with self.lock:
+            early = set(self.plan.graph.predecessors(planned.name)) - self._settled()
+            assert not early, f"{planned.name} asked about before {early} settled"
+            self.asked.append(planned.name)
+        return "root" if planned.name in self.blocked else None
+
+    def skip(self, planned, root_cause):
+        with self.lock:
+            self.skipped.append(planned.name)
+
+    def run_step(self, planned):
+        with self.lock:
+            assert set(self.plan.graph.predecessors(planned.name)) <= self._settled()
+            self.ran.append(planned.name)
+
+    would_run = run_step
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@PROPERTY
+@given(dag=dags(), data=st.data())
+def test_the_walk_asks_the_run_about_every_step_once_and_skips_exactly_what_it_blocks(
+        executor, dag, data):
+    # The walk withholds nothing itself: a skipped step is done like one that ran, and
+    # each of its dependents is asked about in turn (the run's rule decides how far a
+    # failure carries: failing fast, everything; keep_going, only what requires it).
+    blocked = data.draw(st.sets(st.sampled_from(dag.names)), label="blocked")
+    plan = plan_of(dag.definitions(lambda name: lambda ctx: None))
+    driver = BlockingDriver(plan, blocked)
+    make_executor(executor, workers=3).execute(driver)
+    assert sorted(driver.asked) == sorted(plan.order)
+    assert sorted(driver.skipped) == sorted(blocked)
+    assert sorted(driver.ran) == sorted(set(plan.order) - blocked)
+    if executor == "sequential":
+        assert driver.asked == list(plan.order)
+
+
 @PROPERTY
 @given(dag=dags())
 def test_sequential_runs_in_plan_order_on_the_calling_thread(dag):
@@ -66,7 +121,7 @@ def test_sequential_order_is_deterministic_and_lexicographic_among_independent_s
         recorder = Recorder()
         plan = plan_of([define(d.fields["name"], recorder.action(d.fields["name"]),
                                requires=d.fields["requires"]) for d in definitions])
-        Run(plan).start()
+        Run(plan, diagnoses=DIAGNOSES).start()
         orders.append(recorder.order)
     assert orders == [["alpha", "beta", "zeta", "mid"]] * 3
 
@@ -82,7 +137,7 @@ def test_parallel_overlaps_independent_steps():
 
     plan = plan_of([define("left", recorder.action("left", meet)),
                     define("right", recorder.action("right", meet))])
-    run = Run(plan, executor="parallel", workers=2)
+    run = Run(plan, executor="parallel", workers=2, diagnoses=DIAGNOSES)
     run.start()
     assert run.report.ok, [o.error for o in run.report.failed]
     assert recorder.max_active == 2
@@ -166,7 +221,7 @@ def test_parallel_starts_a_step_as_soon_as_its_own_dependencies_are_done():
         define("quick_child", recorder.action("quick_child", lambda ctx: child_ran.set()),
                requires=["quick"]),
     ])
-    run = Run(plan, executor="parallel", workers=2)
+    run = Run(plan, executor="parallel", workers=2, diagnoses=DIAGNOSES)
     run.start()
     assert run.report.ok, [o.error for o in run.report.failed]
 
@@ -178,7 +233,7 @@ def test_plan_time_skipped_steps_never_run(executor):
                     define("gated", recorder.action("gated"), when="flags.enabled",
                            settings=FLAGS_ENABLED)],
                    extra_yaml="config:\n  flags:\n    enabled: false\n")
-    run = Run(plan, executor=executor)
+    run = Run(plan, executor=executor, diagnoses=DIAGNOSES)
     run.start()
     assert "gated" not in recorder.order
     assert run.report.outcomes["gated"].status == "skipped"
@@ -195,7 +250,7 @@ def test_dry_run_runs_nothing_and_marks_every_planned_step_would_run():
     first = define("first", recorder.action("first", boom))
     first.teardown(lambda ctx, output: torn_down.append(ctx.step))
     plan = plan_of([first, define("second", recorder.action("second", boom), requires=["first"])])
-    run = Run(plan, executor="dry-run")
+    run = Run(plan, executor="dry-run", diagnoses=DIAGNOSES)
     report = run.start()
     run.teardown()
     assert recorder.order == []
@@ -221,7 +276,7 @@ def test_make_executor_names_and_errors():
 def test_run_accepts_an_executor_object():
     recorder = Recorder()
     plan = plan_of([define("only", recorder.action("only"))])
-    run = Run(plan, executor=ParallelExecutor(workers=1))
+    run = Run(plan, executor=ParallelExecutor(workers=1), diagnoses=DIAGNOSES)
     assert run.start().executor == "parallel"
     assert recorder.order == ["only"]
 
@@ -232,7 +287,7 @@ def test_parallel_default_runs_every_ready_waiting_step_at_once():
     count = 64
     barrier = threading.Barrier(count, timeout=WAIT)
     plan = plan_of([define(f"wait{i:02d}", lambda ctx: barrier.wait()) for i in range(count)])
-    run = Run(plan, executor="parallel")
+    run = Run(plan, executor="parallel", diagnoses=DIAGNOSES)
     run.start()
     assert run.report.ok, [o.error for o in run.report.failed]
 
@@ -242,7 +297,7 @@ def test_parallel_runs_steps_that_hold_the_gil_one_at_a_time():
     computing = [define(f"compute{i}", recorder.action(f"compute{i}"), holds_gil=True)
                  for i in range(6)]
     plan = plan_of(computing)
-    run = Run(plan, executor="parallel")
+    run = Run(plan, executor="parallel", diagnoses=DIAGNOSES)
     run.start()
     assert run.report.ok, [o.error for o in run.report.failed]
     assert recorder.max_active == 1
@@ -263,7 +318,7 @@ def test_a_plan_whose_every_step_is_skipped_at_plan_time_finishes(executor):
                            settings=FLAGS_ENABLED)],
                    extra_yaml="config:\n  flags:\n    enabled: false\n")
     assert plan.order == ()
-    run = Run(plan, executor=executor)
+    run = Run(plan, executor=executor, diagnoses=DIAGNOSES)
     runner = threading.Thread(target=run.start, daemon=True)
     runner.start()
     runner.join(WAIT)
@@ -292,7 +347,7 @@ def test_a_launcher_brings_its_own_executor_through_the_public_protocol():
 
     executor: Executor = OwnExecutor()
     plan = plan_of([define("a"), define("b", fail, requires=["a"]), define("c")])
-    report = Run(plan, executor=executor).start()
+    report = Run(plan, executor=executor, diagnoses=DIAGNOSES).start()
     assert report.executor == "own"
     assert {n: (o.status, o.reason) for n, o in report.outcomes.items()} == {
         "a": ("succeeded", None), "b": ("failed", None),

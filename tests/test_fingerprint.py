@@ -19,11 +19,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from initorch import Registry, load_plan, setting
+from initorch import Registry, load_plan
 from initorch.location import SourceLocation
 from initorch.model.canonical import declaration, step_fields
 from initorch.model.devices import DeviceRef
 from initorch.model.step import Step
+from initorch.plugin import setting
 from initorch.reporting.render import plan_text
 from initorch.resolution.fingerprint import fingerprint
 from initorch.resolution.plan import Plan, PlannedStep, env_values, read_settings

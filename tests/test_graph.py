@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from initorch import Edge, StepGraph
+from initorch import Edge
 from initorch.location import SourceLocation
-from initorch.resolution.graph import MAX_CYCLES_REPORTED
+from initorch.resolution.graph import MAX_CYCLES_REPORTED, StepGraph
 
 LETTERS = "abcdefghij"
 

@@ -13,6 +13,7 @@ from initorch.execution.run import Run
 from initorch.reporting.logs import get_logger
 from tests.conftest import define
 from tests.helpers_run import (
+    DIAGNOSES,
     EXECUTORS,
     WAIT,
     ListHandler,
@@ -60,7 +61,7 @@ def test_a_long_step_logs_that_it_is_still_running(executor, timeout):
             plan = plan_of([define("quick"),
                             define("slow", waits_for_a_beat(handler), requires=["quick"],
                                    timeout=timeout)])
-            report = Run(plan, executor=executor, heartbeat=INTERVAL).start()
+            report = Run(plan, executor=executor, heartbeat=INTERVAL, diagnoses=DIAGNOSES).start()
     finally:
         logger.removeHandler(handler)
     assert report.ok
@@ -85,7 +86,7 @@ def test_the_heartbeat_thread_ends_with_the_run():
     try:
         with captured_records():
             Run(plan_of([define("slow", waits_for_a_beat(handler))]),
-                heartbeat=INTERVAL).start()
+                heartbeat=INTERVAL, diagnoses=DIAGNOSES).start()
     finally:
         logger.removeHandler(handler)
     deadline = time.monotonic() + WAIT
@@ -100,7 +101,7 @@ def test_no_heartbeat_thread_when_it_is_off():
     def look(ctx):
         threads_seen.extend(heartbeat_threads())
 
-    assert Run(plan_of([define("look", look)]), heartbeat=None).start().ok
+    assert Run(plan_of([define("look", look)]), heartbeat=None, diagnoses=DIAGNOSES).start().ok
     assert threads_seen == []
 
 
@@ -116,7 +117,7 @@ def test_a_failed_step_gets_no_beat_after_its_failure():
     try:
         with captured_records():
             report = Run(plan_of([define("broken", fails_after_a_beat)]),
-                         heartbeat=INTERVAL).start()
+                         heartbeat=INTERVAL, diagnoses=DIAGNOSES).start()
     finally:
         logger.removeHandler(handler)
     assert not report.ok

@@ -209,7 +209,7 @@ def test_a_step_error_cannot_forge_the_run_summary(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
     (site / "forger.py").write_text(textwrap.dedent(f"""
-        from initorch import step
+        from initorch.plugin import step
 
         @step("forge", description="fails with a forged message")
         def forge(ctx):

@@ -10,10 +10,16 @@ from collections.abc import Iterator
 import pytest
 
 from initorch.errors import StepError
-from initorch.execution.invoke import StepAbortedError, StepTimeoutError, stuck_at
+from initorch.execution.context import RankInfo, RunState
+from initorch.execution.invoke import StepAbortedError, StepInvoker, StepTimeoutError, stuck_at
 from initorch.execution.run import Run
+from initorch.execution.signals import SignalGuard
+from initorch.reporting.diagnosis import DiagnosisBook
+from initorch.reporting.logs import get_logger
+from initorch.reporting.report import StepOutcome
 from tests.conftest import define
 from tests.helpers_run import (
+    DIAGNOSES,
     EXECUTORS,
     WAIT,
     TeardownLog,
@@ -53,7 +59,8 @@ def hung_plan(peer: threading.Event, teardowns: TeardownLog, **hung_fields):
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_a_hung_step_is_reported_with_name_elapsed_and_stack(executor, peer):
     teardowns = TeardownLog()
-    report = Run(hung_plan(peer, teardowns), executor=executor, keep_going=True).start()
+    report = Run(hung_plan(peer, teardowns), executor=executor, keep_going=True,
+                 diagnoses=DIAGNOSES).start()
     hung = report.outcomes["hung"]
     error = hung.error
     assert isinstance(error, StepTimeoutError)
@@ -89,7 +96,7 @@ def test_a_timeout_whose_thread_has_no_frame_says_so():
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_a_step_that_finishes_in_time_returns_its_output_through_the_helper(executor):
     plan = plan_of([define("quick", lambda ctx: threading.current_thread().name, timeout=WAIT)])
-    run = Run(plan, executor=executor)
+    run = Run(plan, executor=executor, diagnoses=DIAGNOSES)
     assert run.start().ok
     assert run.output("quick") == "initorch-quick"
 
@@ -99,7 +106,8 @@ def test_an_error_on_the_helper_thread_is_the_step_failure(executor):
     def fail(ctx):
         raise StepError("engine refused", vendor_code=-1)
 
-    report = Run(plan_of([define("engine", fail, timeout=WAIT)]), executor=executor).start()
+    report = Run(plan_of([define("engine", fail, timeout=WAIT)]), executor=executor,
+                 diagnoses=DIAGNOSES).start()
     error = report.outcomes["engine"].error
     assert isinstance(error, StepError)
     assert str(error) == "engine refused"
@@ -118,7 +126,7 @@ def test_a_timed_out_step_that_completes_later_is_still_torn_down(executor, peer
 
     released = define("hung", lambda ctx: wait_for_the_peer(peer), timeout=HUNG_TIMEOUT)
     released.teardown(teardown)
-    run = Run(plan_of([released]), executor=executor)
+    run = Run(plan_of([released]), executor=executor, diagnoses=DIAGNOSES)
     assert run.start().outcomes["hung"].status == "failed"
     peer.set()
     assert teardowns.done.wait(5), "the late result of a timed-out step was never torn down"
@@ -146,7 +154,30 @@ def retrying_run(action, executor: str, **fields) -> tuple[Run, list[float]]:
     delays: list[float] = []
     fields = {"retries": 3, "retry_on": (ConnectionError,), **fields}
     plan = plan_of([define("connect", action, **fields)])
-    return Run(plan, executor=executor, sleep=delays.append), delays
+    return Run(plan, executor=executor, sleep=delays.append, diagnoses=DIAGNOSES), delays
+
+
+def test_one_invoker_runs_every_step_of_a_run_with_what_it_was_built_with():
+    # What does not change from step to step is given once; a step is then only
+    # itself and the outcome it fills.
+    plan = plan_of([define("connect", Flaky(failures=1), retries=1,
+                           retry_on=(ConnectionError,)),
+                    define("use", lambda ctx: ctx.output("connect") + " and used",
+                           requires=["connect"])])
+    state, delays, ticks = RunState(plan, RankInfo()), [], iter(range(100))
+    log = get_logger()
+    invoker = StepInvoker(state=state, diagnoses=DiagnosisBook(), log=log,
+                          clock=lambda: float(next(ticks)), late=lambda planned, output: None,
+                          signals=SignalGuard(log), watchdog_for=lambda planned: None,
+                          give_up_for=lambda planned: None, sleep=delays.append)
+    outcomes = {name: StepOutcome(name) for name in plan.order}
+    for planned in plan.steps:
+        invoker.invoke(planned, outcome=outcomes[planned.name])
+    assert {name: (o.status, o.attempts) for name, o in outcomes.items()} == {
+        "connect": ("succeeded", 2), "use": ("succeeded", 1)}
+    assert delays == [0.5]
+    assert state.output("use") == "connected and used"
+    assert (outcomes["use"].started, outcomes["use"].finished) == (2.0, 3.0)
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
@@ -220,7 +251,7 @@ def test_every_attempt_of_a_device_bound_step_is_bound_again(executor):
     plan = plan_of([define("set_device", binder, binds_device=True),
                     define("engine", engine, device_bound=True, retries=1,
                            retry_on=(ConnectionError,))])
-    report = Run(plan, executor=executor, sleep=lambda s: None).start()
+    report = Run(plan, executor=executor, sleep=lambda s: None, diagnoses=DIAGNOSES).start()
     assert report.ok, [o.error for o in report.failed]
     assert attempts == [1, 1]
 
@@ -244,7 +275,8 @@ def test_without_signal_handling_an_interrupt_in_a_step_reaches_the_caller(raise
     # the host's own signal handlers, and a server's `except KeyboardInterrupt` must see
     # them.  Both executors agree, whichever thread ran the step.
     teardowns = TeardownLog()
-    run = Run(interrupting_plan(teardowns, raised, timeout=timeout), executor=executor)
+    run = Run(interrupting_plan(teardowns, raised, timeout=timeout), executor=executor,
+              diagnoses=DIAGNOSES)
     with pytest.raises(type(raised)):
         run.start()
     assert teardowns.order == ["first"]
@@ -262,7 +294,8 @@ def test_with_signal_handling_an_interrupt_raised_by_a_step_is_its_failure(raise
                                                                           executor):
     # The run turns real signals into RunInterrupted: these can only be the step's own.
     teardowns = TeardownLog()
-    run = Run(interrupting_plan(teardowns, raised), executor=executor, handle_signals=True)
+    run = Run(interrupting_plan(teardowns, raised), executor=executor, handle_signals=True,
+              diagnoses=DIAGNOSES)
     report = run.start()
     outcome = report.outcomes["second"]
     assert (outcome.status, outcome.attempts) == ("failed", 1)  # never retried
@@ -302,7 +335,7 @@ def test_a_failed_step_keeps_nothing_it_used_alive_past_teardown(executor, timeo
     plan = plan_of([make, define("use", use_then_fail, requires=["make"], timeout=timeout)])
     gc.disable()  # only reference counting may free it, as at interpreter exit
     try:
-        run = Run(plan, executor=executor)
+        run = Run(plan, executor=executor, diagnoses=DIAGNOSES)
         report = run.start()  # fails, and tears down
         assert report.outcomes["use"].status == "failed"
         assert alive[0]() is None, gc.get_referrers(alive[0]())

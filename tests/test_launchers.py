@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from initorch import LaunchError, RankInfo
-from initorch.errors import EXIT_INVALID_INPUT
+from initorch import RankInfo
+from initorch.errors import EXIT_INVALID_INPUT, LaunchError
 from initorch.execution.launchers import (
     LaunchArguments,
     detect_rank,

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from initorch import StepContext
-from initorch.execution.context import RunState
+from initorch.execution.context import RunState, RunStepContext
 from initorch.execution.launchers import RankInfo
 from initorch.reporting.logs import get_logger
 from initorch.steps.listeners import (
@@ -71,7 +70,7 @@ def test_loopback_hosts(host, loopback):
 def contexts(tmp_path: Path):
     """Step contexts of one run: ``contexts(name)``."""
     state = RunState(synthetic_plan([define("engine"), define("store")], tmp_path), RankInfo())
-    return lambda name: StepContext(state, name, get_logger())
+    return lambda name: RunStepContext(state, name, get_logger())
 
 
 def test_a_wildcard_listener_opened_for_a_loopback_host_is_warned_once_per_run(contexts):

@@ -16,6 +16,7 @@ from initorch.execution.run import Run
 from initorch.reporting.logs import configure_logging, get_logger
 from tests.conftest import FLAGS_ENABLED, define
 from tests.helpers_run import (
+    DIAGNOSES,
     ListHandler,
     TeardownLog,
     captured_records,
@@ -147,7 +148,7 @@ def test_a_step_may_log_fields_named_like_log_record_attributes():
         return "ok"
 
     with captured_records() as records:
-        assert Run(plan_of([define("chatty", chatty)])).start().ok
+        assert Run(plan_of([define("chatty", chatty)]), diagnoses=DIAGNOSES).start().ok
     [ready] = records.events("engine_ready")
     assert (ready.module_, ready.name_, ready.message_, ready.lineno_) == (
         "mooncake", "engine", "up", 7)
@@ -189,7 +190,7 @@ def test_console_format_renders_for_people():
     stream = io.StringIO()
     with restored_initorch_logger():
         configure_logging("console", stream=stream)
-        Run(plan_of([define("only")])).start()
+        Run(plan_of([define("only")]), diagnoses=DIAGNOSES).start()
     text = stream.getvalue()
     assert "\x1b[" not in text  # no colours when the stream is not a terminal
     lines = text.splitlines()
@@ -237,7 +238,7 @@ def test_console_lines_name_each_field_once():
     stream = io.StringIO()
     with restored_initorch_logger():
         configure_logging("console", stream=stream)
-        Run(plan_of([define("only")]), rank=RANK).start()
+        Run(plan_of([define("only")]), rank=RANK, diagnoses=DIAGNOSES).start()
     lines = stream.getvalue().splitlines()
     assert len(lines) == 4
     for line in lines:
@@ -260,7 +261,7 @@ def test_console_colours_only_on_a_terminal_without_no_color(monkeypatch, no_col
     stream = Terminal()
     with restored_initorch_logger():
         configure_logging("console", stream=stream)
-        Run(plan_of([define("only")])).start()
+        Run(plan_of([define("only")]), diagnoses=DIAGNOSES).start()
     assert ("\x1b[" in stream.getvalue()) is coloured
     assert "run_started" in stream.getvalue()
 
@@ -270,7 +271,7 @@ def test_json_lines_never_carry_colour_even_on_a_terminal(monkeypatch):
     stream = Terminal()
     with restored_initorch_logger():
         configure_logging("json", stream=stream)
-        Run(plan_of([define("only")])).start()
+        Run(plan_of([define("only")]), diagnoses=DIAGNOSES).start()
     assert "\x1b[" not in stream.getvalue()
     assert all(json.loads(line) for line in stream.getvalue().splitlines())
 
@@ -279,7 +280,7 @@ def test_configure_logging_respects_the_level():
     stream = io.StringIO()
     with restored_initorch_logger():
         configure_logging("json", stream=stream, level=logging.WARNING)
-        Run(plan_of([define("only")])).start()
+        Run(plan_of([define("only")]), diagnoses=DIAGNOSES).start()
     assert stream.getvalue() == ""
 
 

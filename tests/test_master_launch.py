@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import structlog
 
-from initorch import StepError, load_plan
-from initorch.execution.context import RunState, StepContext
+from initorch import load_plan
+from initorch.errors import StepError
+from initorch.execution.context import RunState, RunStepContext
 from initorch.execution.launchers import RankInfo
 from initorch.resolution.plan import Plan
 from initorch.steps import mooncake_master as module
@@ -34,8 +35,8 @@ class Steps:
         self.state = RunState(plan, rank or RankInfo())
         self.done: list[str] = []
 
-    def context(self, name: str) -> StepContext:
-        return StepContext(self.state, name, structlog.get_logger())
+    def context(self, name: str) -> RunStepContext:
+        return RunStepContext(self.state, name, structlog.get_logger())
 
     def run(self, name: str) -> Any:
         output = self.state.plan.step(name).step.action(self.context(name))

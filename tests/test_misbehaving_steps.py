@@ -26,13 +26,13 @@ from initorch.execution.run import Run
 from initorch.execution.watchdog import UNRESPONSIVE_S
 from tests.conftest import define
 from tests.helpers_foundation import write
-from tests.helpers_run import WAIT, json_lines, plan_of
+from tests.helpers_run import DIAGNOSES, WAIT, json_lines, plan_of
 
 SCRIPT = Path(sys.executable).parent / "initorch"
 
 PLUGIN = """\
 import os, re, signal, sys, threading, time
-from initorch import setting, step
+from initorch.plugin import setting, step
 from initorch.execution.native_output import capture_native_stderr
 
 LOG = setting("t.log", str, default="", description="where teardowns are recorded")
@@ -323,7 +323,7 @@ def test_a_teardown_raising_a_base_exception_never_skips_the_others(raised):
 
         definition.teardown(teardown)
         steps.append(definition)
-    run = Run(plan_of(steps))
+    run = Run(plan_of(steps), diagnoses=DIAGNOSES)
     run.start()
     run.teardown()
     assert torn == ["c", "b", "a"]
@@ -346,7 +346,7 @@ def test_a_second_teardown_finishes_what_the_first_could_not():
 
         definition.teardown(teardown)
         steps.append(definition)
-    run = Run(plan_of(steps))
+    run = Run(plan_of(steps), diagnoses=DIAGNOSES)
     run.start()
     run.teardown()
     run.teardown()
@@ -361,13 +361,13 @@ class _Escape(BaseException):
 # --- point 17: two runs in one process -----------------------------------------------------------
 
 def test_a_second_concurrent_run_is_refused_clearly():
-    first = Run(plan_of([define("only")]))
+    first = Run(plan_of([define("only")]), diagnoses=DIAGNOSES)
     first.start()
     errors: list[BaseException] = []
 
     def second() -> None:
         try:
-            Run(plan_of([define("other")])).start()
+            Run(plan_of([define("other")]), diagnoses=DIAGNOSES).start()
         except BaseException as exc:
             errors.append(exc)
 
@@ -381,21 +381,22 @@ def test_a_second_concurrent_run_is_refused_clearly():
         assert "profile synthetic, rank 0" in str(error)
     finally:
         first.teardown()
-    Run(plan_of([define("third")])).start()  # the first one torn down: free again
+    Run(plan_of([define("third")]),
+        diagnoses=DIAGNOSES).start()  # the first one torn down: free again
 
 
 def test_dry_runs_may_run_beside_a_real_one():
-    real = Run(plan_of([define("only")]))
+    real = Run(plan_of([define("only")]), diagnoses=DIAGNOSES)
     real.start()
     try:
-        assert Run(plan_of([define("dry")]), executor="dry-run").start().ok
+        assert Run(plan_of([define("dry")]), executor="dry-run", diagnoses=DIAGNOSES).start().ok
     finally:
         real.teardown()
 
 
 def test_the_watchdog_overshoot_is_documented():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    assert f"{UNRESPONSIVE_S:g} s" in readme.split("## Failure behaviour", 1)[1]
+    page = Path(__file__).resolve().parent.parent / "docs" / "failures.md"
+    assert f"{UNRESPONSIVE_S:g} s" in page.read_text(encoding="utf-8").split("## Signals", 1)[1]
 
 
 @pytest.fixture

@@ -125,7 +125,7 @@ def test_a_scheme_the_installed_build_lacks_is_refused_at_plan_time(run_cli, key
 
 
 def test_no_published_wheel_gives_a_mooncake_cpu_group_on_a_cpu_host() -> None:
-    # README hardware matrix, cpu + mooncake-ep: the non-CUDA wheel has no mooncake.pg at
+    # docs/hardware.md, cpu + mooncake-ep: the non-CUDA wheel has no mooncake.pg at
     # all, and the CUDA wheel's needs the CUDA torch and the NVIDIA driver.
     assert not [m for m in wheel(*MOONCAKE_CPU).members if "/pg_" in m]
     cuda = wheel(*MOONCAKE_CUDA12)
@@ -140,7 +140,7 @@ def test_the_rocm_build_needs_the_hip_runtime() -> None:
 
 
 def test_torch_npu_2_14_pins_torch_2_14() -> None:
-    # README Install: the npu extra cannot float torch (torch-npu 2.14.0 METADATA).
+    # Install (docs/tutorial.md): the npu extra cannot float torch (torch-npu 2.14.0 METADATA).
     npu = wheel("torch-npu", "2.14.0")
     metadata = npu.read(next(m for m in npu.members if m.endswith(".dist-info/METADATA")))
     assert "Requires-Dist: torch==2.14.0.*" in metadata.decode().splitlines()

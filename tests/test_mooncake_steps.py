@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from initorch import StepError
+from initorch.errors import StepError
 from initorch.steps import host_pool
 from initorch.steps.engine_hostname import choose_ascend_build
 from initorch.steps.kv_layout import LAYOUTS, KvGeometry, resolve_layout

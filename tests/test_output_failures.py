@@ -29,7 +29,7 @@ SCRIPT = Path(sys.executable).parent / "initorch"
 # then succeed, fail or wait for a signal.
 STEPS = """\
 import shutil, sys, time
-from initorch import setting, step
+from initorch.plugin import setting, step
 
 FOLDER = setting("t.folder", str, default="", description="the folder to remove")
 

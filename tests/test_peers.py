@@ -15,22 +15,15 @@ from typing import Any
 
 import pytest
 
-from initorch import (
-    JobStore,
-    PeerBounds,
-    PeerError,
-    RankInfo,
-    Registry,
-    StepContext,
-    load_plan,
-    setting,
-)
+from initorch import RankInfo, Registry, load_plan
+from initorch.errors import PeerError
 from initorch.execution import run as run_module
 from initorch.execution.agreement import differences, manifest, rank_list
 from initorch.execution.peers import JobPeers, KeyValueStore
 from initorch.execution.run import Run
+from initorch.plugin import JobStore, PeerBounds, StepContext, setting
 from tests.conftest import FLAG, define, synthetic_plan
-from tests.helpers_run import WAIT, Recorder
+from tests.helpers_run import DIAGNOSES, WAIT, Recorder
 
 QUICK = PeerBounds(join_s=WAIT, peer_s=WAIT, barrier_s=WAIT)
 
@@ -431,7 +424,7 @@ def test_runs_agree_then_hold_a_barrier_step_until_every_rank_finished_its_depen
                            define("use", use, requires=["prepare"], barrier=True)], tmp_path)
 
     def run_rank(rank: int) -> Run:
-        run = Run(plan, rank=RankInfo(rank, 0, 3), heartbeat=None)
+        run = Run(plan, rank=RankInfo(rank, 0, 3), heartbeat=None, diagnoses=DIAGNOSES)
         run.start()
         run.teardown()
         return run
@@ -451,7 +444,7 @@ def test_a_disagreement_fails_the_job_store_step_on_every_rank(tmp_path):
              for rank in range(2)]
 
     def run_rank(rank: int) -> Run:
-        run = Run(plans[rank], rank=RankInfo(rank, 0, 2), heartbeat=None)
+        run = Run(plans[rank], rank=RankInfo(rank, 0, 2), heartbeat=None, diagnoses=DIAGNOSES)
         run.start()
         return run
 
@@ -464,7 +457,7 @@ def test_a_disagreement_fails_the_job_store_step_on_every_rank(tmp_path):
 
 def test_a_job_store_step_must_return_a_job_store(tmp_path):
     plan = synthetic_plan([define("join", lambda ctx: "no store", job_store=True)], tmp_path)
-    run = Run(plan, rank=RankInfo(0, 0, 1), heartbeat=None)
+    run = Run(plan, rank=RankInfo(0, 0, 1), heartbeat=None, diagnoses=DIAGNOSES)
     run.start()
     [failed] = run.report.failed
     assert isinstance(failed.error, TypeError) and "not a JobStore" in str(failed.error)
@@ -472,16 +465,16 @@ def test_a_job_store_step_must_return_a_job_store(tmp_path):
 
 def test_a_barrier_before_the_job_store_is_joined_is_a_clear_failure(tmp_path):
     plan = synthetic_plan([define("early", barrier=True)], tmp_path)
-    run = Run(plan, rank=RankInfo(0, 0, 2), heartbeat=None)
+    run = Run(plan, rank=RankInfo(0, 0, 2), heartbeat=None, diagnoses=DIAGNOSES)
     run.start()
     [failed] = run.report.failed
     assert "has not joined the job's store yet" in str(failed.error)
-    alone = Run(plan, rank=RankInfo(0, 0, 1), heartbeat=None)
+    alone = Run(plan, rank=RankInfo(0, 0, 1), heartbeat=None, diagnoses=DIAGNOSES)
     assert alone.start().ok  # a world of one has nobody to wait for
 
 
 def test_a_job_store_step_cannot_also_be_a_barrier():
-    from initorch import StepDefinitionError
+    from initorch.errors import StepDefinitionError
 
     with pytest.raises(StepDefinitionError, match="cannot be both job_store and barrier"):
         Registry().steps.add(define("join", job_store=True, barrier=True))

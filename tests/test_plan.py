@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from initorch import Plan, ResolveError, load_plan
+from initorch import Plan, load_plan
+from initorch.errors import ResolveError
 from initorch.resolution.saved import plan_json
 from tests.conftest import initorch_command
 from tests.helpers_foundation import assert_chain, write

@@ -15,8 +15,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from initorch import ConditionError, Registry, StepDefinitionError, UnknownStepError, step
-from initorch.errors import EXIT_INVALID_INPUT, EXIT_OK
+from initorch import Registry
+from initorch.errors import (
+    EXIT_INVALID_INPUT,
+    EXIT_OK,
+    ConditionError,
+    StepDefinitionError,
+    UnknownStepError,
+)
+from initorch.plugin import step
 from initorch.validate import validate_all
 from tests.conftest import define, noop
 from tests.helpers_foundation import assert_single_error_line, write

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from initorch import Edge, PlanGraph
+from initorch import Edge
 from initorch.location import SourceLocation
+from initorch.resolution.plangraph import PlanGraph
 
 
 def edge(source: str, target: str, kind: str = "after", line: int = 1) -> Edge:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from initorch import PluginError, Registry
-from initorch.errors import EXIT_INVALID_INPUT, StepDefinitionError
+from initorch import Registry
+from initorch.errors import EXIT_INVALID_INPUT, PluginError, StepDefinitionError
 from initorch.plugins import PluginSelection
 from tests.conftest import define
 from tests.helpers_foundation import BUILTIN_PROFILES, assert_single_error_line, run_initorch_in
@@ -21,7 +21,7 @@ from tests.helpers_foundation import BUILTIN_PROFILES, assert_single_error_line,
 _unique = itertools.count()
 
 LAUNCHER_STEPS = """\
-from initorch import StepContext, step
+from initorch.plugin import StepContext, step
 
 
 @step("load_model", description="Load the model weights", requires=["set_device"],
@@ -114,7 +114,7 @@ def test_plugins_come_from_the_environment_then_the_command_line(run_cli, site: 
     first, second = module_name("first"), module_name("second")
     for module, step_name in ((first, "from_env"), (second, "from_option")):
         write_module(site, module, f"""\
-            from initorch import step
+            from initorch.plugin import step
 
             @step("{step_name}", description="a step of {module}")
             def action(ctx):
@@ -169,7 +169,7 @@ def test_a_missing_module_is_a_plugin_that_failed_to_load(run_cli):
 VENDOR_PACKAGE = """\
 from importlib.resources import files
 
-from initorch import step
+from initorch.plugin import step
 
 
 @step("vendor_tune", description="Tune the vendor runtime", requires=["set_device"])

@@ -6,16 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from initorch import (
-    PreviewContext,
-    Registry,
-    ResolveError,
-    StepDefinitionError,
-    compose,
-    resolve,
-    setting,
-)
+from initorch import Registry
+from initorch.errors import ResolveError, StepDefinitionError
+from initorch.loading.compose import compose
+from initorch.plugin import PreviewContext, setting
 from initorch.reporting.render import plan_text
+from initorch.resolution.resolve import resolve
 from initorch.resolution.saved import plan_json
 from tests.conftest import define
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from initorch import Registry, StepDefinitionError, load_plan
+from initorch import Registry, load_plan
+from initorch.errors import StepDefinitionError
 from initorch.execution.run import Run
 from initorch.resolution.saved import save_plan
 from tests.conftest import define
@@ -17,7 +18,7 @@ from tests.helpers_foundation import (
     registry_of,
     write,
 )
-from tests.helpers_run import EXECUTORS
+from tests.helpers_run import DIAGNOSES, EXECUTORS
 from tests.test_saved import refusal, resign
 
 BROKEN_POOL = """
@@ -128,7 +129,7 @@ def test_an_undeclared_read_of_an_unordered_step_fails_in_both_executors(tmp_pat
         device: {type: cpu}
         steps: {a_source: {}, b_reader: {}}
         """))], registry=registry)
-    report = Run(plan, executor=executor).start()
+    report = Run(plan, executor=executor, diagnoses=DIAGNOSES).start()
     failed = report.outcomes["b_reader"]
     assert failed.status == "failed"
     assert isinstance(failed.error, StepDefinitionError)

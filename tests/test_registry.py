@@ -8,9 +8,10 @@ import inspect
 
 import pytest
 
-from initorch import Registry, Step, StepDefinitionError, StepRegistry, UnknownStepError, step
+from initorch import Registry
+from initorch.errors import PluginError, StepDefinitionError, UnknownStepError
 from initorch.model.step import OVERRIDABLE_FIELDS, STEP_FIELDS, fields_for
-from initorch.plugins import PluginError
+from initorch.plugin import Step, StepRegistry, step
 from tests.conftest import define
 
 BUILTIN_STEPS = ("import_backend", "set_device", "init_torch_distributed",
@@ -181,7 +182,7 @@ def test_a_single_name_as_a_string_is_one_edge_not_its_letters():
 
 
 def test_when_must_be_a_valid_condition():
-    from initorch import ConditionError
+    from initorch.errors import ConditionError
 
     with pytest.raises(ConditionError) as caught:
         StepRegistry().add(define("x", when="a +"))

@@ -18,7 +18,7 @@ from initorch.reporting.diagnosis import DiagnosisBook
 from initorch.reporting.render import run_summary_text
 from initorch.reporting.report import RunReport, StepOutcome
 from tests.conftest import FLAGS_ENABLED, define
-from tests.helpers_run import WAIT, FakeClock, plan_of, with_teardown
+from tests.helpers_run import DIAGNOSES, WAIT, FakeClock, plan_of, with_teardown
 
 RANK = RankInfo(rank=1, local_rank=1, world_size=2)
 
@@ -117,7 +117,7 @@ def test_the_headline_shows_start_up_teardown_and_their_total():
     clock = FakeClock()
     plan = plan_of([with_teardown(define("a", lambda ctx: clock.advance(1.5)),
                                   lambda ctx, output: clock.advance(0.25))])
-    run = Run(plan, clock=clock)
+    run = Run(plan, clock=clock, diagnoses=DIAGNOSES)
     run.start()
     assert run_summary_text(run.report).startswith(
         "run: ok in 1.500s (start-up; not torn down yet) (sequential, rank 0, ")
@@ -159,7 +159,7 @@ def test_critical_chain_follows_the_predecessor_that_finished_last():
 
 def test_critical_chain_and_blame_ignore_steps_that_never_ran():
     plan = plan_of([define("first"), define("second", requires=["first"])])
-    report = Run(plan, executor="dry-run").start()
+    report = Run(plan, executor="dry-run", diagnoses=DIAGNOSES).start()
     assert report.critical_chain() == []
     assert report.blame() == []
     assert [s["status"] for s in report.to_dict()["steps"]] == ["would_run", "would_run"]
@@ -199,7 +199,7 @@ def test_a_parallel_trace_has_one_named_track_per_worker_thread():
     barrier = threading.Barrier(2, timeout=WAIT)
     plan = plan_of([define("left", lambda ctx: barrier.wait()),
                     define("right", lambda ctx: barrier.wait())])
-    report = Run(plan, executor="parallel", workers=2).start()
+    report = Run(plan, executor="parallel", workers=2, diagnoses=DIAGNOSES).start()
     assert report.ok
     events = report.trace_events()["traceEvents"]
     tracks = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}

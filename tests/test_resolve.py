@@ -5,16 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from initorch import (
-    ConditionError,
-    CycleError,
-    Registry,
-    ResolveError,
-    StepDefinitionError,
-    compose,
-    load_plan,
-    resolve,
-)
+from initorch import Registry, load_plan
+from initorch.errors import ConditionError, CycleError, ResolveError, StepDefinitionError
+from initorch.loading.compose import compose
+from initorch.resolution.resolve import resolve
 from tests.conftest import FLAG, define, synthetic_plan
 from tests.helpers_foundation import (
     DEVICE_PROFILES,

@@ -17,6 +17,7 @@ from initorch.errors import EXIT_STEP_FAILED, RunInterrupted, StepError
 from initorch.execution.run import Run
 from tests.conftest import define
 from tests.helpers_run import (
+    DIAGNOSES,
     EXECUTORS,
     WAIT,
     Dag,
@@ -51,8 +52,9 @@ def test_failures_skip_exactly_the_transitive_requirers_with_the_root_cause(exec
     failing = data.draw(st.sets(st.sampled_from(dag.names)), label="failing")
     recorder = Recorder()
     steps = dag.definitions(lambda name: recorder.action(name, fail if name in failing else None))
-    run = Run(plan_of(steps), executor=executor, workers=3, keep_going=True)
+    run = Run(plan_of(steps), executor=executor, workers=3, keep_going=True, diagnoses=DIAGNOSES)
     report = run.start()
+    run.teardown()  # a worker still returning would hold the run for the next example
 
     closure = dag.requires_closure()
     for name in run.plan.order:
@@ -84,7 +86,8 @@ def propagation_plan(recorder: Recorder):
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_keep_going_skips_only_requirers_naming_the_root_cause(executor):
     recorder = Recorder()
-    report = Run(propagation_plan(recorder), executor=executor, keep_going=True).start()
+    report = Run(propagation_plan(recorder), executor=executor, keep_going=True,
+                 diagnoses=DIAGNOSES).start()
     statuses = {name: (o.status, o.reason) for name, o in report.outcomes.items()}
     assert statuses == {
         "root": ("failed", None),
@@ -101,7 +104,7 @@ def test_keep_going_skips_only_requirers_naming_the_root_cause(executor):
 
 def test_skips_are_logged_once_with_their_root_cause():
     with captured_records() as records:
-        Run(propagation_plan(Recorder()), keep_going=True).start()
+        Run(propagation_plan(Recorder()), keep_going=True, diagnoses=DIAGNOSES).start()
     skipped = {r.step: (r.reason, r.root_cause) for r in records.events("step_skipped")}
     assert skipped == {"mid": ("upstream failed: root", "root"),
                        "leaf": ("upstream failed: root", "root")}
@@ -136,7 +139,7 @@ def fail_fast_run(recorder: Recorder, teardowns: TeardownLog, **options: Any) ->
         define("wanting", recorder.action("wanting"), wants=["boom"]),
         define("needing", recorder.action("needing"), requires=["boom"]),
     ])
-    runs.append(Run(plan, **options))
+    runs.append(Run(plan, **options, diagnoses=DIAGNOSES))
     return runs[0]
 
 
@@ -189,7 +192,7 @@ def chain_plan(teardowns: TeardownLog, last=fail, teardown_of=None):
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_a_failed_run_tears_down_completed_steps_in_reverse_order(executor):
     teardowns = TeardownLog()
-    run = Run(chain_plan(teardowns), executor=executor)
+    run = Run(chain_plan(teardowns), executor=executor, diagnoses=DIAGNOSES)
     report = run.start()
     assert not report.ok
     assert teardowns.order == ["c", "b", "a"]  # not the failed step
@@ -216,7 +219,7 @@ def test_teardown_follows_completion_order_not_plan_order():
         with_teardown(define("b_fast", lambda ctx: "b"), teardowns),
         define("c_after_b", lambda ctx: release.set(), requires=["b_fast"]),
     ])
-    run = Run(plan, executor="parallel", workers=2)
+    run = Run(plan, executor="parallel", workers=2, diagnoses=DIAGNOSES)
     assert run.start().ok
     assert run.plan.order == ("a_slow", "b_fast", "c_after_b")
     run.teardown()
@@ -226,7 +229,7 @@ def test_teardown_follows_completion_order_not_plan_order():
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_teardown_is_idempotent(executor):
     teardowns = TeardownLog()
-    run = Run(chain_plan(teardowns, last=lambda ctx: None), executor=executor)
+    run = Run(chain_plan(teardowns, last=lambda ctx: None), executor=executor, diagnoses=DIAGNOSES)
     assert run.start().ok
     run.teardown()
     run.teardown()
@@ -235,7 +238,7 @@ def test_teardown_is_idempotent(executor):
 
 def test_a_failing_teardown_is_logged_and_the_others_still_run():
     teardowns = TeardownLog()
-    run = Run(chain_plan(teardowns, teardown_of={"b": teardowns.failing}))
+    run = Run(chain_plan(teardowns, teardown_of={"b": teardowns.failing}), diagnoses=DIAGNOSES)
     with captured_records() as records:
         run.start()
     assert teardowns.order == ["c", "b", "a"]
@@ -253,7 +256,7 @@ def test_a_failing_teardown_is_logged_and_the_others_still_run():
 
 def test_steps_without_teardown_are_released_silently():
     plan = plan_of([define("plain", lambda ctx: object())])
-    run = Run(plan)
+    run = Run(plan, diagnoses=DIAGNOSES)
     with captured_records() as records:
         run.start()
         run.teardown()
@@ -265,7 +268,7 @@ def test_steps_without_teardown_are_released_silently():
 
 def test_with_run_tears_down_on_exit():
     teardowns = TeardownLog()
-    with Run(chain_plan(teardowns, last=lambda ctx: "served")) as run:
+    with Run(chain_plan(teardowns, last=lambda ctx: "served"), diagnoses=DIAGNOSES) as run:
         assert run.output("last") == "served"
         assert run.output("a") == "a-output"
         assert teardowns.order == []
@@ -275,7 +278,7 @@ def test_with_run_tears_down_on_exit():
 def test_with_run_tears_down_when_the_body_raises():
     teardowns = TeardownLog()
     with pytest.raises(KeyError, match="server crashed"), \
-            Run(chain_plan(teardowns, last=lambda ctx: None)):
+            Run(chain_plan(teardowns, last=lambda ctx: None), diagnoses=DIAGNOSES):
         raise KeyError("server crashed")
     assert teardowns.order == ["last", "c", "b", "a"]
 
@@ -333,7 +336,7 @@ def test_with_run_an_unknown_failure_is_reported_as_it_is(registry):
 
 def test_output_of_a_step_that_did_not_complete_is_a_lookup_error():
     plan = plan_of([define("broken", fail), define("after_it", requires=["broken"])])
-    run = Run(plan)
+    run = Run(plan, diagnoses=DIAGNOSES)
     run.start()
     for name in ("broken", "after_it", "unknown"):
         with pytest.raises(LookupError, match=f"step '{name}' has no output"):
@@ -341,7 +344,7 @@ def test_output_of_a_step_that_did_not_complete_is_a_lookup_error():
 
 
 def test_a_run_is_single_use():
-    run = Run(plan_of([define("once")]))
+    run = Run(plan_of([define("once")]), diagnoses=DIAGNOSES)
     run.start()
     with pytest.raises(RuntimeError, match="single-use"):
         run.start()
@@ -351,7 +354,7 @@ def test_the_rank_comes_from_the_environment_by_default(monkeypatch):
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "4")
-    run = Run(plan_of([define("only", lambda ctx: ctx.rank)]))
+    run = Run(plan_of([define("only", lambda ctx: ctx.rank)]), diagnoses=DIAGNOSES)
     run.start()
     assert run.output("only") == RankInfo(rank=3, local_rank=1, world_size=4, launcher="env")
     assert run.report.rank == 3
@@ -379,7 +382,7 @@ for name, requires in (("a", []), ("b", ["a"]), ("c", ["b"])):
     steps[-1].teardown(teardown)
 steps.append(define("hang", block, requires=["c"]))
 try:
-    Run(plan_of(steps), executor={executor!r}, handle_signals=True).start()
+    Run(plan_of(steps), executor={executor!r}, handle_signals=True, diagnoses=DIAGNOSES).start()
 except RunInterrupted as interrupt:
     print(f"interrupted {{interrupt.signum}}", flush=True)
     sys.exit(interrupt.exit_code)
@@ -448,7 +451,8 @@ late = define("slow", slow, requires=["first"], timeout={timeout})
 late.teardown(teardown)
 steps = [first, late]
 {extra}
-run = Run(plan_of(steps), executor={executor!r}, workers=2, handle_signals=True)
+run = Run(plan_of(steps), executor={executor!r}, workers=2, handle_signals=True,
+          diagnoses=DIAGNOSES)
 try:
     run.start()
 except RunInterrupted:
@@ -481,7 +485,7 @@ ATEXIT_RUN = """
 td = lambda ctx, output: print(f"teardown {{ctx.step}}", flush=True)
 a = define("a", lambda ctx: 1); a.teardown(td)
 b = define("b", lambda ctx: 2, requires=["a"]); b.teardown(td)
-run = Run(plan_of([a, b]), teardown_at_exit={at_exit})
+run = Run(plan_of([a, b]), teardown_at_exit={at_exit}, diagnoses=DIAGNOSES)
 run.start()
 print("started", flush=True)
 {then}
@@ -508,7 +512,8 @@ def test_a_run_on_a_non_main_thread_leaves_signal_handlers_alone():
         seen.update({s: signal.getsignal(s) for s in before})
 
     worker = threading.Thread(
-        target=lambda: Run(plan_of([define("peek", peek)]), handle_signals=True).start())
+        target=lambda: Run(plan_of([define("peek", peek)]), handle_signals=True,
+                           diagnoses=DIAGNOSES).start())
     worker.start()
     worker.join(WAIT)
     assert seen == before
@@ -516,7 +521,7 @@ def test_a_run_on_a_non_main_thread_leaves_signal_handlers_alone():
 
 def test_signal_handlers_are_installed_while_alive_and_restored_by_teardown():
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    run = Run(plan_of([define("only")]), handle_signals=True)
+    run = Run(plan_of([define("only")]), handle_signals=True, diagnoses=DIAGNOSES)
     try:
         run.start()
         assert all(signal.getsignal(s) is not before[s] for s in before)
@@ -537,7 +542,7 @@ def test_step_error_attributes_survive_into_the_report():
         raise StepError("cudaHostRegister(ptr=0x1, nbytes=4) failed with error 712",
                         vendor_code=712)
 
-    report = Run(plan_of([define("register", register)])).start()
+    report = Run(plan_of([define("register", register)]), diagnoses=DIAGNOSES).start()
     assert report.outcomes["register"].error.vendor_code == 712
 
 
@@ -564,7 +569,7 @@ def test_random_dags_with_failures_and_timeouts_keep_every_promise(executor, dag
                             timeout=lambda name: 0.05 if fates.get(name) == "hang" else None)
     for definition in steps:
         definition.teardown(torn)
-    run = Run(plan_of(steps), executor=executor, workers=3)
+    run = Run(plan_of(steps), executor=executor, workers=3, diagnoses=DIAGNOSES)
     try:
         report = run.start()
         run.teardown()

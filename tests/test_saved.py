@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from initorch import Registry, SavedPlanError, load_plan, load_saved_plan
+from initorch import Registry, load_plan, load_saved_plan
+from initorch.errors import SavedPlanError
 from initorch.execution.run import Run
 from initorch.reporting.render import plan_text
 from initorch.resolution.plan import Plan
 from initorch.resolution.saved import FORMAT_VERSION, plan_json, save_plan, saved_form
 from tests.conftest import FLAG, FLAGS_ENABLED, define, initorch_command, run_python
 from tests.helpers_foundation import assert_single_error_line, write
-from tests.helpers_run import EXECUTORS, Recorder, restored_initorch_logger
+from tests.helpers_run import DIAGNOSES, EXECUTORS, Recorder, restored_initorch_logger
 
 ENGINE = "init_shared_mooncake_transfer_engine"
 SYNTHETIC = """
@@ -197,7 +198,7 @@ def test_a_saved_plan_runs_in_its_order(tmp_path, executor):
     recorder = Recorder()
     registry = synthetic_registry(recorder)
     plan, path = saved_synthetic(tmp_path, registry)
-    report = Run(load_saved_plan(path, registry), executor=executor).start()
+    report = Run(load_saved_plan(path, registry), executor=executor, diagnoses=DIAGNOSES).start()
     assert report.ok
     assert report.plan.fingerprint == plan.fingerprint
     assert recorder.order.index("a") < recorder.order.index("b") < recorder.order.index("c")
@@ -215,7 +216,7 @@ def test_a_failure_in_a_saved_plan_skips_what_requires_it(tmp_path):
     registry.steps.add(define("c", requires=["b"]))
     registry.steps.add(define("gated", when="flags.enabled", settings=[FLAGS_ENABLED]))
     _, path = saved_synthetic(tmp_path, registry)
-    report = Run(load_saved_plan(path, registry)).start()
+    report = Run(load_saved_plan(path, registry), diagnoses=DIAGNOSES).start()
     assert report.outcomes["b"].status == "failed"
     assert report.outcomes["c"].reason == "upstream failed: b"
 
@@ -403,7 +404,8 @@ def test_loading_and_walking_a_saved_plan_never_imports_networkx(tmp_path):
         import initorch
         from initorch.execution.run import Run
         plan = initorch.load_saved_plan({str(path)!r})
-        assert Run(plan, executor="dry-run").start().ok
+        diagnoses = initorch.Registry.with_plugins().diagnoses
+        assert Run(plan, executor="dry-run", diagnoses=diagnoses).start().ok
         print(sorted(m for m in sys.modules if m.split(".")[0] in ("networkx", "torch")))
         """
     result = run_python(code)

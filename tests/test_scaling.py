@@ -24,8 +24,9 @@ from types import ModuleType
 
 import pytest
 
-from initorch import resolve
+from initorch.resolution.resolve import resolve
 from tests.conftest import REPO
+from tests.helpers_run import DIAGNOSES
 
 ROUNDS = 5
 ATTEMPTS = 3  # a real regression fails every attempt; a burst of load fails one
@@ -96,7 +97,7 @@ def test_the_executors_spend_the_same_time_per_step_on_larger_plans(graphs, tmp_
 
     def walk(plan, executor: str) -> Callable[[], object]:
         def run() -> None:
-            started = Run(plan, executor=executor)
+            started = Run(plan, executor=executor, diagnoses=DIAGNOSES)
             assert started.start().ok
             started.teardown()
         return run

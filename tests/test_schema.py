@@ -10,10 +10,12 @@ import jsonschema
 import pytest
 import yaml
 
-from initorch import ComposedProfile, Registry, setting
+from initorch import Registry
 from initorch.errors import ProfileError
+from initorch.loading.compose import ComposedProfile
 from initorch.loading.document import read_profile
 from initorch.loading.schema import profile_schema
+from initorch.plugin import setting
 from initorch.resolution.resolve import lint
 from tests.conftest import define
 from tests.helpers_foundation import BUILTIN_PROFILES

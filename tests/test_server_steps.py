@@ -18,8 +18,8 @@ from initorch.reporting.diagnosis import DiagnosisBook
 from initorch.reporting.render import plan_text
 from initorch.resolution.saved import save_plan
 from initorch.steps.diagnoses import register_diagnoses
-from initorch.steps.memory import MemoryBaseline
-from initorch.steps.parallel import ParallelLayout
+from initorch.steps.memory_baseline import MemoryBaseline
+from initorch.steps.model_parallel import ParallelLayout
 
 SERVER_ORDER = ("bind_cpu_threads", "set_device", "init_torch_distributed",
                 "init_model_parallel", "warmup_collectives", "memory_baseline")
@@ -187,7 +187,7 @@ def test_unbalanced_message_names_the_short_rank_and_is_diagnosed() -> None:
 
 
 def test_profiles_name_a_memory_query_for_every_device() -> None:
-    from initorch.steps.memory import MEMORY_QUERIES
+    from initorch.steps.memory_baseline import MEMORY_QUERIES
 
     for device in ("cpu", "cuda", "rocm", "npu", "musa", "xpu", "mps"):
         query = load_plan([device]).config()["memory.query"]
@@ -262,7 +262,7 @@ def test_an_integrated_gpu_counts_host_memory_as_sglang(device: str, integrated:
     # SGLang 0.5.23 utils/common.py:448-456 (the cuda branch of get_available_gpu_memory).
     from types import SimpleNamespace
 
-    from initorch.steps.memory import query_mem_get_info
+    from initorch.steps.memory_baseline import query_mem_get_info
     from initorch.steps.topology import host_available_bytes
 
     ctx = SimpleNamespace(device=SimpleNamespace(type=device))

@@ -11,17 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from initorch import (
-    Registry,
-    Run,
-    SettingCatalog,
-    SettingSpec,
-    StepDefinitionError,
-    StepRegistry,
-    setting,
-)
+from initorch import Registry, Run
+from initorch.errors import StepDefinitionError
 from initorch.model.settings import CORE_KEYS, MAX_INT, show_value
+from initorch.plugin import SettingCatalog, SettingSpec, StepRegistry, setting
 from tests.conftest import define, synthetic_plan
+from tests.helpers_run import DIAGNOSES
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -268,7 +263,7 @@ def test_a_step_reading_an_undeclared_setting_fails_naming_it(tmp_path):
 
     plan = synthetic_plan([define("declares_flag", reads, settings=FLAG),
                            define("other", settings=COUNT)], tmp_path)
-    run = Run(plan)
+    run = Run(plan, diagnoses=DIAGNOSES)
     report = run.start()
     [failed] = report.failed
     assert isinstance(failed.error, StepDefinitionError)
@@ -283,7 +278,7 @@ def test_a_step_reads_its_declared_settings_and_the_core_ones(tmp_path):
         seen.update(count=ctx.setting("a.count"), type=ctx.setting("device.type"))
 
     plan = synthetic_plan([define("a", reads, settings=COUNT)], tmp_path)
-    assert Run(plan).start().ok
+    assert Run(plan, diagnoses=DIAGNOSES).start().ok
     assert seen == {"count": 1, "type": "cpu"}
 
 
@@ -328,7 +323,7 @@ def test_builtin_declarations_have_sane_bounds(builtin_registry):
 
 
 def test_a_failing_plugin_leaves_no_declarations_behind():
-    from initorch import PluginError
+    from initorch.errors import PluginError
 
     registry = Registry()
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from initorch import compose, load_plan
+from initorch import load_plan
 from initorch.api import load_settings
 from initorch.errors import ProfileError
+from initorch.loading.compose import compose
 from initorch.loading.settle import settle
 from initorch.location import COMMAND_LINE
 from initorch.resolution.saved import plan_json

@@ -24,7 +24,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / ".cache" / "wheels"
 
-# The Mooncake builds the built-in steps make claims about (README hardware matrix).
+# The Mooncake builds the built-in steps make claims about (the hardware matrix, docs/hardware.md).
 MOONCAKE_NPU = ("mooncake-transfer-engine-npu", "0.3.13.post1")
 MOONCAKE_CPU = ("mooncake-transfer-engine-non-cuda", "0.3.13.post1")
 MOONCAKE_CUDA12 = ("mooncake-transfer-engine", "0.3.13.post1")

@@ -32,9 +32,8 @@ from initorch import (
     RunReport,
     configure_logging,
     load_plan,
-    plan_text,
-    run_summary_text,
 )
+from initorch.renderers import plan_text, run_summary_text
 
 
 def startup_report(report: RunReport) -> dict[str, Any]:

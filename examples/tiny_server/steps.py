@@ -23,9 +23,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from initorch import StepContext, StepError, setting, step
-from initorch.steps.device import VISIBLE_DEVICES_ENV
-from initorch.steps.memory import GIB, MemoryBaseline
+from initorch.plugin import StepContext, StepError, setting, step
+from initorch.steps import VISIBLE_DEVICES_ENV, MemoryBaseline, tensor_device
 
 if TYPE_CHECKING:
     from initorch import Registry
@@ -96,7 +95,7 @@ def kv_pool_tokens(ctx: StepContext, baseline: MemoryBaseline, model: TinyDecode
     needed = int(ctx.setting("kv_pool.min_tokens"))
     if tokens < needed:
         raise StepError(f"the KV pool gets {tokens} token(s) from a budget of "
-                        f"{budget / GIB:.3f} GiB ({per_token} bytes per token), fewer than "
+                        f"{budget / 2**30:.3f} GiB ({per_token} bytes per token), fewer than "
                         f"kv_pool.min_tokens {needed}",
                         hint="free memory on the devices, or raise "
                              "kv_pool.mem_fraction_static")
@@ -112,7 +111,6 @@ def kv_pool_tokens(ctx: StepContext, baseline: MemoryBaseline, model: TinyDecode
     settings=(MEM_FRACTION_STATIC, MAX_TOKENS, MIN_TOKENS, VISIBLE_DEVICES_ENV),
 )
 def alloc_kv_pool(ctx: StepContext) -> KVPool:
-    from initorch.steps.device import tensor_device
     from tiny_server.kv_cache import KVPool
 
     model: TinyDecoder = ctx.output("load_model")
@@ -122,7 +120,7 @@ def alloc_kv_pool(ctx: StepContext) -> KVPool:
     pool = KVPool(config.num_layers, tokens, model.local_heads, config.head_dim,
                   device=tensor_device(ctx))
     ctx.log.info("kv_pool_allocated", tokens=tokens, nbytes=pool.device_pool_bytes,
-                 baseline_gib=round(baseline.available_bytes / GIB, 3))
+                 baseline_gib=round(baseline.available_bytes / 2**30, 3))
     return pool
 
 

@@ -16,12 +16,13 @@ from initorch.errors import StepDefinitionError, StepError
 from initorch.execution.launchers import RankInfo
 from initorch.model.devices import DeviceRef
 from initorch.model.settings import CORE_KEYS
+from initorch.model.step import Step
 from initorch.resolution.plan import Plan
 
 if TYPE_CHECKING:
     from initorch.execution.peers import JobPeers
 
-__all__ = ["DeviceBinding", "RankInfo", "RunState", "StepContext"]
+__all__ = ["DeviceBinding", "RankInfo", "RunState", "RunStepContext"]
 
 DeviceBinding = Callable[[], None]
 """What a ``binds_device`` step returns: applies this rank's device context on
@@ -123,8 +124,9 @@ class RunState:
 
 
 @dataclass(frozen=True, slots=True)
-class StepContext:
-    """The view of a run that one step gets."""
+class RunStepContext:
+    """The view of a run that one step gets: implements
+    :class:`initorch.model.contexts.StepContext`."""
 
     state: RunState
     step: str
@@ -142,6 +144,10 @@ class StepContext:
     def rank(self) -> RankInfo:
         return self.state.rank
 
+    @property
+    def declared(self) -> Step:
+        return self.state.plan.step(self.step).step
+
     def setting(self, key: str) -> Any:
         """A setting by dotted key (``hicache.layout``, ``device.collective_backend``).
 
@@ -150,7 +156,7 @@ class StepContext:
         exactly what validation, ``--set``, the schema and ``initorch settings``
         know about.  Anything else raises :class:`StepDefinitionError`.
         """
-        planned = self.state.plan.step(self.step).step
+        planned = self.declared
         if key not in CORE_KEYS and all(spec.key != key for spec in planned.settings):
             declared = ", ".join(spec.key for spec in planned.settings) or "none"
             raise StepDefinitionError(

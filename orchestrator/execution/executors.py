@@ -2,13 +2,14 @@
 
 An executor walks a plan through the small :class:`RunDriver` interface, so
 scheduling is separate from state, logging and teardown (the same split as
-Terraform's graph walker).  Three executors:
+Terraform's graph walker).  Every executor takes its steps from one
+:class:`~initorch.resolution.walk.PlanWalk`; what differs is on top of it:
 
-``sequential``  plan order on the calling thread: the default, and what a
-                server embeds.
-``parallel``    ready-set scheduling over the graph, a thread for every ready
-                step (up to a cap): independent steps overlap, so wall time
-                approaches the critical path.
+``sequential``  one step at a time, in plan order, on the calling thread: the
+                default, and what a server embeds.
+``parallel``    every ready step at once, on a thread each (up to a cap), steps
+                that hold the GIL one at a time: independent steps overlap, so
+                wall time approaches the critical path.
 ``dry-run``     walks the plan exactly as ``sequential`` would and reports
                 what would run, without running anything.
 """
@@ -18,11 +19,12 @@ from __future__ import annotations
 import heapq
 import queue
 import threading
-from collections import deque
+from collections.abc import Iterator
 from typing import Protocol
 
 from initorch.execution.signals import POLL_S
 from initorch.resolution.plan import Plan, PlannedStep
+from initorch.resolution.walk import PlanWalk
 
 
 class RunDriver(Protocol):
@@ -62,13 +64,28 @@ class Executor(Protocol):
     def execute(self, driver: RunDriver) -> None: ...
 
 
+def _in_plan_order(plan: Plan) -> Iterator[PlannedStep]:
+    """The plan's steps one at a time, each handed out by the walk once the one before
+    it is settled (the caller has run or skipped it), the earliest ready in plan order
+    first.  The plan's order is a topological order, so this is exactly that order."""
+    walk = PlanWalk(plan.graph)
+    position = {name: index for index, name in enumerate(plan.order)}
+    ready: list[int] = []  # a heap of plan positions
+    while walk.is_active():
+        for name in walk.get_ready():
+            heapq.heappush(ready, position[name])
+        planned = plan.steps[heapq.heappop(ready)]
+        yield planned
+        walk.done(planned.name)
+
+
 class SequentialExecutor:
     """Steps in plan order on the calling thread."""
 
     name = "sequential"
 
     def execute(self, driver: RunDriver) -> None:
-        for planned in driver.plan.steps:
+        for planned in _in_plan_order(driver.plan):
             root = driver.blocked_by(planned)
             if root is None:
                 driver.run_step(planned)
@@ -82,7 +99,7 @@ class DryRunExecutor:
     name = "dry-run"
 
     def execute(self, driver: RunDriver) -> None:
-        for planned in driver.plan.steps:
+        for planned in _in_plan_order(driver.plan):
             driver.would_run(planned)
 
 
@@ -118,27 +135,25 @@ class ParallelExecutor:
         self.workers = workers
 
     def execute(self, driver: RunDriver) -> None:
-        _Walk(driver, self.workers or DEFAULT_MAX_WORKERS).run()
+        _Workers(driver, self.workers or DEFAULT_MAX_WORKERS).run()
 
 
-class _Walk:
-    """One parallel walk of a plan: the ready set, the workers, and the first bug or
-    interrupt a worker met (raised on the calling thread).
+class _Workers:
+    """The threads of one parallel run of a plan, on top of its walk: the ready steps
+    in name order, the GIL policy, and the first bug or interrupt a worker met (raised
+    on the calling thread).
 
-    Whichever thread finishes a step updates the ready set (under ``_lock``),
+    Whichever thread finishes a step marks it done in the walk (under ``_lock``),
     keeps one ready step for itself and hands the others to idle workers or new
     ones; the calling thread only waits for the end.
     """
 
     def __init__(self, driver: RunDriver, cap: int) -> None:
-        plan = driver.plan
-        self._driver, self._plan, self._cap = driver, plan, cap
-        graph = plan.graph
-        self._waiting = {name: len(graph.predecessors(name)) for name in plan.order}
+        self._driver, self._plan, self._cap = driver, driver.plan, cap
+        self._walk = PlanWalk(driver.plan.graph)
         self._ready: list[str] = []  # a heap: ready steps start in name order
         self._gil_ready: list[str] = []  # ready, but holding the GIL while another does
         self._gil_busy = False
-        self._left = len(plan.order)
         self._lock = threading.Lock()
         self._idle: list[queue.SimpleQueue[PlannedStep | None]] = []
         self._threads = 0
@@ -147,11 +162,11 @@ class _Walk:
         self._over = threading.Event()
 
     def run(self) -> None:
-        if not self._left:  # every step was skipped at plan time
+        if not self._walk.is_active():  # every step was skipped at plan time
             return
         try:
             with self._lock:
-                self._release([name for name, count in self._waiting.items() if not count])
+                self._release()
                 self._dispatch(keep=False)
             # Waits in slices of POLL_S: a signal that lands just before a blocking wait
             # starts does not wake it, and the run must still act on it (the handler
@@ -198,38 +213,27 @@ class _Walk:
             for name in self._gil_ready:
                 heapq.heappush(self._ready, name)
             self._gil_ready.clear()
-        self._done(planned.name)
+        self._walk.done(planned.name)
+        self._release()
         return self._dispatch(keep=not self._closed)
 
-    def _done(self, name: str) -> None:
-        self._left -= 1
-        if not self._left:
+    def _release(self) -> None:
+        """Take what the walk has ready: to run, or skipped (and so done) when the run
+        says a failure blocks it; skips cascade, breadth first.  The end of the walk
+        ends the run."""
+        ready = self._walk.get_ready()
+        while ready:
+            for name in ready:
+                planned = self._plan.step(name)
+                root = self._driver.blocked_by(planned)
+                if root is None:
+                    heapq.heappush(self._ready, name)
+                    continue
+                self._driver.skip(planned, root)
+                self._walk.done(name)
+            ready = self._walk.get_ready()
+        if not self._walk.is_active():
             self._over.set()
-        self._release([successor for successor in self._plan.graph.successors(name)
-                       if self._count_down(successor)])
-
-    def _count_down(self, name: str) -> bool:
-        left = self._waiting[name] - 1
-        self._waiting[name] = left
-        return not left
-
-    def _release(self, names: list[str]) -> None:
-        """Steps whose predecessors are all done (in name order): ready, or skipped (and
-        so done) when one they hard-depend on failed; skips cascade, breadth first."""
-        pending = deque(names)
-        while pending:
-            name = pending.popleft()
-            planned = self._plan.step(name)
-            root = self._driver.blocked_by(planned)
-            if root is None:
-                heapq.heappush(self._ready, name)
-                continue
-            self._driver.skip(planned, root)
-            self._left -= 1
-            if not self._left:
-                self._over.set()
-            pending += [successor for successor in self._plan.graph.successors(name)
-                        if self._count_down(successor)]
 
     def _dispatch(self, *, keep: bool) -> PlannedStep | None:
         """Hand ready steps to idle workers or new ones (within the cap); with ``keep``,

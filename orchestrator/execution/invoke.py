@@ -1,10 +1,11 @@
 """Running one step: device context, timeout, retries, logging, diagnosis.
 
-Both executors call :func:`invoke_step`, on whatever thread they choose; that
-is what makes device-context safety hold by construction.  The first thing
-that happens on the thread that will execute a ``device_bound`` step —
-including the helper thread a timeout uses — is re-applying the rank's device
-binding.  No code path calls a device-bound action without it.
+Every executor runs a step through its run's :class:`StepInvoker`, on whatever
+thread it chooses; that is what makes device-context safety hold by
+construction.  The first thing that happens on the thread that will execute a
+``device_bound`` step — including the helper thread a timeout uses — is
+re-applying the rank's device binding.  No code path calls a device-bound action
+without it.
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
 from initorch.errors import RunInterrupted, describe_exception, exception_message
-from initorch.execution.context import RunState, StepContext
+from initorch.execution.context import RunState, RunStepContext
 from initorch.execution.heartbeat import Heartbeat
 from initorch.execution.native_output import release_captures
-from initorch.execution.signals import POLL_S
+from initorch.execution.signals import POLL_S, SignalGuard
 from initorch.execution.watchdog import Watchdog
 from initorch.location import display_path
 from initorch.reporting.diagnosis import DiagnosisBook, failure_text
@@ -99,7 +101,7 @@ GiveUp = Callable[[], BaseException | None]
 longer succeed (a peer it waits for broke off), and the run stops waiting for it."""
 
 
-def call_step(planned: PlannedStep, ctx: StepContext, outcome: StepOutcome) -> Any:
+def call_step(planned: PlannedStep, ctx: RunStepContext, outcome: StepOutcome) -> Any:
     """Run the action on the current thread: after the other ranks arrive if it is a
     barrier, and with the device bound if it is device-bound."""
     current = threading.current_thread()
@@ -115,7 +117,7 @@ class _HelperCall:
     """One step call on a daemon helper thread, and what it shares with the thread
     that waits for it: the outcome, and whether the waiter gave up on it."""
 
-    def __init__(self, planned: PlannedStep, ctx: StepContext, outcome: StepOutcome,
+    def __init__(self, planned: PlannedStep, ctx: RunStepContext, outcome: StepOutcome,
                  late: LateResult, watchdog: Watchdog | None) -> None:
         self.planned, self.ctx, self.outcome, self.late = planned, ctx, outcome, late
         self.watchdog = watchdog
@@ -177,7 +179,7 @@ class _HelperCall:
         return stuck_at(frame), "".join(traceback.format_stack(frame))
 
 
-def call_supervised(planned: PlannedStep, ctx: StepContext, outcome: StepOutcome,
+def call_supervised(planned: PlannedStep, ctx: RunStepContext, outcome: StepOutcome,
                     late: LateResult, *, offload: bool = False,
                     watchdog: Watchdog | None = None, give_up: GiveUp | None = None) -> Any:
     """:func:`call_step`, on a daemon helper thread when the step has a timeout or
@@ -274,70 +276,94 @@ def release_frames(error: BaseException) -> None:
         pending += [e for e in (exc.__cause__, exc.__context__) if e is not None]
 
 
-def invoke_step(planned: PlannedStep, state: RunState, outcome: StepOutcome,
-                diagnoses: DiagnosisBook, log: Any, clock: Callable[[], float],
-                late: LateResult, sleep: Callable[[float], None] = time.sleep,
-                heartbeat: Heartbeat | None = None, *, offload: bool = False,
-                signals_handled: bool = False, watchdog: Watchdog | None = None,
-                give_up: GiveUp | None = None) -> Any:
-    """Run ``planned`` with retries, filling ``outcome``; returns the step's output.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepInvoker:
+    """Runs one step of a run at a time, on the calling thread: built once per run
+    with what stays the same from step to step, then :meth:`invoke` for each step.
 
-    Only exceptions the step lists in ``retry_on`` are retried, with exponential
-    backoff; a timeout is never retried (the hung attempt is still running), nor
-    a ``sys.exit`` or any other :class:`StepAbortedError`.
-    Interrupts are never swallowed (see :func:`as_step_failure`, which
-    ``signals_handled`` is passed to); ``offload``, ``watchdog`` and ``give_up``
-    go to :func:`call_supervised`.  While the step runs (retries
-    included), ``heartbeat`` logs that it is still running.
+    ``clock`` times the outcomes; ``late`` receives the output of a step the run
+    stopped waiting for (:data:`LateResult`); ``sleep`` waits between retries;
+    ``heartbeat``, if any, logs that a step is still running.  ``signals`` is the
+    run's guard: whether it handles SIGINT/SIGTERM is read as each step starts.
+    ``watchdog_for`` gives the watchdog that ends the process should a step hang
+    holding the GIL (it starts one for a step with a timeout), ``give_up_for`` what
+    ends the wait for a step that meets every rank once a peer broke off
+    (:data:`GiveUp`), each ``None`` where there is none.
     """
-    step = planned.step
-    step_log = log.bind(step=step.name)
-    ctx = StepContext(state, step.name, step_log)
-    outcome.started = clock()
-    if heartbeat is not None:
-        heartbeat.watch(step.name, step.timeout)
-    try:
-        for attempt in range(1, step.retries + 2):
-            outcome.attempts = attempt
-            step_log.info("step_started", attempt=attempt, wave=planned.wave,
-                          device_bound=step.device_bound)
-            try:
-                output = call_supervised(planned, ctx, outcome, late, offload=offload,
-                                         watchdog=watchdog, give_up=give_up)
-                state.record_output(step.name, output, binds_device=step.binds_device)
-            except BaseException as raised:
-                exc = as_step_failure(planned, raised, signals_handled=signals_handled)
-                if exc is None:
-                    raise
-                transient = (isinstance(exc, step.retry_on)
-                             and not isinstance(exc, (StepTimeoutError, StepAbortedError)))
-                if transient and attempt <= step.retries:
-                    delay = step.retry_backoff * 2 ** (attempt - 1)
-                    step_log.warning("step_retry", attempt=attempt, delay_s=delay,
-                                     error_type=type(exc).__name__,
-                                     error=exception_message(exc))
-                    sleep(delay)
-                    continue
-                outcome.finished = clock()
-                outcome.status, outcome.error = "failed", exc
-                outcome.finding = diagnoses.match(exc)
-                _stop_watching(heartbeat, step.name)  # no beat after the outcome
-                step_log.error(
-                    "step_failed", error_type=type(exc).__name__, error=failure_text(exc),
-                    vendor_code=outcome.vendor_code, attempts=attempt,
-                    duration_s=round(outcome.duration, 6),
-                    diagnosis=outcome.finding.summary() if outcome.finding else None,
-                )
-                return None
-            outcome.finished = clock()
-            outcome.status = "succeeded"
-            _stop_watching(heartbeat, step.name)
-            step_log.info("step_succeeded", attempts=attempt,
-                          duration_s=round(outcome.duration, 6))
-            return output
-    finally:  # also when a signal interrupts the step
-        _stop_watching(heartbeat, step.name)
-    raise AssertionError("unreachable: the loop returns on the last attempt")
+
+    state: RunState
+    diagnoses: DiagnosisBook
+    log: Any
+    clock: Callable[[], float]
+    late: LateResult
+    signals: SignalGuard
+    watchdog_for: Callable[[PlannedStep], Watchdog | None]
+    give_up_for: Callable[[PlannedStep], GiveUp | None]
+    sleep: Callable[[float], None] = time.sleep
+    heartbeat: Heartbeat | None = None
+
+    def invoke(self, planned: PlannedStep, *, outcome: StepOutcome) -> Any:
+        """Run ``planned`` with retries, filling ``outcome``; returns the step's output.
+
+        Only exceptions the step lists in ``retry_on`` are retried, with exponential
+        backoff; a timeout is never retried (the hung attempt is still running), nor
+        a ``sys.exit`` or any other :class:`StepAbortedError`.  Interrupts are never
+        swallowed (see :func:`as_step_failure`).  When the run handles signals, a
+        step called on the main thread runs on a helper thread (see
+        :func:`call_supervised`), so that the main thread stays free to act on them.
+        """
+        step = planned.step
+        watchdog = self.watchdog_for(planned)
+        handled = self.signals.installed
+        offload = handled and threading.current_thread() is threading.main_thread()
+        give_up = self.give_up_for(planned)
+        step_log = self.log.bind(step=step.name)
+        ctx = RunStepContext(self.state, step.name, step_log)
+        outcome.started = self.clock()
+        if self.heartbeat is not None:
+            self.heartbeat.watch(step.name, step.timeout)
+        try:
+            for attempt in range(1, step.retries + 2):
+                outcome.attempts = attempt
+                step_log.info("step_started", attempt=attempt, wave=planned.wave,
+                              device_bound=step.device_bound)
+                try:
+                    output = call_supervised(planned, ctx, outcome, self.late, offload=offload,
+                                             watchdog=watchdog, give_up=give_up)
+                    self.state.record_output(step.name, output, binds_device=step.binds_device)
+                except BaseException as raised:
+                    exc = as_step_failure(planned, raised, signals_handled=handled)
+                    if exc is None:
+                        raise
+                    transient = (isinstance(exc, step.retry_on)
+                                 and not isinstance(exc, (StepTimeoutError, StepAbortedError)))
+                    if transient and attempt <= step.retries:
+                        delay = step.retry_backoff * 2 ** (attempt - 1)
+                        step_log.warning("step_retry", attempt=attempt, delay_s=delay,
+                                         error_type=type(exc).__name__,
+                                         error=exception_message(exc))
+                        self.sleep(delay)
+                        continue
+                    outcome.finished = self.clock()
+                    outcome.status, outcome.error = "failed", exc
+                    outcome.finding = self.diagnoses.match(exc)
+                    _stop_watching(self.heartbeat, step.name)  # no beat after the outcome
+                    step_log.error(
+                        "step_failed", error_type=type(exc).__name__, error=failure_text(exc),
+                        vendor_code=outcome.vendor_code, attempts=attempt,
+                        duration_s=round(outcome.duration, 6),
+                        diagnosis=outcome.finding.summary() if outcome.finding else None,
+                    )
+                    return None
+                outcome.finished = self.clock()
+                outcome.status = "succeeded"
+                _stop_watching(self.heartbeat, step.name)
+                step_log.info("step_succeeded", attempts=attempt,
+                              duration_s=round(outcome.duration, 6))
+                return output
+        finally:  # also when a signal interrupts the step
+            _stop_watching(self.heartbeat, step.name)
+        raise AssertionError("unreachable: the loop returns on the last attempt")
 
 
 def _stop_watching(heartbeat: Heartbeat | None, step: str) -> None:

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from initorch.addresses import host_port, split_host_port
-from initorch.errors import InitorchError
+from initorch.errors import LaunchError
 
 TORCHRUN_HINT = "check the variables torchrun exports"
 SLURM_HINT = "start one task per rank with srun (srun --ntasks-per-node=N initorch run ...)"
@@ -38,10 +38,6 @@ ARGS_HINT = "pass --dist-init-addr HOST:PORT --nnodes N --node-rank R"
 # PyTorch Lightning's SLURMEnvironment.main_port: 15000 + the last 4 digits of the job id,
 # so that every task of a job derives the same port without talking.
 SLURM_PORT_BASE = 15000
-
-
-class LaunchError(InitorchError, ValueError):
-    """The launcher's description of the job is malformed or ambiguous (exit code 2)."""
 
 
 @dataclass(frozen=True, slots=True)

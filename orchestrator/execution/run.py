@@ -1,6 +1,6 @@
 """A run: one execution of a plan, torn down exactly once.
 
->>> with Run(plan) as run:            # runs the plan; raises StepFailedError on failure
+>>> with Run(plan, diagnoses=registry.diagnoses) as run:   # raises StepFailedError on failure
 ...     serve(run.output("init_shared_mooncake_transfer_engine"))
 ...                                   # leaving the block tears everything down
 
@@ -45,16 +45,15 @@ from initorch.errors import (
     StepFailedError,
     exception_message,
 )
-from initorch.execution.context import RankInfo, RunState, StepContext
+from initorch.execution.context import RankInfo, RunState, RunStepContext
 from initorch.execution.environment import AppliedEnvironment, apply_environment
 from initorch.execution.executors import DryRunExecutor, Executor, make_executor
 from initorch.execution.heartbeat import DEFAULT_INTERVAL_S, Heartbeat
-from initorch.execution.invoke import GiveUp, invoke_step, release_frames
+from initorch.execution.invoke import GiveUp, StepInvoker, release_frames
 from initorch.execution.launchers import LaunchArguments, detect_rank
 from initorch.execution.peers import JobPeers, JobStore
 from initorch.execution.signals import SignalGuard
 from initorch.execution.watchdog import Watchdog, start_watchdog, stop_watchdog
-from initorch.plugins import Registry
 from initorch.reporting.diagnosis import DiagnosisBook
 from initorch.reporting.logs import get_logger
 from initorch.reporting.report import RunReport, StepOutcome, TeardownOutcome
@@ -95,6 +94,9 @@ _ACTIVE = _ActiveRun()
 class Run:
     """Executes a plan and owns the resources its steps produced.
 
+    ``diagnoses`` turn a failed step's error into a cause and a remedy: a run is
+    handed them (``registry.diagnoses`` of the registry the plan was resolved
+    with) instead of finding plugins itself; :func:`initorch.start` does that.
     ``rank`` says where this process stands in the job; without it, the
     SGLang-style ``dist_init_addr`` (``HOST:PORT``), ``nnodes`` and
     ``node_rank`` (and ``nproc_per_node``, ``local_rank``) describe it, else
@@ -111,7 +113,7 @@ class Run:
         *,
         executor: str | Executor = "sequential",
         workers: int | None = None,
-        diagnoses: DiagnosisBook | None = None,
+        diagnoses: DiagnosisBook,
         rank: RankInfo | None = None,
         dist_init_addr: str | None = None,
         nnodes: int | None = None,
@@ -128,8 +130,7 @@ class Run:
         self._plan = plan
         self.executor = make_executor(executor, workers) if isinstance(executor, str) \
             else executor
-        self.diagnoses = diagnoses if diagnoses is not None \
-            else Registry.with_plugins().diagnoses
+        self.diagnoses = diagnoses
         arguments = LaunchArguments(dist_init_addr, nnodes, node_rank, nproc_per_node,
                                     local_rank)
         if rank is not None and arguments.given:
@@ -144,7 +145,7 @@ class Run:
         self._first_failure: str | None = None  # the step that failed first, if any
         self._blocked: dict[str, str] = {}  # skipped step -> the failed step it hard-needs
         self._teardown_at_exit = teardown_at_exit
-        self._clock, self._sleep = clock, sleep
+        self._clock = clock
         self._t0 = 0.0
         self._lock = threading.Lock()
         self._teardown_lock = threading.Lock()  # a second caller waits for the first
@@ -155,6 +156,11 @@ class Run:
         self._signals = SignalGuard(self.log)
         self._watchdog: Watchdog | None = None
         self._heartbeat = Heartbeat(heartbeat, self.log) if heartbeat is not None else None
+        self._invoker = StepInvoker(state=self.state, diagnoses=self.diagnoses, log=self.log,
+                                    clock=self._elapsed, late=self._late_result,
+                                    signals=self._signals, watchdog_for=self._watchdog_for,
+                                    give_up_for=self._peers_broken_off, sleep=sleep,
+                                    heartbeat=self._heartbeat)
         outcomes = {name: StepOutcome(name) for name in plan.order}
         for skipped in plan.skipped:
             outcomes[skipped.name] = StepOutcome(skipped.name, "skipped", reason=skipped.reason)
@@ -324,20 +330,13 @@ class Run:
         if root is not None:             # failure that came while it waited for a thread
             self.skip(planned, root)
             return
-        if planned.step.timeout is not None and self._watchdog is None:
-            self._start_watchdog()  # the deadline must hold even if the step holds the GIL
-        handled = self._signals.installed
-        offload = handled and threading.current_thread() is threading.main_thread()
         if self._peers is not None:
             self._peers.step_started(planned.name)
-        invoke_step(planned, self.state, outcome, self.diagnoses, self.log,
-                    self._elapsed, self._late_result, self._sleep, self._heartbeat,
-                    offload=offload, signals_handled=handled, watchdog=self._watchdog,
-                    give_up=self._peers_broken_off(planned))
+        self._invoker.invoke(planned, outcome=outcome)
         if self._peers is not None:  # joined by this very step, perhaps
             self._peers.step_finished(planned.name, outcome.status)
         if outcome.status == "failed":
-            if outcome.error is not None:  # invoke_step has returned: its frame is done too
+            if outcome.error is not None:  # invoke has returned: its frame is done too
                 release_frames(outcome.error)
             with self._lock:
                 self._first_failure = self._first_failure or planned.name
@@ -367,6 +366,13 @@ class Run:
             if name in self._blocked:
                 return self._blocked[name]
         return None
+
+    def _watchdog_for(self, planned: PlannedStep) -> Watchdog | None:
+        """The run's watchdog, if any, started for the first step with a timeout: its
+        deadline must hold even if the step holds the GIL."""
+        if planned.step.timeout is not None:
+            return self._start_watchdog()
+        return self._watchdog
 
     def _peers_broken_off(self, planned: PlannedStep) -> GiveUp | None:
         """For a step that meets every rank (a barrier step: the process group forming,
@@ -456,7 +462,7 @@ class Run:
         try:
             if planned.step.device_bound and self.state.has_binding:
                 self.state.bind_device()
-            teardown(StepContext(self.state, name, log), output)
+            teardown(RunStepContext(self.state, name, log), output)
         except BaseException as exc:  # sys.exit or ^C in one teardown never skips the others
             entry.finished = self._elapsed()
             message = exception_message(exc)

@@ -39,8 +39,7 @@ from initorch.location import SourceLocation, caller_location
 from initorch.model.settings import SettingSpec
 
 if TYPE_CHECKING:
-    from initorch.execution.context import StepContext
-    from initorch.resolution.preview import PreviewContext
+    from initorch.model.contexts import PreviewContext, StepContext
 
 EdgeKind = Literal["requires", "wants", "after", "before"]
 EDGE_KINDS: tuple[EdgeKind, ...] = ("requires", "wants", "after", "before")
@@ -82,7 +81,7 @@ _EVERYWHERE: tuple[FieldUse, ...] = ("keyword", "shown", "declared")
 class Step:
     """A validated, immutable step declaration.
 
-    ``action`` receives the run's :class:`~initorch.execution.context.StepContext` and
+    ``action`` receives the run's :class:`~initorch.model.contexts.StepContext` and
     returns the step's output (kept for later steps and for the teardown).
     ``device_bound`` steps always run with this rank's device context set on the
     thread that runs them; ``binds_device`` marks the single step whose output

@@ -4,7 +4,7 @@ Some steps depend on facts the dry run can know without importing torch: which
 cores each local rank will be pinned to (sysfs and the launcher's environment),
 how ranks fall into tensor- and pipeline-parallel groups (the settings). A step
 declares ``@my_step.preview``; resolution calls it once per planned step with a
-:class:`PreviewContext` and keeps the returned lines in
+:class:`~initorch.model.contexts.PreviewContext` and keeps the returned lines in
 :attr:`~initorch.resolution.plan.PlannedStep.notes`, which ``initorch plan``
 prints under the step and ``--json`` lists as ``preview``.
 
@@ -30,10 +30,11 @@ from initorch.resolution.plan import PlannedStep
 
 
 @dataclass(frozen=True, slots=True)
-class PreviewContext:
+class PlanPreviewContext:
     """What a step's preview sees: the resolved settings, the device and the
     environment the plan was made in (``WORLD_SIZE``, ``LOCAL_WORLD_SIZE`` under
-    torchrun).  A preview must not import torch or a vendor package."""
+    torchrun); implements :class:`initorch.model.contexts.PreviewContext`.  A preview
+    must not import torch or a vendor package."""
 
     step: str
     device: DeviceRef
@@ -75,7 +76,7 @@ def preview_steps(steps: tuple[PlannedStep, ...], settings: Mapping[str, Setting
         if preview is None:
             previewed.append(planned)
             continue
-        context = PreviewContext(planned.name, device, settings, environ)
+        context = PlanPreviewContext(planned.name, device, settings, environ)
         try:
             notes = tuple(str(line) for line in preview(context))
         except InitorchError as error:

@@ -2,8 +2,8 @@
 
 ``initorch plan --out plan.json`` (or :func:`save_plan`) writes the resolved
 plan; ``initorch run --plan plan.json`` (or :func:`initorch.load_saved_plan` then
-``Run(plan)``) runs it without reading a profile or resolving anything, so a
-server start never imports networkx.
+``Run(plan, diagnoses=...)``) runs it without reading a profile or resolving
+anything, so a server start never imports networkx.
 
 This module is the plan's JSON, written and read.  The file is one JSON object:
 the keys of ``initorch plan --json`` (:func:`plan_json`: profiles, device, order,

@@ -23,7 +23,7 @@ of being explained wrongly.  Nothing here imports a vendor package.
 
 from __future__ import annotations
 
-from initorch.reporting.diagnosis import Diagnosis, DiagnosisBook
+from initorch.plugin import Diagnosis, DiagnosisBook
 from initorch.steps.diagnoses import ascend, host_memory, mooncake, torch_stack
 
 __all__ = ["BUILTIN_DIAGNOSES", "register_diagnoses"]

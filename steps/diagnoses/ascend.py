@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from initorch.reporting.diagnosis import Diagnosis
+from initorch.plugin import Diagnosis
 
 _SET_DEVICE_FIRST = (
     "Call torch.npu.set_device(<local rank>) before the Mooncake engine and store are "

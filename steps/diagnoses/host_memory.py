@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from initorch.reporting.diagnosis import Diagnosis
+from initorch.plugin import Diagnosis
 
 # SGLang 0.5.23 srt/mem_cache/pool_host/common.py _cuda_host_register, and initorch's
 # own allocator: "cudaHostRegister failed (rc=N, ...)" / "... failed with error N".

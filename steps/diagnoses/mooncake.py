@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from initorch.reporting.diagnosis import Diagnosis
+from initorch.plugin import Diagnosis
 from initorch.steps.mooncake_build import WHEEL_CHOICE
 
 _READ_NATIVE_LOG = "Read the Mooncake log lines before the failure (kept in native_log)."

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from initorch.reporting.diagnosis import Diagnosis
+from initorch.plugin import Diagnosis
 
 DEVICE_BACKEND_NOT_LOADED = Diagnosis(
     id="torch-device-backend-not-loaded",

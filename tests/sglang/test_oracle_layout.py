@@ -14,7 +14,7 @@ import itertools
 
 import pytest
 
-from initorch import StepError
+from initorch.errors import StepError
 from initorch.steps.kv_layout import IO_BACKENDS, LAYOUTS, resolve_layout
 from tests.sglang.oracle import ask
 

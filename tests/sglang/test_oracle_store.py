@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from initorch import StepError
+from initorch.errors import StepError
 from initorch.steps.store import (
     WARMUP_ATTEMPTS,
     WARMUP_DELAY_S,

@@ -33,7 +33,8 @@ from initorch_sglang.selection import DRIVE_OVERLAY, selection_for
 from initorch_sglang.session import active
 
 if TYPE_CHECKING:
-    from initorch import Registry, Run, Step, StepContext
+    from initorch import Registry, Run
+    from initorch.plugin import Step, StepContext
 
 __all__ = ["DRIVEN_STEPS", "DriveError", "drive_parallel_runtime", "drive_registry"]
 
@@ -155,7 +156,7 @@ def init_model_parallel(ctx: StepContext) -> Any:
     group = get_tp_group()
     expected = int(ctx.setting("parallel.tp_size"))
     if group.world_size != expected:
-        from initorch import StepError
+        from initorch.plugin import StepError
 
         raise StepError(f"SGLang's tensor-parallel group has {group.world_size} ranks, the "
                         f"plan {expected}", hint="check --tp against the plan's parallel.tp_size")

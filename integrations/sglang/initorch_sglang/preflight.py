@@ -160,7 +160,7 @@ def master_reachable(launch: Launch) -> str | None:
             return None
         return ("MOONCAKE_MASTER is not set: SGLang's Mooncake Store needs a master "
                 "(HOST:PORT of mooncake_master's RPC port)")
-    from initorch.addresses import split_host_port
+    from initorch.plugin import split_host_port
 
     try:
         host, port = split_host_port(address)

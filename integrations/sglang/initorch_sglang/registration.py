@@ -12,7 +12,7 @@ from __future__ import annotations
 from importlib.resources import files
 from typing import TYPE_CHECKING, NoReturn
 
-from initorch import StepContext, StepError, step
+from initorch.plugin import StepContext, StepError, step
 
 if TYPE_CHECKING:
     from initorch import Registry

@@ -88,7 +88,7 @@ class Session:
 
     def finish(self, error: BaseException | None = None) -> None:
         """Write the report and trace, and say how the start-up went against the plan."""
-        from initorch import run_summary_text
+        from initorch.renderers import run_summary_text
 
         report = build_report(self.recorder, mode=self.options.mode, rank=self.rank,
                               started_at=self.started_at, driven=self.driven,

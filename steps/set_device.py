@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from initorch import StepContext, StepError, setting, step
+from initorch.plugin import StepContext, StepError, setting, step
 
 # Devices without per-rank device selection: binding is a no-op.
 HOST_DEVICE_TYPES = frozenset({"cpu"})

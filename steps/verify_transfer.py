@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from initorch import StepContext, StepError, setting, step
-from initorch.execution.native_output import capture_native_stderr
+from initorch.plugin import StepContext, StepError, capture_native_stderr, setting, step
 from initorch.steps.host_pool import HostPool, Registration
 from initorch.steps.kv_layout import KvGeometry
-from initorch.steps.settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
+from initorch.steps.shared_settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
 
 GEOMETRY = KvGeometry()
 

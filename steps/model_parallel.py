@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from initorch import PreviewContext, StepContext, StepError, setting, step
+from initorch.plugin import PreviewContext, StepContext, StepError, setting, step
 from initorch.steps.distributed import COLLECTIVE_BACKEND
 from initorch.steps.rendezvous import TIMEOUT_S
 

@@ -7,7 +7,7 @@ the engine and the store share, and the HiCache switches.
 
 from __future__ import annotations
 
-from initorch import setting
+from initorch.plugin import setting
 from initorch.steps.mooncake_env import read_protocol
 
 MOONCAKE_ENABLED = setting(

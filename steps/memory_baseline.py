@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from initorch import PreviewContext, StepContext, StepError, setting, step
-from initorch.steps.backend import TORCH_MODULE
-from initorch.steps.device import HOST_DEVICE_TYPES, VISIBLE_DEVICES_ENV, device_index
+from initorch.plugin import PreviewContext, StepContext, StepError, setting, step
+from initorch.steps.import_backend import TORCH_MODULE
+from initorch.steps.set_device import HOST_DEVICE_TYPES, VISIBLE_DEVICES_ENV, device_index
 from initorch.steps.topology import host_available_bytes, local_world_size
 
 GIB = float(1 << 30)

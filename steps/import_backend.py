@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from initorch import StepContext, StepError, setting, step
+from initorch.plugin import StepContext, StepError, setting, step
 
 # The modules a profile may make import_backend import.  A profile is data: naming
 # any module on the path would let it run code (``backend_package: this`` printed the
