@@ -25,7 +25,7 @@ from pathlib import Path
 
 from initorch import InitorchError, Registry, Run, StepFailedError, configure_logging, load_plan
 from initorch.plugin import StepContext, setting, step
-from initorch.renderers import graph_mermaid
+from initorch.renderers import graph_mermaid, plan_text
 
 # A setting the step reads: profiles set it under config: (warmup: {fill_byte: 0}),
 # --set warmup.fill_byte=7 overrides it, and a wrong value is refused at plan time.
@@ -88,7 +88,7 @@ def main() -> int:
             print(f"launcher: {error}", file=sys.stderr)
             return error.exit_code
 
-    print(plan)  # the dry run, as 'initorch plan' prints it
+    print(plan_text(plan))  # the dry run, as 'initorch plan' prints it
     print("\nwhy is the engine up before the pool is warmed?")
     for edge in plan.explain("init_shared_mooncake_transfer_engine", "warm_kv_cache"):
         print(f"  {edge.describe()}")

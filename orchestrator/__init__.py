@@ -1,6 +1,7 @@
 """initorch: declarative start-up orchestration for LLM inference servers.
 
-The embedding face: resolve a plan (:func:`load_plan`, :func:`load_saved_plan`), run
+The embedding face: resolve a plan (:func:`load_plan`; :func:`save_plan` and
+:func:`load_saved_plan` keep one to run later), run
 it (:func:`start`, :class:`Run`) and read what happened (:class:`RunReport`).  The
 other public tiers are :mod:`initorch.plugin` (writing steps, diagnoses and probes),
 :mod:`initorch.errors` and :mod:`initorch.renderers`; everything else is private to
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from initorch.execution.run import Run
     from initorch.reporting.logs import configure_logging
     from initorch.reporting.report import RunReport, StepOutcome
+    from initorch.resolution.saved import save_plan
 
 _ERRORS = ("ConditionError", "ConflictError", "CycleError", "DeviceError",
            "InterruptedBySigint", "LaunchError", "PeerError", "PluginError", "ProfileError",
@@ -54,6 +56,7 @@ __getattr__, __dir__ = on_first_use(
         "RunReport": "initorch.reporting.report",
         "StepOutcome": "initorch.reporting.report",
         "configure_logging": "initorch.reporting.logs",
+        "save_plan": "initorch.resolution.saved",
     },
     moved={**dict.fromkeys(_ERRORS, "initorch.errors"),
            **dict.fromkeys(_PLUGIN_KIT, "initorch.plugin"),
@@ -78,5 +81,6 @@ __all__ = [
     "detect_device",
     "load_plan",
     "load_saved_plan",
+    "save_plan",
     "start",
 ]

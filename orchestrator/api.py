@@ -73,8 +73,9 @@ def load_plan(
 
 
 def load_saved_plan(path: str | os.PathLike[str], registry: Registry | None = None) -> Plan:
-    """The plan saved at ``path`` (``Plan.save``, ``initorch plan --out``), with its steps
-    taken from ``registry`` (the installed plugins by default);
+    """The plan saved at ``path`` (:func:`~initorch.resolution.saved.save_plan`,
+    ``initorch plan --out``), with its steps taken from ``registry`` (the installed
+    plugins by default);
     :class:`~initorch.errors.SavedPlanError` when it cannot be run exactly as it was
     saved (see :mod:`initorch.resolution.saved`)."""
     from initorch.resolution.saved import read_saved_plan

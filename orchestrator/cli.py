@@ -121,9 +121,18 @@ def _emit(text: str) -> None:
 def cmd_plan(args: argparse.Namespace, registry: Registry) -> int:
     plan = _plan(args, registry)
     if args.out:
+        from initorch.resolution.saved import save_plan
+
         check_outputs([OutputFile("--out", args.out)], registry.profiles.read_files())
-        plan.save(args.out)
-    _emit(json.dumps(plan.to_dict(), indent=2) if args.json else str(plan))
+        save_plan(plan, args.out)
+    if args.json:
+        from initorch.resolution.saved import plan_json
+
+        _emit(json.dumps(plan_json(plan), indent=2))
+    else:
+        from initorch.reporting.render import plan_text
+
+        _emit(plan_text(plan))
     if args.out:  # on stderr, so that --json output stays one JSON document
         shown = display_path(args.out)
         sys.stderr.write(f"initorch: saved the plan to {shown}; run exactly this plan with: "

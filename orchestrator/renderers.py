@@ -1,8 +1,9 @@
 """The renderers: a plan or a run as text, DOT, Mermaid or JSON, for people and tools.
 
 Each takes the record (a :class:`~initorch.Plan`, a :class:`~initorch.RunReport`) and
-returns a string; none prints, so an embedder decides where the text goes.  The CLI's
-``plan``, ``graph`` and ``explain`` commands print exactly these.
+returns a string (``plan_json``: the JSON object ``plan --json`` prints); none prints,
+so an embedder decides where the text goes.  The CLI's ``plan``, ``graph`` and
+``explain`` commands print exactly these.
 """
 
 from initorch.reporting.render import (
@@ -11,8 +12,10 @@ from initorch.reporting.render import (
     graph_dot,
     graph_json,
     graph_mermaid,
+    plan_text,
     run_summary_text,
 )
+from initorch.resolution.saved import plan_json
 
 __all__ = [
     "explain_step_text",
@@ -20,5 +23,7 @@ __all__ = [
     "graph_dot",
     "graph_json",
     "graph_mermaid",
+    "plan_json",
+    "plan_text",
     "run_summary_text",
 ]

@@ -33,7 +33,7 @@ from initorch import (
     configure_logging,
     load_plan,
 )
-from initorch.renderers import run_summary_text
+from initorch.renderers import plan_text, run_summary_text
 
 
 def startup_report(report: RunReport) -> dict[str, Any]:
@@ -121,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan = load_plan(["tiny-server", *args.profile], device=args.device,
                          settings=args.settings, registry=registry)
         if args.plan:
-            print(plan)
+            print(plan_text(plan))
             return 0
         with Run(plan, diagnoses=registry.diagnoses, handle_signals=True) as run:
             serve(run, args.ready_file)

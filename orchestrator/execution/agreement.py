@@ -26,7 +26,8 @@ from typing import Any
 from initorch._version import __version__
 from initorch.errors import PeerError
 from initorch.execution.launchers import RankInfo
-from initorch.resolution.plan import Plan, declaration, env_values, read_settings, step_fields
+from initorch.model.canonical import declaration, step_fields
+from initorch.resolution.plan import Plan, env_values, read_settings
 
 Manifest = dict[str, Any]
 MAX_SHOWN = 20  # differences listed before "... and N more"

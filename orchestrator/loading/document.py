@@ -25,7 +25,13 @@ from initorch.loading.yamlsource import YamlDocument, parse_yaml
 from initorch.location import SourceLocation
 from initorch.model.conditions import parse_condition
 from initorch.model.names import KEY_SEGMENT, STEP_NAME, name_problem
-from initorch.model.step import EDGE_KINDS, MAX_RETRIES, MAX_TIMEOUT_S, EdgeKind
+from initorch.model.step import (
+    EDGE_KINDS,
+    MAX_RETRIES,
+    MAX_TIMEOUT_S,
+    OVERRIDABLE_FIELDS,
+    EdgeKind,
+)
 from initorch.suggest import closest
 
 # "$schema" lets an editor's YAML language server find the JSON Schema.
@@ -33,15 +39,22 @@ TOP_LEVEL_KEYS = ("description", "extends", "device", "config", "env", "steps", 
 # The device fields the profile format itself needs; every other ``device.*`` key
 # is a setting that some step declares (see initorch.model.settings).
 CORE_DEVICE_FIELDS = ("type", "aliases")
-STEP_OVERRIDES: dict[str, str] = {
-    "enabled": "false skips the step (the plan says which profile disabled it)",
-    "reason": "why the step is disabled; shown in the plan",
+# What a profile may say about a step: the fields the step's field table lets a profile
+# change (:data:`~initorch.model.step.OVERRIDABLE_FIELDS`), scalars first, and the
+# profile's own keys.
+_OVERRIDE_HELP: dict[str, str] = {
     "when": "condition on settings; null drops the step's own condition",
     "timeout": "seconds before the step is reported as hung (at most a week); null for none",
     "retries": f"attempts after the first (at most {MAX_RETRIES}), for errors the step "
                "declares transient",
     **{kind: f"add {kind} edges: step names, or {{step: NAME, reason: TEXT}} items"
        for kind in EDGE_KINDS},
+}
+STEP_OVERRIDES: dict[str, str] = {
+    "enabled": "false skips the step (the plan says which profile disabled it)",
+    "reason": "why the step is disabled; shown in the plan",
+    **{name: _OVERRIDE_HELP[name] for name in OVERRIDABLE_FIELDS if name not in EDGE_KINDS},
+    **{name: _OVERRIDE_HELP[name] for name in OVERRIDABLE_FIELDS if name in EDGE_KINDS},
     "remove": "edges to remove: a mapping of edge kind to step names",
 }
 STEP_FIELDS = tuple(STEP_OVERRIDES)

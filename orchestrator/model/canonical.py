@@ -10,6 +10,12 @@ its declaration.  Every value that is not a plain string, whole number, finite
 float, boolean or ``None`` goes through ``json.dumps`` itself, so the bytes are the
 canonical document's; ``tests/unit/resolution/test_fingerprint.py`` checks that
 against the dicts for every built-in profile and for generated steps.
+
+Which fields are written, and how, comes from the step's field table
+(:data:`~initorch.model.step.STEP_FIELDS`): the fields it marks ``shown`` make the
+effective step (:func:`step_fields`, also what ``plan --json`` shows) and those it
+marks ``declared`` the declaration (:func:`declaration`); a field's kind decides how
+its value is written.
 """
 
 from __future__ import annotations
@@ -17,12 +23,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Callable
 from functools import partial
 from json.encoder import encode_basestring_ascii
+from operator import add, attrgetter
 from typing import Any
 
 from initorch.model.settings import SettingSpec
-from initorch.model.step import Step
+from initorch.model.step import FieldKind, Step, StepField, fields_for
 
 canonical_json = partial(json.dumps, sort_keys=True, separators=(",", ":"), default=repr)
 """The canonical encoding the fingerprint hashes."""
@@ -79,79 +87,132 @@ def _names(names: tuple[str, ...]) -> str:
     return "[" + ",".join(map(encode_basestring_ascii, names)) + "]"
 
 
+def _code_names(values: tuple[object, ...]) -> list[str | None]:
+    return [qualified_name(value) for value in values]
+
+
+def _keys(specs: tuple[SettingSpec, ...]) -> list[str]:
+    return [spec.key for spec in specs]
+
+
+def _specs(specs: tuple[SettingSpec, ...]) -> list[dict[str, Any]]:
+    return [spec_json(spec) for spec in specs]
+
+
+def _present(value: object) -> bool:
+    return value is not None
+
+
+# How each kind of field is written as JSON: in the effective step (``shown``) and in
+# the declaration (``declared``).  Any kind not listed is written as it is.
+_SHOWN_JSON: dict[FieldKind, Callable[[Any], Any]] = {
+    "names": list, "code": _present, "settings": _keys}
+_DECLARED_JSON: dict[FieldKind, Callable[[Any], Any]] = {
+    "names": list, "code": qualified_name, "codes": _code_names, "settings": _specs}
+# The same as canonical JSON text, written directly where that is faster than
+# ``json.dumps``; every other kind is :func:`json_value` of its JSON.
+_SHOWN_TEXT: dict[FieldKind, Callable[[Any], str]] = {
+    "names": _names,
+    "code": lambda value: "false" if value is None else "true",
+    "settings": lambda specs: "[" + ",".join(encode_basestring_ascii(key)
+                                             for key in _keys(specs)) + "]",
+}
+_DECLARED_TEXT: dict[FieldKind, Callable[[Any], str]] = {
+    "names": _names,
+    "codes": lambda values: "[" + ",".join(map(json_value, _code_names(values))) + "]",
+    "settings": lambda specs: "[" + ",".join(canonical_json(spec_json(spec))
+                                             for spec in specs) + "]",
+}
+_SHOWN = fields_for("shown")
+_DECLARED = fields_for("declared")
+_Writer = Callable[[Any], str]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def step_fields(step: Step) -> dict[str, Any]:
+    """A step's effective fields as JSON: what ``plan --json`` shows for each step (the
+    fields :data:`~initorch.model.step.STEP_FIELDS` marks ``shown``)."""
+    return {row.name: _SHOWN_JSON.get(row.kind, _same)(getattr(step, row.name))
+            for row in _SHOWN}
+
+
+def declaration(step: Step) -> dict[str, Any]:
+    """A registered step's declaration as JSON (the fields marked ``declared``): every
+    field its code sets, with the action, the teardown and the transient errors by
+    qualified name, and the settings it reads in full (kind, default, choices, bounds)."""
+    return {row.name: _DECLARED_JSON.get(row.kind, _same)(getattr(step, row.name))
+            for row in _DECLARED}
+
+
+def _writer(row: StepField, text: dict[FieldKind, _Writer],
+            as_json: dict[FieldKind, Callable[[Any], Any]]) -> _Writer:
+    """How ``row``'s value is written: directly, or as :func:`json_value` of its JSON."""
+    write = text.get(row.kind)
+    if write is not None:
+        return write
+    convert = as_json.get(row.kind)
+    return json_value if convert is None else (lambda value: json_value(convert(value)))
+
+
+# Canonical JSON sorts keys, and the keys are known here: each part is written as its
+# fields' texts, in sorted key order, each after its ``"key":`` (few calls per step, no
+# sort at run time).
+_SHOWN_ROWS = sorted(_SHOWN, key=lambda row: row.name)
+_DECLARED_ROWS = sorted(_DECLARED, key=lambda row: row.name)
+_SHOWN_VALUES = attrgetter(*(row.name for row in _SHOWN_ROWS))
+_SHOWN_WRITE = tuple(_writer(row, _SHOWN_TEXT, _SHOWN_JSON) for row in _SHOWN_ROWS)
+_DECLARED_VALUES = attrgetter(*(row.name for row in _DECLARED_ROWS))
+_DECLARED_WRITE = tuple(_writer(row, _DECLARED_TEXT, _DECLARED_JSON) for row in _DECLARED_ROWS)
+_DECLARED_KEYS = tuple(encode_basestring_ascii(row.name) + ":" for row in _DECLARED_ROWS)
+# For each effective field, the index of the declaration's field that has the same
+# text (the same field, written alike), or None: encode_step writes such a text once.
+_DECLARED_AT = {(row.name, write): index for index, (row, write) in enumerate(
+    zip(_DECLARED_ROWS, _DECLARED_WRITE, strict=True))}
+_ALIKE = tuple(_DECLARED_AT.get((row.name, write))
+               for row, write in zip(_SHOWN_ROWS, _SHOWN_WRITE, strict=True))
+# A planned step's own keys beside its effective fields (its wave is written by the plan).
+_PLANNED = sorted((*(row.name for row in _SHOWN_ROWS), "declared", "name", "wave"))
+if len(set(_PLANNED)) != len(_PLANNED):
+    raise AssertionError("a step field is named like a planned step's own key")
+_WAVE = _PLANNED.index("wave")
+_NAME, _DECLARATION = _PLANNED.index("name"), _PLANNED.index("declared")
+_BEFORE_WAVE = tuple(("," if i else "{") + encode_basestring_ascii(key) + ":"
+                     for i, key in enumerate(_PLANNED[:_WAVE]))
+_AFTER_WAVE = tuple("," + encode_basestring_ascii(key) + ":" for key in _PLANNED[_WAVE + 1:])
+
+
 def encode_step(declared: Step) -> tuple[bytes, bytes, int, int]:
     """Encode ``declared`` once, and keep it on the (frozen) step: the planned step it
     makes unchanged, up to the wave and after it, and where its declaration lies in
     the first part (what a changed step writes too)."""
-    shared = _shared(declared)
-    declaration = _declaration(declared, shared)
-    head, tail = effective_parts(declared, declaration, shared)
-    start = head.index(_DECLARED) + len(_DECLARED)
-    encoded = (head.encode(), tail.encode(), start, start + len(declaration))
+    texts = [write(value) for write, value in zip(
+        _DECLARED_WRITE, _DECLARED_VALUES(declared), strict=True)]
+    declaration_text = "{" + ",".join(map(add, _DECLARED_KEYS, texts)) + "}"
+    shown = [write(value) if alike is None else texts[alike] for alike, write, value in zip(
+        _ALIKE, _SHOWN_WRITE, _SHOWN_VALUES(declared), strict=True)]
+    head, tail = _planned_parts(declared, declaration_text, shown)
+    start = head.index(_DECLARED_KEY) + len(_DECLARED_KEY)
+    encoded = (head.encode(), tail.encode(), start, start + len(declaration_text))
     object.__setattr__(declared, "_canonical", encoded)
     return encoded
 
 
-_DECLARED = ',"declared":'
+_DECLARED_KEY = '"declared":'
 
 
-def effective_parts(step: Step, declaration: str, shared: tuple[str, ...] | None = None
-                    ) -> tuple[str, str]:
-    """A planned step's encoding (effective fields and ``declaration``), cut at its wave."""
-    after, before, barrier, binds, bound, job_store, requires, retries, timeout, wants, \
-        when = shared or _shared(step)
-    keys = (",".join(encode_basestring_ascii(s.key) for s in step.settings)
-            if step.settings else "")
-    return (
-        f'{{"after":{after},"barrier":{barrier},"before":{before},"binds_device":{binds},'
-        f'"declared":{declaration},'
-        f'"device_bound":{bound},"job_store":{job_store},"name":{_names((step.name,))[1:-1]},'
-        f'"requires":{requires},"retries":{retries},"settings":[{keys}],'
-        f'"teardown":{"false" if step.teardown is None else "true"},"timeout":{timeout},'
-        f'"wants":{wants},"wave":',
-        f',"when":{when}}}',
-    )
+def effective_parts(step: Step, declaration: str) -> tuple[str, str]:
+    """A planned step's encoding (its effective fields, name and ``declaration``), cut
+    at its wave: the text before the wave's value and the text after it."""
+    return _planned_parts(step, declaration, [write(value) for write, value in zip(
+        _SHOWN_WRITE, _SHOWN_VALUES(step), strict=True)])
 
 
-def _declaration(step: Step, shared: tuple[str, ...]) -> str:
-    """:func:`~initorch.resolution.plan.declaration` of ``step``."""
-    after, before, barrier, binds, bound, job_store, requires, retries, timeout, wants, \
-        when = shared
-    retry_on = (",".join(json_value(qualified_name(error)) for error in step.retry_on)
-                if step.retry_on else "")
-    settings = ",".join(canonical_json(spec_json(spec)) for spec in step.settings)
-    teardown = "null" if step.teardown is None else json_value(qualified_name(step.teardown))
-    backoff = step.retry_backoff
-    backoff_json = "0.5" if backoff == 0.5 and type(backoff) is float else json_value(backoff)
-    return (
-        f'{{"action":{json_value(qualified_name(step.action))},'
-        f'"after":{after},"barrier":{barrier},"before":{before},"binds_device":{binds},'
-        f'"device_bound":{bound},"job_store":{job_store},"requires":{requires},'
-        f'"retries":{retries},'
-        f'"retry_backoff":{backoff_json},'
-        f'"retry_on":[{retry_on}],"settings":[{settings}],"teardown":{teardown},'
-        f'"timeout":{timeout},'
-        f'"wanted_by":{_names(step.wanted_by) if step.wanted_by else "[]"},'
-        f'"wants":{wants},"when":{when}}}'
-    )
-
-
-def _shared(step: Step) -> tuple[str, ...]:
-    """The fields both the effective step and its declaration show, encoded."""
-    after, before, requires, wants = step.after, step.before, step.requires, step.wants
-    binds, bound, retries, timeout = (step.binds_device, step.device_bound, step.retries,
-                                      step.timeout)
-    barrier, job_store = step.barrier, step.job_store
-    return (
-        _names(after) if after else "[]",
-        _names(before) if before else "[]",
-        "false" if barrier is False else json_value(barrier),
-        "false" if binds is False else json_value(binds),
-        "false" if bound is False else json_value(bound),
-        "false" if job_store is False else json_value(job_store),
-        _names(requires) if requires else "[]",
-        "0" if retries == 0 and type(retries) is int else json_value(retries),
-        "null" if timeout is None else json_value(timeout),
-        _names(wants) if wants else "[]",
-        "null" if step.when is None else json_value(step.when),
-    )
+def _planned_parts(step: Step, declaration: str, shown: list[str]) -> tuple[str, str]:
+    """:func:`effective_parts`, given the texts of the effective fields (``shown``)."""
+    for index, text in sorted([(_NAME, json_value(step.name)), (_DECLARATION, declaration)]):
+        shown.insert(index, text)
+    return ("".join(map(add, _BEFORE_WAVE, shown[:_WAVE])) + ',"wave":',
+            "".join(map(add, _AFTER_WAVE, shown[_WAVE:])) + "}")

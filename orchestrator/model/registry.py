@@ -7,7 +7,7 @@ only ever *name* registered steps; nothing named in a profile is imported.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from initorch.errors import StepDefinitionError, UnknownStepError
@@ -16,7 +16,13 @@ from initorch.model.canonical import encode_step
 from initorch.model.conditions import parse_condition
 from initorch.model.names import name_problem, non_ascii_problem
 from initorch.model.settings import SettingCatalog
-from initorch.model.step import EDGE_KINDS, MAX_RETRIES, MAX_TIMEOUT_S, Step, StepDefinition
+from initorch.model.step import (
+    MAX_RETRIES,
+    MAX_TIMEOUT_S,
+    STEP_FIELDS,
+    Step,
+    StepDefinition,
+)
 from initorch.suggest import closest
 
 
@@ -33,6 +39,9 @@ class StepRegistry:
     def __init__(self, settings: SettingCatalog | None = None) -> None:
         self._steps: dict[str, Step] = {}
         self._providers: dict[str, str | None] = {}
+        # The steps that declare themselves wanted_by each name, in registration order:
+        # kept as steps are added, so that no plan scans every registered step for them.
+        self._wanted_by: dict[str, list[Step]] = {}
         self.provider: str | None = None
         self.settings = SettingCatalog() if settings is None else settings
 
@@ -56,7 +65,14 @@ class StepRegistry:
             encode_step(record)  # once per step, not on every first plan of it
         self._steps[record.name] = record
         self._providers[record.name] = self.provider
+        for target in record.wanted_by:
+            self._wanted_by.setdefault(target, []).append(record)
         return record
+
+    def wanting(self, name: str) -> Sequence[Step]:
+        """The registered steps that list ``name`` under ``wanted_by``, in registration
+        order."""
+        return self._wanted_by.get(name, ())
 
     def plugin_of(self, name: str) -> str | None:
         """The plugin that registered step ``name`` (``None``: added in code)."""
@@ -67,6 +83,7 @@ class StepRegistry:
         plugin loader's undo point)."""
         clone = StepRegistry(self.settings.copy())
         clone._steps, clone._providers = dict(self._steps), dict(self._providers)
+        clone._wanted_by = {name: list(steps) for name, steps in self._wanted_by.items()}
         clone.provider = self.provider
         return clone
 
@@ -108,6 +125,10 @@ def _fail(step: Step, message: str, hint: str) -> None:
                               hint=hint)
 
 
+_NAME_LISTS = tuple(row.name for row in STEP_FIELDS if row.kind == "names")
+_FLAGS = tuple(row.name for row in STEP_FIELDS if row.kind == "flag")
+
+
 def _validate(step: Step) -> None:
     problem = name_problem(step.name, "step name")
     if problem is not None:
@@ -117,7 +138,7 @@ def _validate(step: Step) -> None:
         _fail(step, "no description", "pass description= or give the function a docstring")
     if not callable(step.action):
         _fail(step, "action is not callable", "decorate a function with @step")
-    for kind in (*EDGE_KINDS, "wanted_by", "reads"):
+    for kind in _NAME_LISTS:
         for target in getattr(step, kind):
             problem = name_problem(target, "step name")
             if problem is not None:
@@ -148,9 +169,11 @@ def _validate(step: Step) -> None:
         if not (isinstance(exc_type, type) and issubclass(exc_type, Exception)):
             _fail(step, f"retry_on entry {exc_type!r} is not an Exception subclass",
                   "list exception classes; KeyboardInterrupt and the like are never retried")
-    if not isinstance(step.holds_gil, bool):
-        _fail(step, f"holds_gil must be True or False, got {step.holds_gil!r}",
-              "pass holds_gil=True for a step that computes in Python, or leave it out")
+    for flag in _FLAGS:
+        value = getattr(step, flag)
+        if not isinstance(value, bool):
+            _fail(step, f"{flag} must be True or False, got {value!r}",
+                  f"pass {flag}=True, or leave it out")
     if step.device_bound and step.binds_device:
         _fail(step, "cannot be both device_bound and binds_device",
               "the step that binds the device runs before the device context exists")

@@ -32,7 +32,7 @@ only in the parallel executor, where the order is not the listing's.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 from initorch.location import SourceLocation, caller_location
@@ -52,6 +52,29 @@ MAX_RETRIES = 100
 StepAction = Callable[["StepContext"], Any]
 StepTeardown = Callable[["StepContext", Any], None]
 StepPreview = Callable[["PreviewContext"], Sequence[str]]
+
+
+FieldKind = Literal["text", "names", "condition", "flag", "seconds", "count", "number",
+                    "code", "codes", "settings", "location"]
+"""What a field of :class:`Step` holds, which decides how the decorator takes it, how the
+registry checks it and how plan JSON and the fingerprint write it (see
+:mod:`initorch.model.canonical`)."""
+
+FieldUse = Literal["keyword", "shown", "declared", "profile"]
+"""Where a field of :class:`Step` appears: a keyword of :func:`step`; the effective
+step's fields in plan JSON and the fingerprint (``shown``); the declaration in code
+there (``declared``); a field a profile may change (``profile``,
+``steps.<name>.<field>``)."""
+
+_ROLE = "initorch"
+
+
+def _role(kind: FieldKind, *uses: FieldUse) -> dict[str, Any]:
+    """A field's metadata: its row of :data:`STEP_FIELDS`."""
+    return {_ROLE: (kind, frozenset(uses))}
+
+
+_EVERYWHERE: tuple[FieldUse, ...] = ("keyword", "shown", "declared")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,31 +106,53 @@ class Step:
     ``barrier`` makes the run wait, before this step, until every rank has
     finished the steps it depends on (registering memory that peers will read,
     forming a group), failing fast when a rank failed or died meanwhile.
+
+    The fields are the step's one field table (:data:`STEP_FIELDS`): each one's
+    metadata says what it holds and where it appears, and the decorator, the
+    registry's checks, the fields a profile may override, plan JSON and the
+    fingerprint are derived from it.  They are declared in the order plan JSON
+    shows them; all but the first three are keyword-only.
     """
 
-    name: str
-    description: str
-    action: StepAction
-    requires: tuple[str, ...] = ()
-    wants: tuple[str, ...] = ()
-    after: tuple[str, ...] = ()
-    before: tuple[str, ...] = ()
-    wanted_by: tuple[str, ...] = ()
-    reads: tuple[str, ...] = ()
-    when: str | None = None
-    device_bound: bool = False
-    binds_device: bool = False
-    holds_gil: bool = False
-    job_store: bool = False
-    barrier: bool = False
-    timeout: float | None = None
-    retries: int = 0
-    retry_on: tuple[type[BaseException], ...] = ()
-    retry_backoff: float = 0.5
-    teardown: StepTeardown | None = None
-    preview: StepPreview | None = None
-    settings: tuple[SettingSpec, ...] = ()
-    defined_at: SourceLocation = field(default=SourceLocation("<unknown>"), compare=False)
+    name: str = field(metadata=_role("text"))
+    description: str = field(metadata=_role("text", "keyword"))
+    requires: tuple[str, ...] = field(default=(), kw_only=True,
+                                      metadata=_role("names", *_EVERYWHERE, "profile"))
+    wants: tuple[str, ...] = field(default=(), kw_only=True,
+                                   metadata=_role("names", *_EVERYWHERE, "profile"))
+    after: tuple[str, ...] = field(default=(), kw_only=True,
+                                   metadata=_role("names", *_EVERYWHERE, "profile"))
+    before: tuple[str, ...] = field(default=(), kw_only=True,
+                                    metadata=_role("names", *_EVERYWHERE, "profile"))
+    when: str | None = field(default=None, kw_only=True,
+                             metadata=_role("condition", *_EVERYWHERE, "profile"))
+    device_bound: bool = field(default=False, kw_only=True,
+                               metadata=_role("flag", *_EVERYWHERE))
+    binds_device: bool = field(default=False, kw_only=True,
+                               metadata=_role("flag", *_EVERYWHERE))
+    job_store: bool = field(default=False, kw_only=True, metadata=_role("flag", *_EVERYWHERE))
+    barrier: bool = field(default=False, kw_only=True, metadata=_role("flag", *_EVERYWHERE))
+    timeout: float | None = field(default=None, kw_only=True,
+                                  metadata=_role("seconds", *_EVERYWHERE, "profile"))
+    retries: int = field(default=0, kw_only=True,
+                         metadata=_role("count", *_EVERYWHERE, "profile"))
+    teardown: StepTeardown | None = field(default=None, kw_only=True,
+                                          metadata=_role("code", "shown", "declared"))
+    settings: tuple[SettingSpec, ...] = field(default=(), kw_only=True,
+                                              metadata=_role("settings", *_EVERYWHERE))
+    wanted_by: tuple[str, ...] = field(default=(), kw_only=True,
+                                       metadata=_role("names", "keyword", "declared"))
+    action: StepAction = field(metadata=_role("code", "declared"))
+    retry_on: tuple[type[BaseException], ...] = field(
+        default=(), kw_only=True, metadata=_role("codes", "keyword", "declared"))
+    retry_backoff: float = field(default=0.5, kw_only=True,
+                                 metadata=_role("number", "keyword", "declared"))
+    reads: tuple[str, ...] = field(default=(), kw_only=True,
+                                   metadata=_role("names", "keyword"))
+    holds_gil: bool = field(default=False, kw_only=True, metadata=_role("flag", "keyword"))
+    preview: StepPreview | None = field(default=None, kw_only=True, metadata=_role("code"))
+    defined_at: SourceLocation = field(default=SourceLocation("<unknown>"), kw_only=True,
+                                       compare=False, metadata=_role("location"))
     # What the plan fingerprint writes for this declaration, encoded once when the
     # registry registers the step (:func:`initorch.model.canonical.encode_step`; a
     # frozen step's fields never change, so neither does their encoding).  Not a field
@@ -119,6 +164,35 @@ class Step:
         """The names this step lists under ``kind``."""
         result: tuple[str, ...] = getattr(self, kind)
         return result
+
+
+@dataclass(frozen=True, slots=True)
+class StepField:
+    """One row of the step's field table: a field of :class:`Step`, what it holds
+    (``kind``) and where it appears (``uses``, see :data:`FieldUse`)."""
+
+    name: str
+    kind: FieldKind
+    uses: frozenset[FieldUse]
+    default: Any
+
+    def __contains__(self, use: object) -> bool:
+        return use in self.uses
+
+
+STEP_FIELDS: tuple[StepField, ...] = tuple(
+    StepField(f.name, f.metadata[_ROLE][0], f.metadata[_ROLE][1], f.default)
+    for f in fields(Step) if _ROLE in f.metadata)
+"""The step's field table, in :class:`Step`'s order."""
+
+
+def fields_for(use: FieldUse) -> tuple[StepField, ...]:
+    """The rows of :data:`STEP_FIELDS` with ``use``, in table order."""
+    return tuple(row for row in STEP_FIELDS if use in row)
+
+
+OVERRIDABLE_FIELDS = tuple(row.name for row in fields_for("profile"))
+"""The effective fields a profile may change; the rest of a step is as registered."""
 
 
 @dataclass(slots=True)
@@ -155,6 +229,17 @@ def _names(value: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
+def _specs(value: SettingSpec | Iterable[SettingSpec]) -> tuple[SettingSpec, ...]:
+    return (value,) if isinstance(value, SettingSpec) else tuple(value)
+
+
+_TAKE: dict[FieldKind, Callable[[Any], Any]] = {"names": _names, "codes": tuple,
+                                                 "settings": _specs}
+"""How :func:`step` takes a keyword of each kind (any other kind: as given)."""
+
+_KEYWORDS = fields_for("keyword")
+
+
 def step(
     name: str | None = None,
     *,
@@ -180,36 +265,23 @@ def step(
     """Declare a step.  The name defaults to the function name, the description
     to the first line of its docstring; ``settings`` lists what the step reads
     (see :func:`initorch.setting`).  Nothing is validated here; see
-    :meth:`StepRegistry.add`."""
+    :meth:`StepRegistry.add`.
+
+    The keywords are the fields :data:`STEP_FIELDS` marks ``keyword``, with the
+    same defaults (``tests/test_registry.py`` holds them to it); they are spelt out
+    here for type checkers and readers."""
+    given = dict(locals())  # first: exactly the parameters
     where = caller_location()
 
     def decorate(fn: StepAction) -> StepDefinition:
         doc_line = (fn.__doc__ or "").strip().splitlines()
-        return StepDefinition(
-            action=fn,
-            fields={
-                "name": name or getattr(fn, "__name__", ""),
-                "description": description or (doc_line[0] if doc_line else ""),
-                "requires": _names(requires),
-                "wants": _names(wants),
-                "after": _names(after),
-                "before": _names(before),
-                "wanted_by": _names(wanted_by),
-                "reads": _names(reads),
-                "when": when,
-                "device_bound": device_bound,
-                "binds_device": binds_device,
-                "holds_gil": holds_gil,
-                "job_store": job_store,
-                "barrier": barrier,
-                "timeout": timeout,
-                "retries": retries,
-                "retry_on": tuple(retry_on),
-                "retry_backoff": retry_backoff,
-                "settings": (settings,) if isinstance(settings, SettingSpec)
-                else tuple(settings),
-            },
-            defined_at=where,
-        )
+        taken = {row.name: _TAKE.get(row.kind, _same)(given[row.name]) for row in _KEYWORDS}
+        taken["name"] = name or getattr(fn, "__name__", "")
+        taken["description"] = description or (doc_line[0] if doc_line else "")
+        return StepDefinition(action=fn, fields=taken, defined_at=where)
 
     return decorate
+
+
+def _same(value: Any) -> Any:
+    return value

@@ -1,6 +1,7 @@
 """Turning plans and runs into text for people and formats for tools (dot, mermaid, JSON).
 
-The plan's own text (the dry run) is ``str(plan)``; see :class:`~initorch.resolution.plan.Plan`.
+The plan's own text (the dry run) is :func:`plan_text`; its JSON is
+:func:`initorch.resolution.saved.plan_json`.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from initorch.model.settings import CORE_KEYS
 from initorch.reporting.report import RunReport
 from initorch.resolution.plan import Plan
 from initorch.resolution.plangraph import Edge
@@ -19,6 +21,57 @@ _EDGE_STYLE = {
     "before": "dotted",
     "device": "bold",
 }
+
+
+def plan_text(plan: Plan) -> str:
+    """The dry run as ``initorch plan`` prints it: ordered steps with waves and
+    reasons, then skipped steps, the environment, then the fingerprint."""
+    width = max([len(p.name) for p in plan.steps] + [len(s.name) for s in plan.skipped]
+                + [4])
+    lines = [
+        f"profiles: {' -> '.join(plan.profiles)}",
+        f"device:   {plan.device}",
+        f"plan:     {len(plan.steps)} steps in {len(plan.waves)} waves, "
+        f"{len(plan.skipped)} skipped",
+        *_hardware_line(plan),
+        "",
+        f"  #  wave  {'step':<{width}}  why",
+    ]
+    for number, planned in enumerate(plan.steps, 1):
+        details = []
+        if planned.step.device_bound:
+            details.append("device-bound")
+        if planned.step.barrier:
+            details.append("barrier")
+        if planned.step.timeout:
+            details.append(f"timeout {planned.step.timeout:g}s")
+        if planned.step.retries:
+            details.append(f"retries {planned.step.retries}")
+        suffix = f"  [{', '.join(details)}]" if details else ""
+        lines.append(f"{number:>3}  {planned.wave:>4}  {planned.name:<{width}}  "
+                     f"{'; '.join(planned.reasons)}{suffix}")
+        lines += [f"{'':>11}  | {note}" for note in planned.notes]
+    if plan.skipped:
+        lines += ["", "skipped:"]
+        lines += [f"  {s.name:<{width}}  {s.brief}" for s in plan.skipped]
+        if any(s.summary for s in plan.skipped):
+            lines.append("  (initorch explain STEP gives the whole reason, with where "
+                         "each value came from)")
+    if plan.env:
+        lines += ["", "environment (set before the first step unless already set):"]
+        lines += [f"  {name}={entry.value}  (profile {entry.source}, {entry.location})"
+                  for name, entry in plan.env.items()]
+    lines += ["", f"fingerprint: {plan.fingerprint}"]
+    return "\n".join(lines)
+
+def _hardware_line(plan: Plan) -> list[str]:
+    """The ``device.*`` settings the plan reads (backend, collectives, allocator,
+    protocol...): what tells two device plans apart when their steps are the same."""
+    shown = [f"{key.removeprefix('device.')}={setting.value}"
+             for key, setting in sorted(plan.settings.items())
+             if key.startswith("device.") and key not in CORE_KEYS
+             and setting.value is not None]
+    return [f"hardware: {' '.join(shown)}"] if shown else []
 
 
 def explain_text(first: str, second: str, chain: list[Edge]) -> str:

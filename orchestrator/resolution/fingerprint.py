@@ -5,8 +5,8 @@ separators=(",", ":"), default=repr)`` of the profiles, the device, the settings
 the planned steps can read (:func:`~initorch.resolution.plan.read_settings`: not
 those only an unplanned plugin's step declares), the environment, every planned
 step (its wave, its effective fields from
-:func:`~initorch.resolution.plan.step_fields` and its declaration in code from
-:func:`~initorch.resolution.plan.declaration`) and the skipped steps' names.
+:func:`~initorch.model.canonical.step_fields` and its declaration in code from
+:func:`~initorch.model.canonical.declaration`) and the skipped steps' names.
 
 Each registered step's part is written once, by the registry
 (:func:`~initorch.model.canonical.encode_step`); here a step planned as declared

@@ -1,10 +1,12 @@
 """A resolved plan: exactly what will run, in which order, and why.
 
-A :class:`Plan` is what ``initorch plan`` prints and what executors run; its
+A :class:`Plan` is a record with queries: what executors run.  Its
 ``fingerprint`` (sha256 over a canonical JSON of the steps, their effective
 fields and their declarations in code, the order and the settings) lets a
 launcher check that what runs is what was reviewed, like a saved Terraform
-plan (:meth:`Plan.save`).  File paths are left out of the fingerprint so that
+plan.  Its JSON, saved or shown, is written and read in
+:mod:`initorch.resolution.saved`; its text (the dry run) in
+:mod:`initorch.reporting.render`.  File paths are left out of the fingerprint so that
 the same profiles give the same fingerprint on every machine (see
 :mod:`initorch.resolution.fingerprint`).
 
@@ -14,17 +16,15 @@ tuples and dicts, which running a plan needs nothing else to read.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from initorch.errors import ResolveError
 from initorch.loading.document import EnvEntry, Setting
-from initorch.model.canonical import qualified_name, spec_json
 from initorch.model.devices import DeviceRef
 from initorch.model.settings import CORE_KEYS
-from initorch.model.step import EDGE_KINDS, Step
+from initorch.model.step import Step
 from initorch.resolution.plangraph import Edge, PlanGraph
 from initorch.suggest import closest
 
@@ -102,66 +102,9 @@ class Plan:
             waves.setdefault(planned.wave, []).append(planned.name)
         return tuple(tuple(sorted(waves[i])) for i in sorted(waves))
 
-    def __str__(self) -> str:
-        """The dry run as ``initorch plan`` prints it: ordered steps with waves and
-        reasons, then skipped steps, the environment, then the fingerprint."""
-        width = max([len(p.name) for p in self.steps] + [len(s.name) for s in self.skipped]
-                    + [4])
-        lines = [
-            f"profiles: {' -> '.join(self.profiles)}",
-            f"device:   {self.device}",
-            f"plan:     {len(self.steps)} steps in {len(self.waves)} waves, "
-            f"{len(self.skipped)} skipped",
-            *self._hardware_line(),
-            "",
-            f"  #  wave  {'step':<{width}}  why",
-        ]
-        for number, planned in enumerate(self.steps, 1):
-            details = []
-            if planned.step.device_bound:
-                details.append("device-bound")
-            if planned.step.barrier:
-                details.append("barrier")
-            if planned.step.timeout:
-                details.append(f"timeout {planned.step.timeout:g}s")
-            if planned.step.retries:
-                details.append(f"retries {planned.step.retries}")
-            suffix = f"  [{', '.join(details)}]" if details else ""
-            lines.append(f"{number:>3}  {planned.wave:>4}  {planned.name:<{width}}  "
-                         f"{'; '.join(planned.reasons)}{suffix}")
-            lines += [f"{'':>11}  | {note}" for note in planned.notes]
-        if self.skipped:
-            lines += ["", "skipped:"]
-            lines += [f"  {s.name:<{width}}  {s.brief}" for s in self.skipped]
-            if any(s.summary for s in self.skipped):
-                lines.append("  (initorch explain STEP gives the whole reason, with where "
-                             "each value came from)")
-        if self.env:
-            lines += ["", "environment (set before the first step unless already set):"]
-            lines += [f"  {name}={entry.value}  (profile {entry.source}, {entry.location})"
-                      for name, entry in self.env.items()]
-        lines += ["", f"fingerprint: {self.fingerprint}"]
-        return "\n".join(lines)
-
-    def _hardware_line(self) -> list[str]:
-        """The ``device.*`` settings the plan reads (backend, collectives, allocator,
-        protocol...): what tells two device plans apart when their steps are the same."""
-        shown = [f"{key.removeprefix('device.')}={setting.value}"
-                 for key, setting in sorted(self.settings.items())
-                 if key.startswith("device.") and key not in CORE_KEYS
-                 and setting.value is not None]
-        return [f"hardware: {' '.join(shown)}"] if shown else []
-
     def step(self, name: str) -> PlannedStep:
         """The planned step called ``name`` (``KeyError`` if it is not planned)."""
         return self._by_name[name]
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write this plan to ``path`` for :func:`~initorch.resolution.saved.load_saved_plan`
-        (``initorch plan --out``); the file is replaced atomically."""
-        from initorch.resolution.saved import save_plan
-
-        save_plan(self, path)
 
     def config(self) -> dict[str, Any]:
         """Flat ``{dotted key: value}`` of every setting (what steps read)."""
@@ -203,41 +146,6 @@ class Plan:
             raise ResolveError(f"nothing makes '{first}' run before '{second}'", hint=hint)
         return chain
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON shape of ``initorch plan --json`` (stable keys)."""
-        return {
-            "profiles": list(self.profiles),
-            "device": self.device.type,
-            "device_index": self.device.index,
-            "order": list(self.order),
-            "waves": [list(w) for w in self.waves],
-            "steps": [
-                {
-                    "name": p.name,
-                    "wave": p.wave,
-                    "description": p.step.description,
-                    "why": list(p.reasons),
-                    "preview": list(p.notes),
-                    **step_fields(p.step),
-                    "declared": declaration(p.declared),
-                }
-                for p in self.steps
-            ],
-            "edges": [_edge_dict(edge) for edge in self.graph.edges()],
-            "skipped": [{"name": s.name, "reason": s.reason, "summary": s.brief}
-                        for s in self.skipped],
-            "settings": {key: s.value for key, s in sorted(self.settings.items())},
-            "setting_origins": {key: s.origin for key, s in sorted(self.settings.items())},
-            "env": env_values(self.env),
-            "fingerprint": self.fingerprint,
-        }
-
-
-def _edge_dict(edge: Edge) -> dict[str, Any]:
-    return {"from": edge.source, "to": edge.target, "kind": edge.kind,
-            "declared_at": str(edge.declared_at), "declared_by": edge.declared_by,
-            "reason": edge.reason}
-
 
 def read_settings(settings: Mapping[str, Setting], steps: Iterable[PlannedStep]
                   ) -> dict[str, Setting]:
@@ -249,45 +157,12 @@ def read_settings(settings: Mapping[str, Setting], steps: Iterable[PlannedStep]
     plugin's) must not make two ranks of one job refuse each other."""
     keys = set(CORE_KEYS)
     for planned in steps:
-        keys.update(spec.key for spec in planned.step.settings)
+        specs = planned.step.settings
+        if specs:
+            keys.update(spec.key for spec in specs)
     return {key: setting for key, setting in settings.items() if key in keys}
 
 
 def env_values(env: Mapping[str, EnvEntry]) -> dict[str, str | None]:
     """``{NAME: value}`` in declaration order."""
     return {name: entry.value for name, entry in env.items()}
-
-
-OVERRIDABLE_FIELDS = (*EDGE_KINDS, "when", "timeout", "retries")
-"""The effective fields a profile may change; the rest of a step is as registered."""
-
-
-def step_fields(step: Step) -> dict[str, Any]:
-    """A step's effective fields as JSON: what ``plan --json`` shows for each step."""
-    return {
-        **{kind: list(step.edges(kind)) for kind in EDGE_KINDS},
-        "when": step.when,
-        "device_bound": step.device_bound,
-        "binds_device": step.binds_device,
-        "job_store": step.job_store,
-        "barrier": step.barrier,
-        "timeout": step.timeout,
-        "retries": step.retries,
-        "teardown": step.teardown is not None,
-        "settings": [spec.key for spec in step.settings],
-    }
-
-
-def declaration(step: Step) -> dict[str, Any]:
-    """A registered step's declaration as JSON: every field its code sets, with the
-    action, the teardown and the transient errors by qualified name, and the
-    settings it reads in full (kind, default, choices, bounds)."""
-    return {
-        **step_fields(step),
-        "settings": [spec_json(spec) for spec in step.settings],
-        "wanted_by": list(step.wanted_by),
-        "action": qualified_name(step.action),
-        "teardown": qualified_name(step.teardown),
-        "retry_on": [qualified_name(error) for error in step.retry_on],
-        "retry_backoff": step.retry_backoff,
-    }

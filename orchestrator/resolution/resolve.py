@@ -234,10 +234,6 @@ def _select(composed: ComposedProfile, registry: StepRegistry, requested: Sequen
     A step becomes a candidate when it is first pulled in, and is expanded (its own
     pulls followed) in that order, breadth first; each pull adds a reason to its
     target at once, so every step's reasons are in the order of the pulls."""
-    wanted_by: dict[str, list[Step]] = {}
-    for declared in registry:
-        for target in declared.wanted_by:
-            wanted_by.setdefault(target, []).append(declared)
     candidates: dict[str, _Candidate] = {}
     created: list[_Candidate] = []  # in the order they were pulled in: the order of expansion
     listed = composed.step_entries
@@ -283,7 +279,7 @@ def _select(composed: ComposedProfile, registry: StepRegistry, requested: Sequen
                     found.pulls.append(pulled_by)
                 else:
                     pull(target, pulled_by, candidate.edge_source(kind, target).location)
-        for wanter in wanted_by.get(name, ()):
+        for wanter in registry.wanting(name):
             found = pull(wanter.name, ("wanted by ", name), wanter.defined_at)
             if found is not None:
                 if found.wanted_by_pulls is None:

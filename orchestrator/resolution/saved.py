@@ -1,17 +1,19 @@
 """Saved plans: resolve once, run exactly that plan later (``terraform apply planfile``).
 
-``initorch plan --out plan.json`` (or :meth:`Plan.save`) writes the resolved
-plan; ``initorch run --plan plan.json`` (or :func:`load_saved_plan` then
-``Run(plan, diagnoses=...)``) runs it without reading a profile or resolving anything, so a
-server start never imports networkx.  The file is one JSON object: the keys of
-``initorch plan --json`` (profiles, device, order, waves, steps with their
-effective fields, why they are planned and their declaration in code, skipped
-steps with reasons, settings and their origins, fingerprint) plus
-``setting_sources`` (each setting's origin as data), ``edges``
+``initorch plan --out plan.json`` (or :func:`save_plan`) writes the resolved
+plan; ``initorch run --plan plan.json`` (or :func:`initorch.load_saved_plan` then
+``Run(plan, diagnoses=...)``) runs it without reading a profile or resolving
+anything, so a server start never imports networkx.
+
+This module is the plan's JSON, written and read.  The file is one JSON object:
+the keys of ``initorch plan --json`` (:func:`plan_json`: profiles, device, order,
+waves, steps with their effective fields, why they are planned and their
+declaration in code, skipped steps with reasons, settings and their origins,
+fingerprint) plus ``setting_sources`` (each setting's origin as data), ``edges``
 (kind, where each was declared and the reason a profile gave for it),
 ``env_sources`` (which profile set each environment variable, and where), a
-format header and a checksum.  Paths in
-it are absolute, so the file means the same from any working directory.
+format header and a checksum.  Paths in it are absolute, so the file means the
+same from any working directory.
 
 Loading refuses, each with one line and exit code 2: a file that cannot be
 read or is not complete JSON (a key given twice, nesting Python cannot read
@@ -39,16 +41,16 @@ from initorch.errors import InitorchError, Problem, SavedPlanError
 from initorch.files import describe_os_error, read_input, write_atomically
 from initorch.loading.document import EnvEntry, Setting, env_name_problem, env_value_problem
 from initorch.location import SourceLocation, display_path
+from initorch.model.canonical import declaration, step_fields
 from initorch.model.devices import DeviceRef
 from initorch.model.registry import StepRegistry
-from initorch.model.step import EDGE_KINDS
+from initorch.model.step import EDGE_KINDS, OVERRIDABLE_FIELDS
 from initorch.resolution.fingerprint import fingerprint
 from initorch.resolution.plan import (
-    OVERRIDABLE_FIELDS,
     Plan,
     PlannedStep,
     SkippedStep,
-    declaration,
+    env_values,
 )
 from initorch.resolution.plangraph import EDGE_KINDS_IN_GRAPH, Edge, PlanGraph
 from initorch.resolution.preview import preview_steps
@@ -65,11 +67,44 @@ it)."""
 _RELATIVE_LOCATION = re.compile(r"(?<![\w./-])\./(?=[^\s'\"]*:\d)")
 
 
-# -- saving ---------------------------------------------------------------------------------
+# -- writing --------------------------------------------------------------------------------
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    """The JSON shape of ``initorch plan --json`` (stable keys); what a saved plan adds
+    to it, see :func:`saved_form`."""
+    return {
+        "profiles": list(plan.profiles),
+        "device": plan.device.type,
+        "device_index": plan.device.index,
+        "order": list(plan.order),
+        "waves": [list(w) for w in plan.waves],
+        "steps": [
+            {
+                "name": p.name,
+                "wave": p.wave,
+                "description": p.step.description,
+                "why": list(p.reasons),
+                "preview": list(p.notes),
+                **step_fields(p.step),
+                "declared": declaration(p.declared),
+            }
+            for p in plan.steps
+        ],
+        "edges": [{"from": edge.source, "to": edge.target, "kind": edge.kind,
+                   "declared_at": str(edge.declared_at), "declared_by": edge.declared_by,
+                   "reason": edge.reason} for edge in plan.graph.edges()],
+        "skipped": [{"name": s.name, "reason": s.reason, "summary": s.brief}
+                    for s in plan.skipped],
+        "settings": {key: s.value for key, s in sorted(plan.settings.items())},
+        "setting_origins": {key: s.origin for key, s in sorted(plan.settings.items())},
+        "env": env_values(plan.env),
+        "fingerprint": plan.fingerprint,
+    }
+
 
 def saved_form(plan: Plan) -> dict[str, Any]:
     """The JSON object :func:`save_plan` writes (checksum included)."""
-    body = plan.to_dict()
+    body = plan_json(plan)
     for planned in body["steps"]:
         planned["why"] = [_absolute_text(text) for text in planned["why"]]
     for skipped in body["skipped"]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from initorch import InitorchError
+from initorch.renderers import plan_json, plan_text
 
 if TYPE_CHECKING:
     from initorch import Registry
@@ -79,11 +80,11 @@ def cmd_check(args: argparse.Namespace, registry: Registry) -> int:
     if args.json:
         print(json.dumps({"ok": result.ok, "refusals": list(result.refusals),
                           "selection": result.selection,
-                          "plan": None if result.plan is None else result.plan.to_dict()},
+                          "plan": None if result.plan is None else plan_json(result.plan)},
                          indent=2, default=str))
     else:
         if result.plan is not None:
-            print(result.plan)
+            print(plan_text(result.plan))
         print(f"selection: {result.selection}")
         for refusal in result.refusals:
             sys.stderr.write(f"initorch sglang check: refused: {refusal}\n")

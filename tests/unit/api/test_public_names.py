@@ -15,6 +15,7 @@ import pytest
 
 import initorch
 from initorch import load_plan
+from initorch.reporting.render import plan_text
 from tests.support.commands import run_python
 from tests.support.paths import REPO
 
@@ -142,12 +143,12 @@ def test_import_initorch_defers_the_renderers_and_logging():
     assert result.stdout.strip() == "[]"
 
 
-def test_str_of_a_plan_is_the_dry_run_text(run_cli):
+def test_plan_text_is_the_dry_run_text(run_cli):
     plan = load_plan(["npu"])
     code, out, _ = run_cli("plan", "-p", "npu")
     assert code == 0
-    assert str(plan) + "\n" == out
-    assert str(plan).startswith("profiles: base -> npu\ndevice:   npu\n")
+    assert plan_text(plan) + "\n" == out
+    assert plan_text(plan).startswith("profiles: base -> npu\ndevice:   npu\n")
     assert repr(plan).startswith("Plan(")  # repr stays the dataclass one, for debugging
 
 

@@ -13,7 +13,8 @@ from initorch.errors import ProfileError
 from initorch.execution.environment import apply_environment
 from initorch.loading.document import EnvEntry, parse_profile
 from initorch.location import SourceLocation
-from initorch.reporting.render import graph_dot, graph_json, graph_mermaid
+from initorch.reporting.render import graph_dot, graph_json, graph_mermaid, plan_text
+from initorch.resolution.saved import plan_json
 from tests.support.profiles import error_of, find_problem, plan_of, registry_of, write
 from tests.support.synthetic import FLAG, define
 
@@ -56,7 +57,7 @@ def test_reasons_are_shown_by_graph_formats_and_plan_json(tmp_path: Path) -> Non
     edges = {(e["from"], e["to"]): e for e in json.loads(graph_json(plan))["edges"]}
     assert edges[("a", "b")]["reason"] == REASON
     assert edges[("b", "c")]["reason"] is None
-    data = plan.to_dict()
+    data = plan_json(plan)
     assert {(e["from"], e["to"], e["reason"]) for e in data["edges"]} == {
         ("a", "b", REASON), ("b", "c", None)}
     json.dumps(data)
@@ -144,8 +145,8 @@ def test_later_profiles_override_and_null_drops(tmp_path: Path) -> None:
     plan = plan_of(tmp_path, "extends: top.yaml\n", A)
     assert {name: e.value for name, e in plan.env.items()} == {"A": "uno", "C": "3"}
     assert plan.env["A"].source == "top"
-    assert plan.to_dict()["env"] == {"A": "uno", "C": "3"}
-    text = str(plan)
+    assert plan_json(plan)["env"] == {"A": "uno", "C": "3"}
+    text = plan_text(plan)
     assert "environment (set before the first step unless already set):" in text
     assert "  A=uno  (profile top, " in text
 

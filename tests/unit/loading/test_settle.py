@@ -10,6 +10,7 @@ from initorch.errors import ProfileError
 from initorch.loading.compose import compose
 from initorch.loading.settle import settle
 from initorch.location import COMMAND_LINE
+from initorch.resolution.saved import plan_json
 from tests.support.profiles import assert_problem, write
 
 
@@ -33,7 +34,7 @@ def test_every_declared_setting_is_in_the_plan(builtin_registry):
     # cpu gives no visible-devices variable: the nullable setting is null, still present.
     assert set(plan.settings) == declared
     assert plan.settings["device.visible_devices_env"].value is None
-    assert plan.to_dict()["setting_origins"]["device.type"].endswith("cpu.yaml:4:9")
+    assert plan_json(plan)["setting_origins"]["device.type"].endswith("cpu.yaml:4:9")
 
 
 def test_an_overlay_settles_without_a_device(builtin_registry):

@@ -3,10 +3,14 @@ validated once, in one place."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+
 import pytest
 
 from initorch import Registry
 from initorch.errors import PluginError, StepDefinitionError, UnknownStepError
+from initorch.model.step import OVERRIDABLE_FIELDS, STEP_FIELDS, fields_for
 from initorch.plugin import Step, StepRegistry, step
 from tests.support.synthetic import define
 
@@ -30,6 +34,23 @@ def test_decorator_only_stamps_a_definition():
     assert definition.fields["requires"] == ("a",)
     assert definition(None) == "ok"  # still callable as the function
     assert definition.defined_at.path.endswith("test_registry.py")
+
+
+def test_the_decorator_takes_every_keyword_field_with_its_default():
+    # The keywords are spelt out for type checkers; the field table decides what they are.
+    parameters = inspect.signature(step).parameters
+    keywords = {row.name: row.default for row in fields_for("keyword")}
+    assert set(parameters) == {"name", *keywords}
+    assert {name: parameters[name].default for name in keywords} == {
+        **keywords, "description": None}
+    assert set(step()(action).fields) == {"name", *keywords}
+
+
+def test_the_field_table_is_the_dataclass():
+    assert [row.name for row in STEP_FIELDS] == [f.name for f in dataclasses.fields(Step)
+                                                 if f.init]
+    assert OVERRIDABLE_FIELDS == ("requires", "wants", "after", "before", "when", "timeout",
+                                  "retries")
 
 
 def test_name_defaults_to_the_function_name():
@@ -124,6 +145,9 @@ INVALID = [
      "cannot be both device_bound and binds_device"),
     ({"name": "x", "when": 5}, "when"),
     ({"name": "x", "holds_gil": "yes"}, "holds_gil must be True or False, got 'yes'"),
+    ({"name": "x", "barrier": 1}, "barrier must be True or False, got 1"),
+    ({"name": "x", "wanted_by": ["x"]}, "lists itself under wanted_by"),
+    ({"name": "x", "requires": ["a"], "reads": ["Bad Name"]}, "reads entry: step name"),
 ]
 
 

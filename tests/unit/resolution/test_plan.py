@@ -9,6 +9,7 @@ import pytest
 
 from initorch import Plan, load_plan
 from initorch.errors import ResolveError
+from initorch.resolution.saved import plan_json
 from tests.support.commands import initorch_command
 from tests.support.profiles import assert_chain, write
 
@@ -35,7 +36,7 @@ def assert_plan_shape(data: dict, plan: Plan) -> None:
 
 def test_json_shape_of_npu():
     plan = load_plan(["npu"])
-    data = plan.to_dict()
+    data = plan_json(plan)
     assert_plan_shape(data, plan)
     assert data["profiles"] == ["base", "npu"]  # parents included
     assert data["device"] == "npu"
@@ -47,14 +48,14 @@ def test_json_shape_of_npu():
 
 def test_json_shape_with_overlay_device_and_skips():
     plan = load_plan(["npu-hccl"], device="NPU:3")
-    data = plan.to_dict()
+    data = plan_json(plan)
     assert_plan_shape(data, plan)
     assert data["profiles"] == ["base", "npu", "npu-hccl"]
     assert (data["device"], data["device_index"]) == ("npu", 3)
     # npu sets what SGLang reads (MOONCAKE_PROTOCOL=ascend); npu-hccl its legacy switch.
     assert data["env"] == {"MOONCAKE_PROTOCOL": "ascend",
                            "ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE": "1"}
-    mps = load_plan(["mps"]).to_dict()
+    mps = plan_json(load_plan(["mps"]))
     assert {s["name"] for s in mps["skipped"]} >= {ENGINE, "register_mem_pool_host"}
 
 

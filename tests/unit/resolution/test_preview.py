@@ -10,7 +10,9 @@ from initorch import Registry
 from initorch.errors import ResolveError, StepDefinitionError
 from initorch.loading.compose import compose
 from initorch.plugin import PreviewContext, setting
+from initorch.reporting.render import plan_text
 from initorch.resolution.resolve import resolve
+from initorch.resolution.saved import plan_json
 from tests.support.synthetic import define
 
 POOL_SIZE = setting("pool.size", int, default=1, description="a size a preview reads")
@@ -48,8 +50,8 @@ def test_notes_are_shown_and_kept_out_of_the_fingerprint(tmp_path: Path) -> None
     assert one.step("a").notes == ("ranks here: 1", "size 4 on cpu")
     assert two.step("a").notes[0] == "ranks here: 2"
     assert one.fingerprint == two.fingerprint
-    assert "  | ranks here: 1\n" in str(one)
-    assert one.to_dict()["steps"][0]["preview"] == ["ranks here: 1", "size 4 on cpu"]
+    assert "  | ranks here: 1\n" in plan_text(one)
+    assert plan_json(one)["steps"][0]["preview"] == ["ranks here: 1", "size 4 on cpu"]
 
 
 def test_every_refusal_is_reported_at_its_setting(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import pytest
 from initorch import Registry, load_plan
 from initorch.errors import StepDefinitionError
 from initorch.execution.run import Run
+from initorch.resolution.saved import save_plan
 from tests.support.profiles import (
     assert_problem,
     assert_single_error_line,
@@ -103,7 +104,7 @@ def test_a_read_must_be_a_requirement_or_a_want():
 
 def test_a_re_signed_plan_that_drops_a_read_edge_is_refused(tmp_path, builtin_registry):
     path = tmp_path / "cpu-plan.json"
-    load_plan(["cpu"], registry=builtin_registry).save(path)
+    save_plan(load_plan(["cpu"], registry=builtin_registry), path)
 
     def drop_pool_edge(data):
         data["edges"] = [e for e in data["edges"] if not (

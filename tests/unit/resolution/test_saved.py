@@ -11,8 +11,9 @@ import pytest
 from initorch import Registry, load_plan, load_saved_plan
 from initorch.errors import SavedPlanError
 from initorch.execution.run import Run
+from initorch.reporting.render import plan_text
 from initorch.resolution.plan import Plan
-from initorch.resolution.saved import FORMAT_VERSION, saved_form
+from initorch.resolution.saved import FORMAT_VERSION, plan_json, save_plan, saved_form
 from tests.support.commands import initorch_command, run_python
 from tests.support.profiles import assert_single_error_line, write
 from tests.support.runs import DIAGNOSES, EXECUTORS, Recorder, restored_initorch_logger
@@ -47,7 +48,7 @@ def saved_synthetic(tmp_path: Path, registry: Registry) -> tuple[Plan, Path]:
     profile = write(tmp_path, "synthetic.yaml", SYNTHETIC)
     plan = load_plan([str(profile)], registry=registry)
     path = tmp_path / "plan.json"
-    plan.save(path)
+    save_plan(plan, path)
     return plan, path
 
 
@@ -74,7 +75,7 @@ def test_a_saved_plan_comes_back_as_the_same_plan(tmp_path):
     registry = Registry.with_plugins()
     plan = load_plan(["cuda", "mooncake-ep"], device="cuda:3",
                      settings={"hicache.host_pool_mb": 96}, registry=registry)
-    plan.save(tmp_path / "plan.json")
+    save_plan(plan, tmp_path / "plan.json")
     loaded = load_saved_plan(tmp_path / "plan.json", registry)
 
     assert loaded.fingerprint == plan.fingerprint
@@ -102,12 +103,12 @@ def test_a_saved_plan_comes_back_as_the_same_plan(tmp_path):
 
 def test_the_file_holds_the_plan_json_plus_origins_edges_and_a_header(tmp_path):
     plan = load_plan(["cpu"])
-    plan.save(tmp_path / "plan.json")
+    save_plan(plan, tmp_path / "plan.json")
     data = json.loads((tmp_path / "plan.json").read_text(encoding="utf-8"))
     assert (data["format"], data["format_version"]) == ("initorch-plan", FORMAT_VERSION)
     assert data["initorch_version"]
     assert data["checksum"].startswith("sha256:")
-    shown = plan.to_dict()
+    shown = plan_json(plan)
     assert set(shown) < set(data)
     assert {key: data[key] for key in ("order", "waves", "settings", "fingerprint")} == {
         key: shown[key] for key in ("order", "waves", "settings", "fingerprint")}
@@ -128,7 +129,7 @@ def test_a_saved_plan_keeps_edge_reasons_and_the_environment(tmp_path):
     # What a profile says about its edges and environment survives save and load:
     # explain quotes the same reason, a run sets the same variables.
     plan = load_plan(["npu", "npu-hccl"], device="npu:1")
-    plan.save(tmp_path / "plan.json")
+    save_plan(plan, tmp_path / "plan.json")
     loaded = load_saved_plan(tmp_path / "plan.json")
     assert loaded.fingerprint == plan.fingerprint
     assert [(e.source, e.target, e.kind, e.reason) for e in loaded.graph.edges()] == [
@@ -142,12 +143,12 @@ def test_a_saved_plan_keeps_edge_reasons_and_the_environment(tmp_path):
         for name, entry in plan.env.items()}
     assert loaded.env["ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE"].value == "1"
     assert os.path.isabs(loaded.env["ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE"].location.path)
-    shown = str(loaded).split("environment")[1]
+    shown = plan_text(loaded).split("environment")[1]
     assert shown.count("ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE=1") == 1
 
 
 def test_an_edited_environment_in_a_saved_plan_fails_the_fingerprint(tmp_path):
-    load_plan(["cpu"]).save(tmp_path / "plan.json")
+    save_plan(load_plan(["cpu"]), tmp_path / "plan.json")
 
     def forge(data):
         data["env"]["MC_FORCE_TCP"] = "0"
@@ -171,7 +172,7 @@ def test_paths_in_a_saved_plan_are_absolute(tmp_path, monkeypatch):
     mine = os.path.join(".", "mine.yaml")
     assert plan.settings["hicache.host_pool_mb"].location.path == mine
     assert f"disabled by profile mine ({mine}:6:30)" in plan.skipped[0].reason
-    plan.save("plan.json")
+    save_plan(plan, "plan.json")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
@@ -186,7 +187,7 @@ def test_paths_in_a_saved_plan_are_absolute(tmp_path, monkeypatch):
 def test_saving_replaces_the_file_whole(tmp_path):
     path = tmp_path / "plan.json"
     path.write_text("old", encoding="utf-8")
-    load_plan(["cpu"]).save(path)
+    save_plan(load_plan(["cpu"]), path)
     assert json.loads(path.read_text(encoding="utf-8"))["format"] == "initorch-plan"
     assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]  # no temporary left
 
@@ -334,7 +335,7 @@ def test_plan_out_then_run_plan(run_cli, tmp_path):
 
 @pytest.mark.parametrize("extra", [["-p", "cpu"], ["--device", "cpu"], ["--set", "a.b=1"]])
 def test_run_plan_cannot_be_changed_on_the_command_line(run_cli, tmp_path, extra):
-    load_plan(["cpu"]).save(tmp_path / "plan.json")
+    save_plan(load_plan(["cpu"]), tmp_path / "plan.json")
     code, _, err = run_cli("run", "--plan", str(tmp_path / "plan.json"), *extra)
     assert code == 2
     assert_single_error_line(err, "--plan runs a saved plan exactly as it is", located=False)
@@ -349,7 +350,7 @@ def test_run_plan_cannot_be_changed_on_the_command_line(run_cli, tmp_path, extra
 ])
 def test_run_refuses_a_damaged_plan_in_one_line(run_cli, tmp_path, damage, fragment):
     path = tmp_path / "plan.json"
-    load_plan(["cpu"]).save(path)
+    save_plan(load_plan(["cpu"]), path)
     damage(path)
     code, out, err = run_cli("run", "--plan", str(path))
     assert (code, out) == (2, "")
@@ -398,7 +399,7 @@ def test_running_a_saved_plan_imports_no_networkx_and_torch_only_when_steps_run(
 
 def test_loading_and_walking_a_saved_plan_never_imports_networkx(tmp_path):
     path = tmp_path / "plan.json"
-    load_plan(["npu", "npu-hccl"]).save(path)
+    save_plan(load_plan(["npu", "npu-hccl"]), path)
     code = f"""
         import sys
         import initorch
@@ -435,7 +436,7 @@ def builtin_registry() -> Registry:
 
 def saved_cpu(tmp_path: Path, registry: Registry) -> Path:
     path = tmp_path / "cpu-plan.json"
-    load_plan(["cpu"], registry=registry).save(path)
+    save_plan(load_plan(["cpu"], registry=registry), path)
     return path
 
 
