@@ -43,7 +43,7 @@ from tests.support.wheels import wheel
 
 # Failures initorch detects itself; no other stack prints them.
 INITORCH_ONLY = {"mooncake-transport-mismatch"}
-SGLANG_SOURCE = Path(os.environ.get("INITORCH_SGLANG_SOURCE", "/work/sgl/wheel/src/sglang"))
+SGLANG = ("sglang", "0.5.23")  # the published wheel whose source the samples quote
 TORCH_VERSION = "2.13.0"
 BY_ID = {d.id: d for d in BUILTIN_DIAGNOSES}
 
@@ -139,8 +139,7 @@ def check_origin(origin: Origin) -> None:
             for quote in quotes:
                 assert quote in entries, f"{quote} is not DT_NEEDED by {origin}: {entries}"
         case InSGLang(path, line, quotes):
-            file = SGLANG_SOURCE / path
-            assert file.is_file(), f"the unpacked SGLang 0.5.23 wheel has no {file}"
+            file = wheel(*SGLANG).file(f"sglang/{path}")
             check_python(window(file.read_text(), line), quotes, str(origin))
         case InTorch(path, quotes):
             file = torch_file(path)
