@@ -60,11 +60,15 @@ lint: $(STAMP)
 
 # The tiers are folders (tests/conftest.py marks them): the fast tier (tests/unit/, no real
 # start-up), the real end-to-end tier (tests/e2e/, the e2e-marked tests elsewhere and
-# tests/sglang/), and the scaling guards (tests/perf/, timed, so alone).  The first two run
-# on every core (pytest-xdist), a file per worker and tests/sglang/ on one: each test picks
-# free ports, so files run side by side.  `make coverage` is the fast tier with initorch's
+# tests/sglang/), and the scaling guards (tests/perf/, timed, so alone).  The fast tier runs
+# on every core (pytest-xdist), the e2e tier on one worker per two cores; a file per worker
+# and tests/sglang/ on one: each test picks free ports, so files run side by side.  `make coverage` is the fast tier with initorch's
 # branch coverage (tracing doubles its time, so `make unit` goes without); `make test` runs it.
 XDIST := -n auto --dist loadgroup
+# An end-to-end test runs two ranks or more (and a Mooncake master): one worker per two
+# cores, none on a machine with fewer than four, where parallel start-ups only time out.
+E2E_WORKERS := $(shell python3 -c 'import os; print((os.cpu_count() or 1) // 2)')
+E2E_XDIST := $(if $(filter 0 1,$(E2E_WORKERS)),,-n $(E2E_WORKERS) --dist loadgroup)
 UNIT := -m "not e2e and not sglang and not perf"
 unit: $(STAMP)
 	$(BIN)/pytest -q $(UNIT) $(XDIST)
@@ -73,7 +77,7 @@ coverage: $(STAMP)
 	$(BIN)/pytest -q $(UNIT) $(XDIST) --cov=initorch --cov-branch --cov-report=term:skip-covered
 
 e2e: system-deps $(STAMP) $(SGLANG_STAMP)
-	$(BIN)/pytest -q -m "e2e or sglang" $(XDIST)
+	$(BIN)/pytest -q -m "e2e or sglang" $(E2E_XDIST)
 
 perf: $(STAMP)
 	$(BIN)/pytest -q -m perf

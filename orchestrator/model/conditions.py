@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -152,7 +153,12 @@ def parse_condition(source: str, location: SourceLocation | None = None) -> Cond
                              location=location,
                              hint=f"keep conditions under {MAX_CONDITION_LENGTH} characters")
     try:
-        tree = ast.parse(source.strip(), mode="eval").body
+        with warnings.catch_warnings():
+            # "1or x", "1if": Python warns on stderr and parses on; for a condition it is
+            # a typo, refused like any other invalid expression (the compiler raises it as
+            # a SyntaxError when the warning is an error).
+            warnings.simplefilter("error", SyntaxWarning)
+            tree = ast.parse(source.strip(), mode="eval").body
         names: set[str] = set()
         _validate(tree, source, location, names)
     except (SyntaxError, ValueError) as exc:  # ValueError: NUL bytes before Python 3.11

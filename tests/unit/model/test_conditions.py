@@ -274,3 +274,11 @@ def test_a_false_condition_is_summed_up_by_what_decided_it(source, deciding):
     condition = parse_condition(source)
     assert not condition.evaluate(settings)
     assert condition.deciding(settings) == deciding
+
+
+def test_a_number_run_into_a_keyword_is_refused_without_a_warning_on_stderr(recwarn):
+    # Python only warns ("invalid decimal literal") and parses on; a profile's condition
+    # with it is a typo, and a warning printed in the middle of `initorch plan` says nothing.
+    with pytest.raises(ConditionError, match="invalid decimal literal"):
+        parse_condition("parallel.tp_size == 1or hicache.enabled")
+    assert not [w for w in recwarn if issubclass(w.category, SyntaxWarning)]
