@@ -568,7 +568,7 @@ def test_version_option_and_attribute_agree_with_the_installed_metadata(run_cli,
 
 
 def test_the_builtin_command_names_are_the_parsers() -> None:
-    from initorch.cli import BUILTIN_COMMANDS, build_parser
+    from initorch.cli.run import BUILTIN_COMMANDS, build_parser
 
     parser = build_parser(with_extensions=False)
     actions = [action for action in parser._actions if action.dest == "command"]
@@ -576,7 +576,7 @@ def test_the_builtin_command_names_are_the_parsers() -> None:
 
 
 def test_extension_commands_are_looked_up_only_when_a_command_is_not_builtin() -> None:
-    from initorch.cli import _names_extension_command
+    from initorch.cli.run import _names_extension_command
 
     assert not _names_extension_command(["plan", "-p", "cpu"])
     assert not _names_extension_command(["--debug", "run"])
