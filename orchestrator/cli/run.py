@@ -173,7 +173,7 @@ def cmd_explain(args: argparse.Namespace, registry: Registry) -> int:
 
 
 def cmd_validate(args: argparse.Namespace, registry: Registry) -> int:
-    from initorch.validate import validate_all, validate_selection
+    from initorch.cli.validate import validate_all, validate_selection
 
     if args.profile or args.device is not None or args.settings:
         problems = validate_selection(registry, args.profile, args.device, args.settings)
@@ -189,7 +189,7 @@ def cmd_validate(args: argparse.Namespace, registry: Registry) -> int:
 
 
 def cmd_profiles(args: argparse.Namespace, registry: Registry) -> int:
-    from initorch.listing import profile_rows
+    from initorch.cli.listing import profile_rows
 
     rows = profile_rows(registry)
     if args.json:
@@ -212,7 +212,7 @@ def _plugin_cell(row: dict[str, Any], rows: list[dict[str, Any]]) -> str:
 
 
 def cmd_steps(args: argparse.Namespace, registry: Registry) -> int:
-    from initorch.listing import step_rows
+    from initorch.cli.listing import step_rows
 
     rows = step_rows(registry)
     if args.json:
@@ -232,7 +232,7 @@ def cmd_steps(args: argparse.Namespace, registry: Registry) -> int:
 
 def cmd_settings(args: argparse.Namespace, registry: Registry) -> int:
     from initorch.api import load_settings
-    from initorch.listing import setting_lines, setting_rows
+    from initorch.cli.listing import setting_lines, setting_rows
 
     selected = args.profile or args.device is not None or args.settings
     settled = load_settings(args.profile, device=args.device, settings=args.settings,

@@ -285,7 +285,7 @@ def test_a_schema_key_lets_an_editor_find_the_schema(run_cli, tmp_path):
 
 
 def test_validate_all_reports_a_shared_parents_problem_once(run_cli, tmp_path, registry):
-    from initorch.validate import validate_all
+    from initorch.cli.validate import validate_all
 
     write(tmp_path, "parent.yaml", "config:\n  hicache:\n    host_pol_mb: 8\n")
     for name in ("one", "two"):
