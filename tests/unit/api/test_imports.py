@@ -114,7 +114,7 @@ def test_a_dry_run_loads_neither_the_executors_nor_structlog():
 
 
 def test_the_cli_offers_every_graph_format():
-    from initorch.cli.run import GRAPH_FORMAT_NAMES
+    from initorch.cli.parser import GRAPH_FORMAT_NAMES
     from initorch.reporting.render import GRAPH_FORMATS
 
     assert tuple(sorted(GRAPH_FORMATS)) == GRAPH_FORMAT_NAMES

@@ -568,7 +568,7 @@ def test_version_option_and_attribute_agree_with_the_installed_metadata(run_cli,
 
 
 def test_the_builtin_command_names_are_the_parsers() -> None:
-    from initorch.cli.run import BUILTIN_COMMANDS, build_parser
+    from initorch.cli.parser import BUILTIN_COMMANDS, build_parser
 
     parser = build_parser(with_extensions=False)
     actions = [action for action in parser._actions if action.dest == "command"]
@@ -576,12 +576,12 @@ def test_the_builtin_command_names_are_the_parsers() -> None:
 
 
 def test_extension_commands_are_looked_up_only_when_a_command_is_not_builtin() -> None:
-    from initorch.cli.run import _names_extension_command
+    from initorch.cli.parser import names_extension_command
 
-    assert not _names_extension_command(["plan", "-p", "cpu"])
-    assert not _names_extension_command(["--debug", "run"])
-    assert _names_extension_command(["sglang", "check"])
-    assert _names_extension_command(["--help"])
+    assert not names_extension_command(["plan", "-p", "cpu"])
+    assert not names_extension_command(["--debug", "run"])
+    assert names_extension_command(["sglang", "check"])
+    assert names_extension_command(["--help"])
 
 
 def test_device_plans_with_the_same_steps_differ_in_their_hardware_line(run_cli):

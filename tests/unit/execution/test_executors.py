@@ -305,7 +305,7 @@ def test_parallel_runs_steps_that_hold_the_gil_one_at_a_time():
 
 
 def test_the_cli_shows_the_parallel_executors_real_cap():
-    from initorch.cli.run import MAX_WORKERS_SHOWN
+    from initorch.cli.parser import MAX_WORKERS_SHOWN
     from initorch.execution.executors import DEFAULT_MAX_WORKERS
 
     assert MAX_WORKERS_SHOWN == DEFAULT_MAX_WORKERS
