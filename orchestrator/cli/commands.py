@@ -21,6 +21,7 @@ from initorch.loading.catalog import AUTO_PROFILE
 from initorch.loading.detection import DEEP_PROBE_TIMEOUT_S
 from initorch.location import display_path
 from initorch.plugins import Registry
+from initorch.reporting.graph_formats import GRAPH_FORMATS
 from initorch.resolution.plan import Plan
 
 
@@ -69,8 +70,6 @@ def cmd_plan(args: argparse.Namespace, registry: Registry) -> int:
 
 
 def cmd_graph(args: argparse.Namespace, registry: Registry) -> int:
-    from initorch.reporting.render import GRAPH_FORMATS
-
     emit(GRAPH_FORMATS[args.format](selected_plan(args, registry)))
     return EXIT_OK
 

@@ -26,8 +26,10 @@ from initorch.cli.commands import (
 )
 from initorch.cli.run import cmd_run
 from initorch.errors import describe_exception
+from initorch.execution.executor_names import DEFAULT_MAX_WORKERS, EXECUTORS
 from initorch.execution.heartbeat import DEFAULT_INTERVAL_S
 from initorch.plugins import Registry
+from initorch.reporting.graph_formats import GRAPH_FORMATS
 
 EPILOG = """exit codes: 0 ok, 1 a step failed at run time, 2 invalid input or usage,
 or a plugin that fails to load, 70 internal error (a bug; please report it),
@@ -48,11 +50,6 @@ a function ``add_command(add)`` that declares its command with :data:`AddCommand
 BUILTIN_COMMANDS = frozenset({"plan", "validate", "graph", "explain", "profiles", "steps",
                               "settings", "detect", "trace", "schema", "run"})
 """The commands :func:`build_parser` always declares (a test keeps it true)."""
-
-# executors.DEFAULT_MAX_WORKERS and render.GRAPH_FORMATS, which a dry run does not import
-# (tests keep them equal).
-MAX_WORKERS_SHOWN = 256
-GRAPH_FORMAT_NAMES = ("dot", "json", "mermaid")
 
 PLUGIN_HELP = ("load the plugin function MODULE:FUNCTION (default MODULE:register), or "
                "skip the installed plugin NAME with no:NAME; repeatable, after "
@@ -131,7 +128,7 @@ def build_parser(with_extensions: bool = True) -> argparse.ArgumentParser:
     add("validate", cmd_validate,
         "lint profiles (all available ones when none is selected)", selection)
     graph = add("graph", cmd_graph, "print the step graph", selection)
-    graph.add_argument("--format", choices=GRAPH_FORMAT_NAMES, default="dot")
+    graph.add_argument("--format", choices=sorted(GRAPH_FORMATS), default="dot")
     explain = add("explain", cmd_explain, "explain why step FIRST runs before SECOND; with "
                   "one step, why it is planned or skipped (the whole reason)", selection)
     explain.add_argument("first", metavar="FIRST")
@@ -156,11 +153,11 @@ def build_parser(with_extensions: bool = True) -> argparse.ArgumentParser:
     run.add_argument("--plan", metavar="FILE",
                      help="run exactly the plan saved by 'initorch plan --out FILE' "
                           "(no profiles are read, nothing is resolved)")
-    run.add_argument("--executor", choices=["sequential", "parallel", "dry-run"],
+    run.add_argument("--executor", choices=EXECUTORS,
                      default="sequential", help="how steps are scheduled (default sequential)")
     run.add_argument("--workers", type=_positive_int, default=None,
                      help="the most threads the parallel executor runs steps on (default: "
-                          f"one per ready step, up to {MAX_WORKERS_SHOWN})")
+                          f"one per ready step, up to {DEFAULT_MAX_WORKERS})")
     run.add_argument("--keep-going", action="store_true",
                      help="after a step fails, still run every step that does not require "
                           "it (default: fail fast, start no new step)")
