@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from typing import Any
 
 from initorch._version import __version__
@@ -28,6 +29,7 @@ from initorch.cli.run import cmd_run
 from initorch.errors import describe_exception
 from initorch.execution.executor_names import DEFAULT_MAX_WORKERS, EXECUTORS
 from initorch.execution.heartbeat import DEFAULT_INTERVAL_S
+from initorch.execution.launchers import LaunchArguments, option_name
 from initorch.plugins import Registry
 from initorch.reporting.graph_formats import GRAPH_FORMATS
 
@@ -203,20 +205,14 @@ def names_extension_command(argv: Sequence[str]) -> bool:
 
 
 def _add_launch_options(run: argparse.ArgumentParser) -> None:
+    """An option per field of :class:`LaunchArguments`, which declares them."""
     launch = run.add_argument_group(
         "plain processes (SGLang style; torchrun and srun need none of these)")
-    launch.add_argument("--dist-init-addr", metavar="HOST:PORT",
-                        help="where the ranks meet: rank 0 serves torch.distributed's store "
-                             "there ([v6]:PORT for IPv6)")
-    launch.add_argument("--nnodes", type=_positive_int, metavar="N",
-                        help="number of nodes (default 1)")
-    launch.add_argument("--node-rank", type=_whole_number, metavar="R",
-                        help="this node's rank, from 0 (default 0)")
-    launch.add_argument("--nproc-per-node", type=_positive_int, metavar="K",
-                        help="processes (ranks) per node (default 1)")
-    launch.add_argument("--local-rank", type=_whole_number, metavar="L",
-                        help="this process's rank on its node, from 0 (default 0); "
-                             "its rank is node-rank * nproc-per-node + local-rank")
+    for spec in fields(LaunchArguments):
+        minimum = spec.metadata["minimum"]
+        launch.add_argument(option_name(spec), metavar=spec.metadata["metavar"],
+                            help=spec.metadata["help"],
+                            type=str if minimum is None else _integer_at_least(minimum))
 
 
 def _add_detect_options(detect: argparse.ArgumentParser) -> None:

@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import sys
+from dataclasses import fields
 from typing import TYPE_CHECKING
 
 from initorch.cli.commands import selected_plan
@@ -28,13 +29,13 @@ from initorch.errors import (
     describe_exception,
     exception_message,
 )
+from initorch.execution.launchers import LaunchArguments, RankInfo, detect_rank
 from initorch.files import OutputFile, check_outputs, write_atomically
 from initorch.location import display_path
 from initorch.plugins import Registry
 from initorch.resolution.plan import Plan
 
 if TYPE_CHECKING:
-    from initorch.execution.launchers import RankInfo
     from initorch.execution.run import Run
     from initorch.reporting.report import RunReport
     from initorch.reporting.stderr_events import StderrEvents
@@ -65,11 +66,13 @@ def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
 
 def job_rank(args: argparse.Namespace) -> RankInfo:
     """This process's place in the job, from ``run``'s options and the launcher's variables."""
-    from initorch.execution.launchers import LaunchArguments, detect_rank
+    return detect_rank(os.environ, launch_arguments(args))
 
-    return detect_rank(os.environ, LaunchArguments(args.dist_init_addr, args.nnodes,
-                                                   args.node_rank, args.nproc_per_node,
-                                                   args.local_rank))
+
+def launch_arguments(args: argparse.Namespace) -> LaunchArguments:
+    """The :class:`LaunchArguments` that ``run``'s options give (one option per field)."""
+    return LaunchArguments(**{spec.name: getattr(args, spec.name)
+                              for spec in fields(LaunchArguments)})
 
 
 def per_rank_path(option: str, path: str | None, rank: RankInfo) -> str | None:

@@ -607,3 +607,32 @@ def test_explain_one_step_gives_the_whole_skip_reason_or_why_it_is_planned(run_c
     assert "  - init_mooncake_store requires mooncake_master [step init_mooncake_store" in out
     code, _, err = run_cli("explain", "--profile", "cpu", "init_mooncake_stor")
     assert code == 2 and "did you mean 'init_mooncake_store'?" in err
+
+
+def test_run_has_an_option_per_launch_argument_and_gives_them_back() -> None:
+    from dataclasses import fields
+
+    from initorch import LaunchArguments
+    from initorch.cli.parser import build_parser
+    from initorch.cli.run import launch_arguments
+
+    args = build_parser(with_extensions=False).parse_args(
+        ["run", "--dist-init-addr", "[fe80::1]:5000", "--nnodes", "2", "--node-rank", "1",
+         "--nproc-per-node", "4", "--local-rank", "3"])
+    assert launch_arguments(args) == LaunchArguments("[fe80::1]:5000", 2, 1, 4, 3)
+    run = next(action.choices["run"] for action in build_parser(with_extensions=False)._actions
+               if action.dest == "command")  # type: ignore[index]
+    group = next(g for g in run._action_groups if g.title and g.title.startswith("plain"))
+    assert [a.dest for a in group._group_actions] == [f.name for f in fields(LaunchArguments)]
+
+
+@pytest.mark.parametrize(("option", "value", "said"), [
+    ("--nnodes", "0", "must be at least 1, got 0"),
+    ("--node-rank", "-1", "must be at least 0, got -1"),
+    ("--local-rank", "x", "'x' is not a whole number"),
+])
+def test_launch_options_take_the_fields_minimum(run_cli, capsys, option, value, said) -> None:
+    with pytest.raises(SystemExit) as caught:
+        run_cli("run", "-p", "cpu", option, value)
+    assert caught.value.code == 2
+    assert f"argument {option}: {said}" in capsys.readouterr().err
