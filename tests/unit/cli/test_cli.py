@@ -369,6 +369,9 @@ def test_single_problem_is_one_located_line(run_cli, tmp_path, text, args, file_
     (("-d", "foo"), ("unknown device type 'foo'; known types: cpu, cuda, mps, musa, npu, "
                      "rocm, xpu",)),
     (("-d", "musa:x"), ("malformed device string 'musa:x'",)),
+    # cuda.yaml's device.suggested_for: the closest spelling of gpu is xpu, which no one means.
+    (("-d", "gpu"), ("unknown device type 'gpu'", "did you mean 'cuda'?")),
+    (("-d", "NVIDIA:1"), ("unknown device type 'NVIDIA'", "did you mean 'cuda'?")),
     (("-p", "npu", "-s", "nope=1"), ("--set nope: no such setting",)),
     (("-p", "npu", "-s", "hicache.host_pool=1"), ("did you mean 'hicache.host_pool_mb'?",)),
     (("-p", "npu", "-s", "hicache.host_pool_mb=abc"),
