@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from initorch._version import __version__
 from initorch.errors import InitorchError, RunInterrupted, StepFailedError
 from initorch.execution.context import RankInfo
+from initorch.execution.launchers import LaunchArguments
 from initorch.exports import on_first_use
 from initorch.plugins import Registry
 from initorch.resolution.plan import Plan, PlannedStep, SkippedStep
@@ -66,6 +67,7 @@ __getattr__, __dir__ = on_first_use(
 __all__ = [
     "Edge",
     "InitorchError",
+    "LaunchArguments",
     "Plan",
     "PlannedStep",
     "RankInfo",

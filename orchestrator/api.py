@@ -34,6 +34,7 @@ from initorch.resolution.resolve import resolve
 
 if TYPE_CHECKING:
     from initorch.execution.context import RankInfo
+    from initorch.execution.launchers import LaunchArguments
     from initorch.execution.run import Run
 
 PROFILE_ENV = "INITORCH_PROFILE"
@@ -204,11 +205,7 @@ def start(
     executor: str = "sequential",
     workers: int | None = None,
     rank: RankInfo | None = None,
-    dist_init_addr: str | None = None,
-    nnodes: int | None = None,
-    node_rank: int | None = None,
-    nproc_per_node: int | None = None,
-    local_rank: int | None = None,
+    launch: LaunchArguments | None = None,
     handle_signals: bool = False,
     keep_going: bool = False,
 ) -> Iterator[Run]:
@@ -219,10 +216,10 @@ def start(
     engine, the process group, the registered pool, a launcher's model).
     ``profile`` is a profile name or path, or several to layer; ``"auto"`` (or
     nothing, without ``INITORCH_PROFILE``) is this machine's device profile.  The
-    job is ``rank``, or the SGLang-style ``dist_init_addr``/``nnodes``/``node_rank``
-    (``nproc_per_node``, ``local_rank``), else the launcher's variables.  The other
-    arguments are those of :func:`load_plan` and :class:`~initorch.Run`.  A step
-    that fails raises :class:`~initorch.errors.StepFailedError` (its
+    job is ``rank``, or ``launch`` (SGLang-style
+    :class:`~initorch.execution.launchers.LaunchArguments`), else the launcher's
+    variables.  The other arguments are those of :func:`load_plan` and
+    :class:`~initorch.Run`.  A step that fails raises :class:`~initorch.errors.StepFailedError` (its
     ``__cause__`` the step's exception) after tearing down what completed.
     """
     from initorch.execution.run import Run
@@ -232,7 +229,6 @@ def start(
     plan = load_plan(profiles, device=device, settings=settings, steps=steps,
                      registry=registry)
     with Run(plan, executor=executor, workers=workers, diagnoses=registry.diagnoses,
-             rank=rank, dist_init_addr=dist_init_addr, nnodes=nnodes, node_rank=node_rank,
-             nproc_per_node=nproc_per_node, local_rank=local_rank,
-             handle_signals=handle_signals, keep_going=keep_going) as run:
+             rank=rank, launch=launch, handle_signals=handle_signals,
+             keep_going=keep_going) as run:
         yield run

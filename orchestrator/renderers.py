@@ -6,12 +6,10 @@ so an embedder decides where the text goes.  The CLI's ``plan``, ``graph`` and
 ``explain`` commands print exactly these.
 """
 
+from initorch.reporting.graph_formats import graph_dot, graph_json, graph_mermaid
 from initorch.reporting.render import (
     explain_step_text,
     explain_text,
-    graph_dot,
-    graph_json,
-    graph_mermaid,
     plan_text,
     run_summary_text,
 )

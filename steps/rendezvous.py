@@ -123,8 +123,8 @@ def endpoint(ctx: StepContext) -> tuple[str, int]:
         raise LaunchError(
             f"rank {ctx.rank.rank} of {ctx.rank.world_size}: no launcher says where the ranks "
             "meet, and distributed.master_port is 0",
-            hint="pass --dist-init-addr HOST:PORT (Run(dist_init_addr=...)), start the ranks "
-                 "with torchrun or srun, or set distributed.master_addr and "
+            hint="pass --dist-init-addr HOST:PORT (in code: launch=LaunchArguments(...)), "
+                 "start the ranks with torchrun or srun, or set distributed.master_addr and "
                  "distributed.master_port")
     return host, free_port(host)
 

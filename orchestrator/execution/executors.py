@@ -22,6 +22,7 @@ import threading
 from collections.abc import Iterator
 from typing import Protocol
 
+from initorch.execution.executor_names import DEFAULT_MAX_WORKERS, EXECUTORS
 from initorch.execution.signals import POLL_S
 from initorch.resolution.plan import Plan, PlannedStep
 from initorch.resolution.walk import PlanWalk
@@ -101,15 +102,6 @@ class DryRunExecutor:
     def execute(self, driver: RunDriver) -> None:
         for planned in _in_plan_order(driver.plan):
             driver.would_run(planned)
-
-
-DEFAULT_MAX_WORKERS = 256
-"""The parallel executor's cap on threads when none is given.  Steps that wait (on
-I/O, a rendezvous, a native call that releases the GIL) cost a thread each and
-no CPU, so the executor starts a thread for every step that is ready, up to this
-many: 200 independent 0.2 s waits take about 0.2 s, not 200 / workers rounds.
-The cap only keeps a plan of thousands of independent steps from starting
-thousands of threads."""
 
 
 class ParallelExecutor:
@@ -260,9 +252,6 @@ class _Workers:
                     self._gil_busy = False
                 break
         return kept
-
-
-EXECUTORS = ("sequential", "parallel", "dry-run")
 
 
 def make_executor(name: str, workers: int | None = None) -> Executor:

@@ -26,7 +26,8 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import Field, dataclass, field, fields, replace
+from typing import Any
 
 from initorch.addresses import host_port, split_host_port
 from initorch.errors import LaunchError
@@ -94,25 +95,44 @@ class RankInfo:
         return f"rank {self.rank} of {self.world_size} ({self.launcher})"
 
 
+def _option(metavar: str, help_text: str, minimum: int | None = None) -> dict[str, Any]:
+    """A :class:`LaunchArguments` field's command-line option: its ``metavar``, its help,
+    and for a number the least value it takes."""
+    return {"metavar": metavar, "help": help_text, "minimum": minimum}
+
+
 @dataclass(frozen=True, slots=True)
 class LaunchArguments:
     """SGLang-style arguments; ``None`` for what was not given.
 
     ``rank = node_rank * nproc_per_node + local_rank`` and ``world_size =
-    nnodes * nproc_per_node``, as torchrun numbers ranks.
+    nnodes * nproc_per_node``, as torchrun numbers ranks.  This is their one
+    declaration: ``Run(launch=...)`` and ``start(launch=...)`` take it, and each field
+    is the ``initorch run`` option of its name (``--dist-init-addr``), declared from
+    the field's metadata (:func:`option_name`).
     """
 
-    dist_init_addr: str | None = None
-    nnodes: int | None = None
-    node_rank: int | None = None
-    nproc_per_node: int | None = None
-    local_rank: int | None = None
+    dist_init_addr: str | None = field(default=None, metadata=_option(
+        "HOST:PORT", "where the ranks meet: rank 0 serves torch.distributed's store there "
+                     "([v6]:PORT for IPv6)"))
+    nnodes: int | None = field(default=None, metadata=_option(
+        "N", "number of nodes (default 1)", minimum=1))
+    node_rank: int | None = field(default=None, metadata=_option(
+        "R", "this node's rank, from 0 (default 0)", minimum=0))
+    nproc_per_node: int | None = field(default=None, metadata=_option(
+        "K", "processes (ranks) per node (default 1)", minimum=1))
+    local_rank: int | None = field(default=None, metadata=_option(
+        "L", "this process's rank on its node, from 0 (default 0); its rank is "
+             "node-rank * nproc-per-node + local-rank", minimum=0))
 
     @property
     def given(self) -> bool:
-        return any(value is not None for value in (self.dist_init_addr, self.nnodes,
-                                                    self.node_rank, self.nproc_per_node,
-                                                    self.local_rank))
+        return any(getattr(self, spec.name) is not None for spec in fields(self))
+
+
+def option_name(spec: Field[Any]) -> str:
+    """The command-line option of a :class:`LaunchArguments` field: ``--node-rank``."""
+    return "--" + spec.name.replace("_", "-")
 
 
 def detect_rank(env: Mapping[str, str], arguments: LaunchArguments | None = None) -> RankInfo:
@@ -345,10 +365,9 @@ def _from_arguments(arguments: LaunchArguments, *, described: bool) -> RankInfo:
     (``described``), several nodes need ``--node-rank`` and several processes per node
     ``--local-rank``: assuming 0 would make every process rank 0, each waiting the whole
     join timeout for ranks that never come."""
-    nnodes = _at_least(arguments.nnodes, 1, "--nnodes")
-    nproc = _at_least(arguments.nproc_per_node, 1, "--nproc-per-node")
-    node_rank = _at_least(arguments.node_rank, 0, "--node-rank")
-    local_rank = _at_least(arguments.local_rank, 0, "--local-rank")
+    nnodes, nproc, node_rank, local_rank = (
+        _at_least(arguments, name) for name in ("nnodes", "nproc_per_node", "node_rank",
+                                                "local_rank"))
     for count, option, given, needed in (
             (nnodes, "--nnodes", arguments.node_rank, "--node-rank"),
             (nproc, "--nproc-per-node", arguments.local_rank, "--local-rank")):
@@ -374,12 +393,17 @@ def _from_arguments(arguments: LaunchArguments, *, described: bool) -> RankInfo:
                     rendezvous, "args")
 
 
-def _at_least(value: int | None, minimum: int, option: str) -> int:
+def _at_least(arguments: LaunchArguments, name: str) -> int:
+    """The number ``arguments`` give for the field ``name``, at least its minimum (which
+    it is when not given)."""
+    spec = next(spec for spec in fields(arguments) if spec.name == name)
+    minimum: int = spec.metadata["minimum"]
+    value = getattr(arguments, name)
     if value is None:
         return minimum
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise LaunchError(f"{option} must be a whole number >= {minimum}, got {value!r}",
-                          hint=ARGS_HINT)
+        raise LaunchError(f"{option_name(spec)} must be a whole number >= {minimum}, "
+                          f"got {value!r}", hint=ARGS_HINT)
     return value
 
 

@@ -97,10 +97,11 @@ class Run:
     ``diagnoses`` turn a failed step's error into a cause and a remedy: a run is
     handed them (``registry.diagnoses`` of the registry the plan was resolved
     with) instead of finding plugins itself; :func:`initorch.start` does that.
-    ``rank`` says where this process stands in the job; without it, the
-    SGLang-style ``dist_init_addr`` (``HOST:PORT``), ``nnodes`` and
-    ``node_rank`` (and ``nproc_per_node``, ``local_rank``) describe it, else
-    torchrun's or SLURM's variables (:mod:`initorch.execution.launchers`).
+    ``rank`` says where this process stands in the job; without it, ``launch``
+    (SGLang-style :class:`~initorch.execution.launchers.LaunchArguments`:
+    ``dist_init_addr``, ``nnodes``, ``node_rank``, ...) describes it, with
+    torchrun's or SLURM's variables, which it may restate but not contradict
+    (:mod:`initorch.execution.launchers`).
     ``keep_going`` runs, after a failure, every step that does not hard-depend on
     it (the default fails fast: nothing new starts).  ``heartbeat`` is the interval
     in seconds at which a step that is still running logs ``step_still_running``
@@ -115,11 +116,7 @@ class Run:
         workers: int | None = None,
         diagnoses: DiagnosisBook,
         rank: RankInfo | None = None,
-        dist_init_addr: str | None = None,
-        nnodes: int | None = None,
-        node_rank: int | None = None,
-        nproc_per_node: int | None = None,
-        local_rank: int | None = None,
+        launch: LaunchArguments | None = None,
         handle_signals: bool = False,
         teardown_at_exit: bool = False,
         keep_going: bool = False,
@@ -131,12 +128,10 @@ class Run:
         self.executor = make_executor(executor, workers) if isinstance(executor, str) \
             else executor
         self.diagnoses = diagnoses
-        arguments = LaunchArguments(dist_init_addr, nnodes, node_rank, nproc_per_node,
-                                    local_rank)
-        if rank is not None and arguments.given:
-            raise TypeError("pass rank=RankInfo(...) or the SGLang-style arguments "
-                            "(dist_init_addr, nnodes, node_rank, ...), not both")
-        self.state = RunState(plan, rank or detect_rank(os.environ, arguments),
+        if rank is not None and launch is not None and launch.given:
+            raise TypeError("pass rank=RankInfo(...) or launch=LaunchArguments(...), "
+                            "not both")
+        self.state = RunState(plan, rank or detect_rank(os.environ, launch),
                               join_job=self._join_job)
         self.log = get_logger(profile="+".join(plan.profiles), rank=self.state.rank.rank)
         self._peers: JobPeers | None = None

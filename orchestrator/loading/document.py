@@ -38,7 +38,7 @@ from initorch.suggest import closest
 TOP_LEVEL_KEYS = ("description", "extends", "device", "config", "env", "steps", "$schema")
 # The device fields the profile format itself needs; every other ``device.*`` key
 # is a setting that some step declares (see initorch.model.settings).
-CORE_DEVICE_FIELDS = ("type", "aliases")
+CORE_DEVICE_FIELDS = ("type", "aliases", "suggested_for")
 # What a profile may say about a step: the fields the step's field table lets a profile
 # change (:data:`~initorch.model.step.OVERRIDABLE_FIELDS`), scalars first, and the
 # profile's own keys.
@@ -142,6 +142,10 @@ class ProfileDocument:
     steps: tuple[StepEntry, ...]
     problems: tuple[Problem, ...] = ()
     env: tuple[EnvEntry, ...] = ()
+    suggested_for: tuple[str, ...] = ()
+    """Names that ``--device`` refuses but answers with this profile's type ("did you
+    mean 'cuda'?" for ``gpu``): names too vague to accept (``device.suggested_for``).
+    They are no setting, so no plan and no fingerprint holds them."""
 
     @property
     def device_type(self) -> Setting | None:
@@ -209,14 +213,13 @@ def _read_profile(text: str, path: str, name: str) -> ProfileDocument:
     if not isinstance(data.get("$schema", ""), str):
         out.add("$schema must be a string (the schema's path or URL)", doc.where("$schema"))
     extends = _parse_extends(out, data.get("extends"))
-    settings = _parse_device(out, data.get("device"), name) + _parse_config(
-        out, data.get("config"), name
-    )
+    device, suggested_for = _parse_device(out, data.get("device"), name)
+    settings = device + _parse_config(out, data.get("config"), name)
     steps = _parse_steps(out, data.get("steps"), name)
     env = _parse_env(out, data.get("env"), name)
     in_file_order = sorted(out.problems, key=lambda p: (p.location or SourceLocation(path)))
     return ProfileDocument(name, path, description, extends, settings, steps,
-                           tuple(in_file_order), env)
+                           tuple(in_file_order), env, suggested_for)
 
 
 def _string_list(out: _Collector, value: Any, *path: str | int) -> list[tuple[str, SourceLocation]]:
@@ -254,15 +257,18 @@ def _parse_extends(out: _Collector, value: Any) -> tuple[tuple[str, SourceLocati
     return tuple(_string_list(out, value, "extends"))
 
 
-def _parse_device(out: _Collector, value: Any, source: str) -> tuple[Setting, ...]:
-    """``type`` and ``aliases`` are the format's own; every other field is kept as
-    the setting ``device.<field>``, checked later against the declared settings."""
+def _parse_device(out: _Collector, value: Any, source: str
+                  ) -> tuple[tuple[Setting, ...], tuple[str, ...]]:
+    """``type``, ``aliases`` and ``suggested_for`` are the format's own; every other field
+    is kept as the setting ``device.<field>``, checked later against the declared
+    settings.  Returns the settings and the names ``suggested_for`` gives."""
     if value is None:
-        return ()
+        return (), ()
     if not isinstance(value, dict):
         out.add("'device' must be a mapping", out.doc.where("device"))
-        return ()
+        return (), ()
     settings = []
+    suggested_for: list[str] = []
     for key, item in value.items():
         where = out.doc.where("device", key)
         key_where = out.doc.key_where("device", key)
@@ -270,6 +276,9 @@ def _parse_device(out: _Collector, value: Any, source: str) -> tuple[Setting, ..
         problem = name_problem(key, "device field", KEY_SEGMENT)
         if problem is not None:
             out.add(problem, key_where, "device fields are lower_snake_case settings")
+            continue
+        if key == "suggested_for":
+            suggested_for += _suggested_names(out, item)
             continue
         if key == "aliases":
             field_value = [v.lower() for v, _ in _string_list(out, item, "device", key)]
@@ -283,7 +292,21 @@ def _parse_device(out: _Collector, value: Any, source: str) -> tuple[Setting, ..
                         "use a lower-case ASCII identifier such as 'npu'")
                 continue
         settings.append(Setting(f"device.{key}", field_value, where, source, key_where))
-    return tuple(settings)
+    return tuple(settings), tuple(suggested_for)
+
+
+def _suggested_names(out: _Collector, value: Any) -> list[str]:
+    """The names of ``device.suggested_for``, lower case; one that no ``--device`` could
+    spell is a problem."""
+    names = []
+    for given, where in _string_list(out, value, "device", "suggested_for"):
+        name = given.strip().lower()
+        if KEY_SEGMENT.fullmatch(name):
+            names.append(name)
+        else:
+            out.add(f"device.suggested_for {name!r} is not a valid type name", where,
+                    "use a lower-case ASCII identifier such as 'gpu'")
+    return names
 
 
 def _parse_config(out: _Collector, value: Any, source: str) -> tuple[Setting, ...]:

@@ -117,7 +117,7 @@ def _device_section(specs: list[SettingSpec]) -> dict[str, Any]:
         spec.key.partition(".")[2]: setting_schema(spec) for spec in specs
         if spec.key.partition(".")[2] not in CORE_DEVICE_FIELDS
     }
-    # The parser strips blanks and lower-cases the type and the aliases.
+    # The parser strips blanks and lower-cases the type, the aliases and the suggested names.
     properties["type"] = {"type": "string", "pattern": r"^\s*[a-zA-Z_][a-zA-Z0-9_]*\s*$",
                           "description": "canonical device type, lower case (cpu, cuda, npu, "
                                          "...); the profile that sets it describes a device"}
@@ -125,6 +125,11 @@ def _device_section(specs: list[SettingSpec]) -> dict[str, Any]:
         "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
         "description": "other spellings that --device accepts for this type (e.g. hip for "
                        "rocm)",
+    }
+    properties["suggested_for"] = {
+        "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+        "description": "names --device refuses but answers with this type (did you mean "
+                       "'cuda'? for gpu): too vague to accept",
     }
     # An empty section (`device:` with nothing under it) is null in YAML.
     return {"type": ["object", "null"], "additionalProperties": False,

@@ -5,7 +5,8 @@ only (``--profile mooncake-ep --device npu:0``) the device profile goes first;
 given with a device profile of another type it is a conflict.  The table of
 known device types comes from the profiles themselves (``device.type`` and
 ``device.aliases``), so a plugin that ships a profile also teaches initorch its
-device string.
+device string; so do the names a profile is suggested for (``device.suggested_for``:
+``--device gpu`` asks "did you mean 'cuda'?").
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ from initorch.model.devices import DeviceRef, parse_device
 
 def device_types(catalog: ProfileCatalog) -> dict[str, str]:
     """Map every known device type and alias to its canonical type."""
+    return _device_names(catalog)[0]
+
+
+def _device_names(catalog: ProfileCatalog) -> tuple[dict[str, str], dict[str, str]]:
+    """Every known device type and alias, and every name a type is suggested for, each
+    mapped to its canonical type (the first profile to declare a name keeps it)."""
     known: dict[str, str] = {}
+    suggested: dict[str, str] = {}
     for name in catalog.names():
         try:
             doc = catalog.load(name)
@@ -33,7 +41,9 @@ def device_types(catalog: ProfileCatalog) -> dict[str, str]:
             known.setdefault(device_type, device_type)
             for alias in settings.get("device.aliases", []):
                 known.setdefault(alias, device_type)
-    return known
+            for vague in doc.suggested_for:
+                suggested.setdefault(vague, device_type)
+    return known, suggested
 
 
 def profile_for_device(catalog: ProfileCatalog, device_type: str) -> str:
@@ -49,8 +59,10 @@ def profile_for_device(catalog: ProfileCatalog, device_type: str) -> str:
 
 
 def normalise_device(catalog: ProfileCatalog, device: object) -> DeviceRef:
-    """Normalise a device string or ``torch.device`` against the known types."""
-    return parse_device(device, device_types(catalog))
+    """Normalise a device string or ``torch.device`` against the known types; an
+    unknown one is answered with the type it is suggested for, else the closest."""
+    known, suggested = _device_names(catalog)
+    return parse_device(device, known, suggested)
 
 
 def compose_selection(catalog: ProfileCatalog, refs: Sequence[str], device: DeviceRef | None,

@@ -46,12 +46,15 @@ class DeviceRef:
         return self.type if self.index is None else f"{self.type}:{self.index}"
 
 
-def parse_device(value: object, known: Mapping[str, str]) -> DeviceRef:
+def parse_device(value: object, known: Mapping[str, str],
+                 suggested: Mapping[str, str] | None = None) -> DeviceRef:
     """Normalise ``value`` against ``known`` (a map from type or alias to canonical type).
 
     Accepts ``"type"``, ``"type:index"`` (any case, surrounding blanks ignored),
     a :class:`DeviceRef`, or any object with ``.type`` and ``.index`` such as
-    ``torch.device``.
+    ``torch.device``.  An unknown type is refused; the error suggests the type that
+    ``suggested`` (vague name to canonical type, as profiles declare it) gives for
+    it, else the closest known spelling.
     """
     if isinstance(value, DeviceRef):
         raw_type, index = value.type, value.index
@@ -78,7 +81,7 @@ def parse_device(value: object, known: Mapping[str, str]) -> DeviceRef:
     canonical = known.get(raw_type.lower())
     if canonical is None:
         names = sorted(set(known.values()))
-        guess = closest(raw_type.lower(), known)
+        guess = (suggested or {}).get(raw_type.lower()) or closest(raw_type.lower(), known)
         hint = f"did you mean '{guess}'? " if guess else ""
         raise DeviceError(
             f"unknown device type '{raw_type}'; known types: {', '.join(names)}",

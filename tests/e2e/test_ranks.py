@@ -253,7 +253,7 @@ def test_a_batch_script_with_slurm_ntasks_is_refused_instead_of_running_alone():
 IN_CODE = """
 import json, sys
 import torch, torch.distributed as dist
-from initorch import RankInfo, Registry, Run, load_plan, start
+from initorch import LaunchArguments, RankInfo, Registry, Run, load_plan, start
 
 how, rank, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 lean = {"mooncake.enabled": False, "hicache.enabled": False}
@@ -271,8 +271,8 @@ if how == "rank-info":  # where to meet: the settings, since RankInfo names no r
              heartbeat=None):
         result = summed()
 else:  # SGLang-style arguments
-    with start(profile="cpu", settings=lean, dist_init_addr=f"127.0.0.1:{port}", nnodes=2,
-               node_rank=rank):
+    with start(profile="cpu", settings=lean,
+               launch=LaunchArguments(f"127.0.0.1:{port}", nnodes=2, node_rank=rank)):
         result = summed()
 print(json.dumps({"sum": result, "group_after": dist.is_initialized()}))
 """
@@ -281,8 +281,9 @@ print(json.dumps({"sum": result, "group_after": dist.is_initialized()}))
 @pytest.mark.parametrize("how", ["rank-info", "dist-init-addr"])
 def test_in_code_ranks_need_no_launcher_variables(how):
     """``Run(plan, rank=RankInfo(...))`` with the settings saying where to meet, and
-    ``start(dist_init_addr=..., nnodes=..., node_rank=...)``: a real gloo group of two with
-    no MASTER_ADDR, MASTER_PORT, RANK or WORLD_SIZE anywhere in the environment."""
+    ``start(launch=LaunchArguments(dist_init_addr=..., nnodes=..., node_rank=...))``: a real
+    gloo group of two with no MASTER_ADDR, MASTER_PORT, RANK or WORLD_SIZE anywhere in the
+    environment."""
     port = free_port()
     env = clean_env()
     assert not {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"} & set(env)

@@ -172,8 +172,8 @@ def test_a_world_of_two_without_an_address_is_a_usage_error_in_initorchs_own_wor
     assert last == (
         "initorch: step 'rendezvous' failed: rank 0 of 2: no launcher says where the ranks "
         "meet, and distributed.master_port is 0 (pass --dist-init-addr HOST:PORT "
-        "(Run(dist_init_addr=...)), start the ranks with torchrun or srun, or set "
-        "distributed.master_addr and distributed.master_port)")
+        "(in code: launch=LaunchArguments(...)), start the ranks with torchrun or srun, or "
+        "set distributed.master_addr and distributed.master_port)")
     assert "no known diagnosis" not in result.stderr
 
 

@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from initorch import InitorchError, Registry, StepFailedError, detect_device, load_plan, start
+from initorch import (
+    InitorchError,
+    LaunchArguments,
+    RankInfo,
+    Registry,
+    StepFailedError,
+    detect_device,
+    load_plan,
+    start,
+)
 from initorch.errors import EXIT_INVALID_INPUT, UnplannedStepWarning
 from tests.support.commands import run_python
 from tests.support.profiles import write
@@ -134,6 +143,15 @@ def test_start_yields_the_outputs_and_tears_down_on_exit(tmp_path):
         assert teardowns.order == []
     assert teardowns.order == ["pool", "engine"]
     assert dict(started.outputs) == {}
+
+
+def test_start_takes_the_job_from_its_launch_arguments(tmp_path):
+    registry, profile = synthetic(tmp_path, define("engine", lambda ctx: ctx.rank))
+    with start(profile=profile, registry=registry,
+               launch=LaunchArguments("127.0.0.1:5000")) as started:
+        assert started.outputs["engine"] == RankInfo(local_world_size=1,
+                                                     rendezvous="127.0.0.1:5000",
+                                                     launcher="args")
 
 
 def test_start_tears_down_when_the_body_raises(tmp_path):

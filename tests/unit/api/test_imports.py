@@ -113,13 +113,6 @@ def test_a_dry_run_loads_neither_the_executors_nor_structlog():
     assert result.stderr.strip().splitlines()[-1] == "[]"
 
 
-def test_the_cli_offers_every_graph_format():
-    from initorch.cli import GRAPH_FORMAT_NAMES
-    from initorch.reporting.render import GRAPH_FORMATS
-
-    assert tuple(sorted(GRAPH_FORMATS)) == GRAPH_FORMAT_NAMES
-
-
 def test_resolving_an_acyclic_plan_never_imports_networkx():
     # networkx only enumerates cycles; a plan without one is ordered by plain dicts.
     code = """

@@ -48,7 +48,7 @@ def test_wheel_contains_profiles_and_entry_points(wheel):
         metadata = next(archive.read(n).decode() for n in names
                         if n.endswith(".dist-info/METADATA"))
     assert {f"initorch/profiles/{name}.yaml" for name in BUILTIN_PROFILES} <= names
-    assert {"initorch/py.typed", "initorch/steps/py.typed", "initorch/cli.py"} <= names
+    assert {"initorch/py.typed", "initorch/steps/py.typed", "initorch/cli/__init__.py"} <= names
     top_level = {name.split("/", 1)[0] for name in names if "/" in name
                  and not name.split("/", 1)[0].endswith(".dist-info")}
     assert top_level == {"initorch"}  # no generic top-level names (steps, profiles, ...)

@@ -285,7 +285,7 @@ def test_a_schema_key_lets_an_editor_find_the_schema(run_cli, tmp_path):
 
 
 def test_validate_all_reports_a_shared_parents_problem_once(run_cli, tmp_path, registry):
-    from initorch.validate import validate_all
+    from initorch.cli.validate import validate_all
 
     write(tmp_path, "parent.yaml", "config:\n  hicache:\n    host_pol_mb: 8\n")
     for name in ("one", "two"):
@@ -369,6 +369,9 @@ def test_single_problem_is_one_located_line(run_cli, tmp_path, text, args, file_
     (("-d", "foo"), ("unknown device type 'foo'; known types: cpu, cuda, mps, musa, npu, "
                      "rocm, xpu",)),
     (("-d", "musa:x"), ("malformed device string 'musa:x'",)),
+    # cuda.yaml's device.suggested_for: the closest spelling of gpu is xpu, which no one means.
+    (("-d", "gpu"), ("unknown device type 'gpu'", "did you mean 'cuda'?")),
+    (("-d", "NVIDIA:1"), ("unknown device type 'NVIDIA'", "did you mean 'cuda'?")),
     (("-p", "npu", "-s", "nope=1"), ("--set nope: no such setting",)),
     (("-p", "npu", "-s", "hicache.host_pool=1"), ("did you mean 'hicache.host_pool_mb'?",)),
     (("-p", "npu", "-s", "hicache.host_pool_mb=abc"),
@@ -568,7 +571,7 @@ def test_version_option_and_attribute_agree_with_the_installed_metadata(run_cli,
 
 
 def test_the_builtin_command_names_are_the_parsers() -> None:
-    from initorch.cli import BUILTIN_COMMANDS, build_parser
+    from initorch.cli.parser import BUILTIN_COMMANDS, build_parser
 
     parser = build_parser(with_extensions=False)
     actions = [action for action in parser._actions if action.dest == "command"]
@@ -576,12 +579,12 @@ def test_the_builtin_command_names_are_the_parsers() -> None:
 
 
 def test_extension_commands_are_looked_up_only_when_a_command_is_not_builtin() -> None:
-    from initorch.cli import _names_extension_command
+    from initorch.cli.parser import names_extension_command
 
-    assert not _names_extension_command(["plan", "-p", "cpu"])
-    assert not _names_extension_command(["--debug", "run"])
-    assert _names_extension_command(["sglang", "check"])
-    assert _names_extension_command(["--help"])
+    assert not names_extension_command(["plan", "-p", "cpu"])
+    assert not names_extension_command(["--debug", "run"])
+    assert names_extension_command(["sglang", "check"])
+    assert names_extension_command(["--help"])
 
 
 def test_device_plans_with_the_same_steps_differ_in_their_hardware_line(run_cli):
@@ -607,3 +610,32 @@ def test_explain_one_step_gives_the_whole_skip_reason_or_why_it_is_planned(run_c
     assert "  - init_mooncake_store requires mooncake_master [step init_mooncake_store" in out
     code, _, err = run_cli("explain", "--profile", "cpu", "init_mooncake_stor")
     assert code == 2 and "did you mean 'init_mooncake_store'?" in err
+
+
+def test_run_has_an_option_per_launch_argument_and_gives_them_back() -> None:
+    from dataclasses import fields
+
+    from initorch import LaunchArguments
+    from initorch.cli.parser import build_parser
+    from initorch.cli.run import launch_arguments
+
+    args = build_parser(with_extensions=False).parse_args(
+        ["run", "--dist-init-addr", "[fe80::1]:5000", "--nnodes", "2", "--node-rank", "1",
+         "--nproc-per-node", "4", "--local-rank", "3"])
+    assert launch_arguments(args) == LaunchArguments("[fe80::1]:5000", 2, 1, 4, 3)
+    run = next(action.choices["run"] for action in build_parser(with_extensions=False)._actions
+               if action.dest == "command")  # type: ignore[index]
+    group = next(g for g in run._action_groups if g.title and g.title.startswith("plain"))
+    assert [a.dest for a in group._group_actions] == [f.name for f in fields(LaunchArguments)]
+
+
+@pytest.mark.parametrize(("option", "value", "said"), [
+    ("--nnodes", "0", "must be at least 1, got 0"),
+    ("--node-rank", "-1", "must be at least 0, got -1"),
+    ("--local-rank", "x", "'x' is not a whole number"),
+])
+def test_launch_options_take_the_fields_minimum(run_cli, capsys, option, value, said) -> None:
+    with pytest.raises(SystemExit) as caught:
+        run_cli("run", "-p", "cpu", option, value)
+    assert caught.value.code == 2
+    assert f"argument {option}: {said}" in capsys.readouterr().err

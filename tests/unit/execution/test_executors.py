@@ -304,13 +304,6 @@ def test_parallel_runs_steps_that_hold_the_gil_one_at_a_time():
     assert sorted(recorder.order) == [f"compute{i}" for i in range(6)]
 
 
-def test_the_cli_shows_the_parallel_executors_real_cap():
-    from initorch.cli import MAX_WORKERS_SHOWN
-    from initorch.execution.executors import DEFAULT_MAX_WORKERS
-
-    assert MAX_WORKERS_SHOWN == DEFAULT_MAX_WORKERS
-
-
 @pytest.mark.parametrize("executor", [*EXECUTORS, "dry-run"])
 def test_a_plan_whose_every_step_is_skipped_at_plan_time_finishes(executor):
     recorder = Recorder()

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from initorch import RankInfo, StepFailedError
+from initorch import LaunchArguments, RankInfo, StepFailedError
 from initorch.errors import EXIT_STEP_FAILED, RunInterrupted, StepError
 from initorch.execution.run import Run
 from tests.support.runs import (
@@ -359,6 +359,26 @@ def test_the_rank_comes_from_the_environment_by_default(monkeypatch):
     run.start()
     assert run.output("only") == RankInfo(rank=3, local_rank=1, world_size=4, launcher="env")
     assert run.report.rank == 3
+
+
+
+def test_the_launch_arguments_describe_the_job_with_the_launchers_variables(monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")  # restated by the arguments, not contradicted
+    launch = LaunchArguments("10.0.0.1:5000", nnodes=2, node_rank=1, nproc_per_node=2,
+                             local_rank=1)
+    run = Run(plan_of([define("only", lambda ctx: ctx.rank)]), launch=launch,
+              diagnoses=DIAGNOSES)
+    assert run.state.rank == RankInfo(rank=3, local_rank=1, world_size=4, local_world_size=2,
+                                      rendezvous="10.0.0.1:5000", launcher="args")
+
+
+def test_a_rank_and_launch_arguments_are_refused_together():
+    plan = plan_of([define("only")])
+    with pytest.raises(TypeError, match="not both"):
+        Run(plan, rank=RankInfo(), launch=LaunchArguments(nnodes=2), diagnoses=DIAGNOSES)
+    run = Run(plan, rank=RankInfo(), launch=LaunchArguments(), diagnoses=DIAGNOSES)
+    assert run.state.rank == RankInfo()
 
 
 # -- interrupts, late completions, signals, atexit (fresh interpreters) ---------------------

@@ -127,6 +127,8 @@ INVALID = [
     ("device:\n  type: 9npu\n", ("is not a valid type name",), "p.yaml:2:9"),
     ("device:\n  aliases: [1]\n", ("'aliases' must be a string or a list of strings",),
      "p.yaml:2:12"),
+    ("device:\n  suggested_for: [gpu, 'a b']\n",
+     ("device.suggested_for 'a b' is not a valid type name",), "p.yaml:2:24"),
     ("config: [a]\n", ("'config' must be a mapping",), "p.yaml:1:9"),
     ("config:\n  Bad: 1\n", ("config key 'Bad' is not a valid name",), "p.yaml:2:3"),
     ("config:\n  \"a\\nb\": 1\n", ("config key 'a\\nb' is not a valid name",), "p.yaml:2:3"),
@@ -247,6 +249,12 @@ def test_settings_are_flattened_to_dotted_keys(text, expected):
     assert settings_of(text) == expected
 
 
+def test_suggested_names_are_no_setting():
+    document = parse("device:\n  type: cuda\n  suggested_for: [GPU, nvidia]\n")
+    assert document.suggested_for == ("gpu", "nvidia")
+    assert {s.key for s in document.settings} == {"device.type"}
+
+
 @pytest.mark.parametrize(("override", "value"), [
     ("timeout: null", None), ("timeout: 3", 3), ("retries: 0", 0), ("when: null", None),
     ("enabled: true", True), ("reason: ''", ""),
@@ -260,5 +268,5 @@ def test_field_tables_name_every_edge_kind():
     # The schema and the parser are both built from these tables.
     assert {"requires", "wants", "after", "before", "remove"} <= set(STEP_FIELDS)
     # Only these device fields belong to the format; the others are declared settings.
-    assert CORE_DEVICE_FIELDS == ("type", "aliases")
+    assert CORE_DEVICE_FIELDS == ("type", "aliases", "suggested_for")
     assert "$schema" in TOP_LEVEL_KEYS

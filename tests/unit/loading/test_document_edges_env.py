@@ -13,7 +13,8 @@ from initorch.errors import ProfileError
 from initorch.execution.environment import apply_environment
 from initorch.loading.document import EnvEntry, parse_profile
 from initorch.location import SourceLocation
-from initorch.reporting.render import graph_dot, graph_json, graph_mermaid, plan_text
+from initorch.reporting.graph_formats import graph_dot, graph_json, graph_mermaid
+from initorch.reporting.render import plan_text
 from initorch.resolution.saved import plan_json
 from tests.support.profiles import error_of, find_problem, plan_of, registry_of, write
 from tests.support.synthetic import FLAG, define

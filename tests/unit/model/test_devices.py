@@ -92,6 +92,13 @@ def test_unknown_type_lists_the_known_ones(known, value, guess):
     assert (f"did you mean '{guess}'?" in text) if guess else ("did you mean" not in text)
 
 
+def test_a_suggested_name_comes_before_the_closest_spelling(known):
+    with pytest.raises(DeviceError, match="did you mean 'cuda'"):
+        parse_device("gpu", known, {"gpu": "cuda"})
+    with pytest.raises(DeviceError, match="did you mean 'xpu'"):
+        parse_device("gpu", known)  # the closest spelling, which no one means
+
+
 @pytest.mark.parametrize("value", [
     "", " ", ":0", "cuda:", "cuda:-1", "cuda:0:1", "cu da", "cuda:1.5", "cuda:x", "9npu",
     "npu-0", "cuda/0",

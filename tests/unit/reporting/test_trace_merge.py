@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from initorch import InitorchError, RankInfo
-from initorch.cli import per_rank_path
+from initorch.cli.run import per_rank_path
 from initorch.reporting.trace_merge import merge_traces
 
 

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from initorch import Registry
+from initorch.cli.validate import validate_all
 from initorch.errors import (
     EXIT_INVALID_INPUT,
     EXIT_OK,
@@ -24,7 +25,6 @@ from initorch.errors import (
     UnknownStepError,
 )
 from initorch.plugin import step
-from initorch.validate import validate_all
 from tests.support.profiles import assert_single_error_line, write
 from tests.support.synthetic import define, noop
 

@@ -1,4 +1,5 @@
-"""Rows for ``initorch profiles``, ``steps`` and ``settings`` (text and JSON)."""
+"""The rows of ``initorch profiles``, ``steps`` and ``settings``: ``--json`` prints them as
+they are, :mod:`initorch.cli.tables` as text."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 from initorch.errors import InitorchError
 from initorch.loading.settle import SettledSettings
 from initorch.location import display_path
-from initorch.model.settings import SettingSpec, show_value
+from initorch.model.settings import SettingSpec
 from initorch.model.step import EDGE_KINDS
 from initorch.plugins import Registry
 
@@ -93,19 +94,3 @@ def _spec_fields(spec: SettingSpec) -> dict[str, Any]:
         "description": spec.description,
         "allowed": spec.describe_kind(),
     }
-
-
-def setting_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """The text of ``initorch settings``: key, default (or value), description, then
-    what is allowed and who declared it (or where the value came from)."""
-    width = max([len(row["key"]) for row in rows] + [3])
-    selected = bool(rows) and "value" in rows[0]
-    lines = [f"{'setting':<{width}}  {'value' if selected else 'default':<20}  description"]
-    for row in rows:
-        value = row["value"] if selected else row["default"]
-        shown = "(required)" if row["required"] and value is None else show_value(value)
-        lines.append(f"{row['key']:<{width}}  {shown:<20}  {row['description']}")
-        readers = ", ".join(d.split(" at ")[0] for d in row["declared_by"])
-        where = f"from {row['origin']}" if selected else f"declared by {readers}"
-        lines.append(f"{'':<{width}}    {row['allowed']}; {where}")
-    return lines
