@@ -1,8 +1,11 @@
 """The HiCache host KV pool: allocate it, then register it with the Mooncake Store.
 
 Which allocator a device needs is a profile fact (``device.host_allocator``),
-looked up here by name with no default: the MUSA crash came from a table whose
-default was the CUDA path.  Allocators, as SGLang 0.5.23 has them
+a setting declared with its table of allocators, so that a name is checked at plan
+time and looked up with no default: the MUSA crash came from a table whose
+default was the CUDA path.  A plugin adds an allocator with
+``registry.settings.extend_choices("device.host_allocator", {name: allocator})``.
+Allocators, as SGLang 0.5.23 has them
 (``srt/mem_cache/pool_host/common.py`` ``ALLOC_MEMORY_FUNCS``):
 
 ``cuda_host_register``  allocate, then ``cudaHostRegister`` through
@@ -156,15 +159,14 @@ def _cuda_host_register(nbytes: int, memory: MemorySource) -> Memory:
     return buffer, unregister
 
 
-ALLOCATORS: dict[str, Callable[[int, MemorySource], Memory]] = {
-    "cuda_host_register": _cuda_host_register,
-    "pin_memory": _pin_memory,
-    "pin_memory_xpu": _pin_memory_xpu,
-    "plain": _plain,
-}
+Allocator = Callable[[int, MemorySource], Memory]
+"""``(bytes, where plain memory comes from) -> the pool's memory``: what a name of
+``device.host_allocator`` selects."""
 
 HOST_ALLOCATOR = setting(
-    "device.host_allocator", str, required=True, choices=tuple(ALLOCATORS),
+    "device.host_allocator", str, required=True,
+    choices={"cuda_host_register": _cuda_host_register, "pin_memory": _pin_memory,
+             "pin_memory_xpu": _pin_memory_xpu, "plain": _plain},
     description="host KV pool allocator: cuda_host_register (CUDA, ROCm), pin_memory (NPU, "
                 "MUSA), pin_memory_xpu (XPU: a null pointer is an error) or plain (CPU, MPS)")
 HOST_POOL_MB = setting("hicache.host_pool_mb", int, default=64, minimum=1, maximum=2**24,
@@ -209,10 +211,7 @@ IO_BACKEND = setting(
 )
 def alloc_host_mem_pool(ctx: StepContext) -> HostPool:
     name = str(ctx.setting("device.host_allocator"))
-    allocator = ALLOCATORS.get(name)
-    if allocator is None:
-        raise StepError(f"unknown host allocator '{name}' for device '{ctx.device.type}'",
-                        hint=f"set device.host_allocator to one of {', '.join(ALLOCATORS)}")
+    allocator: Allocator = ctx.implementation("device.host_allocator")
     choice = resolve_layout(str(ctx.setting("hicache.layout")),
                             str(ctx.setting("hicache.storage_backend")),
                             str(ctx.setting("hicache.io_backend")),

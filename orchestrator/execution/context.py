@@ -165,6 +165,24 @@ class RunStepContext:
                 hint="add setting(...) for it to the step's @step(settings=...)")
         return self.state.plan.settings[key].value
 
+    def implementation(self, key: str) -> Any:
+        """What the value of ``key`` names, for a setting declared with a table of
+        choices (``setting(key, str, choices={name: implementation})``): the host
+        allocator ``device.host_allocator`` names, say.  The value was checked against
+        the table at plan time, plugins' additions included, so a run never meets a
+        name without an implementation.  The same declared-read rule as
+        :meth:`setting` applies."""
+        value = self.setting(key)
+        try:
+            return self.state.plan.implementations[key]
+        except KeyError:
+            raise StepDefinitionError(
+                f"step '{self.step}' asks what setting '{key}' names, but '{key}' is not "
+                f"declared with a table of choices (its value is {value!r})",
+                location=self.state.plan.step(self.step).step.defined_at,
+                hint="declare it with setting(..., choices={name: implementation})"
+            ) from None
+
     def output(self, step: str) -> Any:
         """The output of a completed step this one depends on.
 

@@ -46,11 +46,12 @@ def qualified_name(value: object) -> str | None:
 
 
 def spec_json(spec: SettingSpec) -> dict[str, Any]:
-    """A setting's declaration as JSON (everything but where it was declared and its
-    environment reader, code that the value's origin already names)."""
+    """A setting's declaration as JSON (everything but where it was declared, its
+    environment reader, code that the value's origin already names, and the
+    implementations its choices name, code that the choices already name)."""
     return {name.name: _listed(getattr(spec, name.name))
             for name in dataclasses.fields(spec)
-            if name.name not in ("defined_at", "from_environment")}
+            if name.name not in ("defined_at", "from_environment", "implementations")}
 
 
 def _listed(value: Any) -> Any:

@@ -81,6 +81,11 @@ class StepContext(Protocol):
         """A setting the step declares (``@step(settings=...)``) by dotted key, or the
         core ``device.type``/``device.aliases``; any other key is refused."""
 
+    def implementation(self, key: str) -> Any:
+        """What the value of a declared setting with a table of choices
+        (``choices={name: implementation}``) names, plugins' additions included;
+        checked at plan time, so a run never meets a name without one."""
+
     def output(self, step: str) -> Any:
         """The output of a completed step the plan orders before this one."""
 
@@ -110,6 +115,9 @@ class PreviewContext(Protocol):
 
     def setting(self, key: str) -> Any:
         """Any declared setting's value by dotted key."""
+
+    def implementation(self, key: str) -> Any:
+        """What the value of a setting with a table of choices names."""
 
     def where(self, key: str) -> SourceLocation | None:
         """Where a setting was last set (a profile line or the command line)."""

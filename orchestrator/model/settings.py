@@ -106,7 +106,12 @@ class SettingSpec:
     """One declared setting.  Build it with :func:`setting`.
 
     ``choices`` (empty: any value of the kind) may be extended by plugins through
-    :meth:`SettingCatalog.extend_choices`.  ``required`` settings have no default:
+    :meth:`SettingCatalog.extend_choices`.  A setting declared with a table of
+    choices (``choices={name: implementation}``) also keeps ``implementations``,
+    in the order of ``choices``: what a step gets for the value with
+    ``ctx.implementation(key)`` (an allocator, a memory query), so that the names a
+    profile may give and the code they select are one table, checked at plan
+    time.  ``required`` settings have no default:
     a plan that runs a step declaring one must get its value from a profile (or
     ``--set``).  ``nullable`` settings accept ``null``.  Bounds are inclusive
     except ``exclusive_minimum``; ``pattern`` must match a text value (or each item
@@ -129,6 +134,12 @@ class SettingSpec:
     """What ``pattern`` accepts, in words, for the error message (else the regex)."""
     from_environment: EnvironmentReader | None = field(default=None, compare=False)
     """Where the environment may give the value: over the profiles, under ``--set``."""
+    implementations: tuple[Any, ...] = field(default=(), repr=False)
+    """What each of ``choices`` names, position by position; empty: a plain list."""
+
+    def implementation(self, value: Any) -> Any:
+        """What ``value`` (one of ``choices``) names in this setting's table."""
+        return self.implementations[self.choices.index(value)]
 
     def check(self, value: Any) -> str | None:
         """What is wrong with ``value`` for this setting, as one sentence naming the
@@ -277,7 +288,7 @@ def setting(
     *,
     description: str,
     default: Any = _NO_DEFAULT,
-    choices: Iterable[Any] = (),
+    choices: Iterable[Any] | Mapping[Any, Any] = (),
     minimum: float | None = None,
     exclusive_minimum: float | None = None,
     maximum: float | None = None,
@@ -291,9 +302,10 @@ def setting(
     ``list[str]`` (the types, or their names).  A nullable setting defaults to
     ``None``; a required one has no default.  ``from_environment`` reads the value
     from a variable another program is configured by: it beats the profiles and
-    loses to ``--set``, and its origin names the variable.  Nothing else is
-    validated here: the :class:`SettingCatalog` checks declarations once, when they
-    are registered.
+    loses to ``--set``, and its origin names the variable.  ``choices`` given as a
+    mapping is a table: its keys are the allowed values, and a step reads what the
+    value names with ``ctx.implementation(key)``.  Nothing else is validated here:
+    the :class:`SettingCatalog` checks declarations once, when they are registered.
 
     >>> setting("hicache.host_pool_mb", int, default=64, minimum=1,
     ...         description="HiCache host KV pool size in MiB")
@@ -311,9 +323,10 @@ def setting(
         default = None
     elif isinstance(default, list):
         default = tuple(default)  # keep the frozen spec hashable
+    table = choices if isinstance(choices, Mapping) else {}
     return SettingSpec(key, resolved, description, default, tuple(choices), minimum,
                        exclusive_minimum, maximum, pattern, nullable, required, where,
-                       pattern_help, from_environment)
+                       pattern_help, from_environment, tuple(table.values()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,11 +410,14 @@ class SettingCatalog:
                 self._effective[spec.key] = spec
             self._by.setdefault(spec.key, []).append(declaration)
 
-    def extend_choices(self, key: str, choices: Iterable[Any], *, by: str | None = None
-                       ) -> SettingSpec:
+    def extend_choices(self, key: str, choices: Iterable[Any] | Mapping[Any, Any], *,
+                       by: str | None = None) -> SettingSpec:
         """Allow more values for a setting that has a list of choices (a plugin's
-        backend package, allocator or transport); ``by`` names who allows them
-        (default: the plugin being loaded).  Returns the effective spec."""
+        backend package or transport); ``by`` names who allows them (default: the
+        plugin being loaded).  For a setting declared with a table (an allocator, a
+        memory query), ``choices`` maps each new name to its implementation: one call
+        both allows the name and provides what it selects.  A name the setting already
+        has must name the same implementation.  Returns the effective spec."""
         spec = self._effective.get(key)
         where = caller_location()
         by = by or self._plugin()
@@ -413,15 +429,28 @@ class SettingCatalog:
             raise StepDefinitionError(f"{by} extends the choices of '{key}', which accepts "
                                       "any value of its kind", location=where,
                                       hint="only settings declared with choices= have a list")
-        added = tuple(dict.fromkeys(c for c in choices if c not in spec.choices))
+        table = _extension(spec, choices, by, where)
+        added = {name: code for name, code in table.items() if name not in spec.choices}
         unconstrained = dataclasses.replace(spec, choices=())
         for choice in added:
             problem = unconstrained.check(choice)
             if problem is not None:
                 raise StepDefinitionError(f"{by}: choice {choice!r} is invalid: {problem}",
                                           location=where)
-        self._effective[key] = dataclasses.replace(spec, choices=spec.choices + added)
+        implementations = spec.implementations + tuple(added.values()) \
+            if spec.implementations else ()
+        self._effective[key] = dataclasses.replace(
+            spec, choices=spec.choices + tuple(added), implementations=implementations)
         return self._effective[key]
+
+    def implementations(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """What each of ``values`` (by key) names, for the settings declared with a
+        table; a value that is not one of its choices (refused elsewhere) names
+        nothing."""
+        return {spec.key: spec.implementation(values[spec.key])
+                for spec in self._effective.values()
+                if spec.implementations and spec.key in values
+                and values[spec.key] in spec.choices}
 
     def get(self, key: str) -> SettingSpec | None:
         """The effective declaration of ``key`` (choices extended), or ``None``."""
@@ -474,6 +503,30 @@ class SettingCatalog:
                     hint="a key is either a value or a section of other keys, not both")
 
 
+def _extension(spec: SettingSpec, choices: Iterable[Any] | Mapping[Any, Any], by: str,
+               where: SourceLocation) -> dict[Any, Any]:
+    """``choices`` as ``{name: implementation}`` (``None`` for a plain list); refused
+    when its shape is not the setting's or when it names an existing choice's
+    implementation differently."""
+    if not spec.implementations:
+        if isinstance(choices, Mapping):
+            raise StepDefinitionError(
+                f"{by} gives implementations for the choices of '{spec.key}', which is "
+                "declared with a plain list", location=where, hint="list the names only")
+        return dict.fromkeys(choices)
+    if not isinstance(choices, Mapping):
+        raise StepDefinitionError(
+            f"{by} extends the choices of '{spec.key}' without their implementations",
+            location=where, hint=f"map each name to what it selects: "
+                                 f"extend_choices({spec.key!r}, {{name: implementation}})")
+    for name, code in choices.items():
+        if name in spec.choices and spec.implementation(name) != code:
+            raise StepDefinitionError(
+                f"{by} gives choice {name!r} of '{spec.key}' another implementation",
+                location=where, hint="choose a name of your own")
+    return dict(choices)
+
+
 def _validate(spec: SettingSpec, declaration: Declaration) -> None:
     """Refuse a declaration that no value could satisfy, or that the schema cannot show."""
     def fail(message: str, hint: str | None = None) -> None:
@@ -501,6 +554,14 @@ def _validate(spec: SettingSpec, declaration: Declaration) -> None:
             fail(f"has an invalid pattern: {exc}")
     if spec.choices and spec.kind not in ("str", "int", "float"):
         fail("has choices but is neither text nor a number")
+    if spec.implementations:
+        if len(spec.implementations) != len(spec.choices):
+            fail(f"has {len(spec.implementations)} implementations for "
+                 f"{len(spec.choices)} choices",
+                 "declare the table as choices={name: implementation}")
+        if spec.nullable:
+            fail("has a table of choices but is nullable: null would name nothing",
+                 "give the 'nothing' case a name of its own in the table")
     unconstrained = dataclasses.replace(spec, choices=(), nullable=True)
     for choice in spec.choices:
         if choice is None or unconstrained.check(choice) is not None:

@@ -72,6 +72,9 @@ class Plan:
 
     ``env`` holds the environment variables the profiles set (a run sets them
     before its first step, see :mod:`initorch.execution.environment`).
+    ``implementations`` holds, by key, what the value of each setting declared with
+    a table of choices names (``ctx.implementation``): code, like the steps'
+    actions, which the fingerprint covers by the settings' values.
     """
 
     profiles: tuple[str, ...]
@@ -82,6 +85,7 @@ class Plan:
     graph: PlanGraph
     fingerprint: str
     env: Mapping[str, EnvEntry] = field(default_factory=dict)
+    implementations: Mapping[str, Any] = field(default_factory=dict)
     _by_name: dict[str, PlannedStep] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

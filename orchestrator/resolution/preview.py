@@ -33,13 +33,15 @@ from initorch.resolution.plan import PlannedStep
 class PlanPreviewContext:
     """What a step's preview sees: the resolved settings, the device and the
     environment the plan was made in (``WORLD_SIZE``, ``LOCAL_WORLD_SIZE`` under
-    torchrun); implements :class:`initorch.model.contexts.PreviewContext`.  A preview
-    must not import torch or a vendor package."""
+    torchrun), and what the settings declared with a table of choices name;
+    implements :class:`initorch.model.contexts.PreviewContext`.  A preview must not
+    import torch or a vendor package."""
 
     step: str
     device: DeviceRef
     settings: Mapping[str, Setting]
     environ: Mapping[str, str]
+    implementations: Mapping[str, Any]
 
     def setting(self, key: str) -> Any:
         """A declared setting's value by dotted key (a preview may read any declared
@@ -51,6 +53,19 @@ class PlanPreviewContext:
                                "or plugin declares",
                                hint="declare it with setting(...) in @step(settings=...)"
                                ) from None
+
+    def implementation(self, key: str) -> Any:
+        """What the value of ``key``, a setting declared with a table of choices, names
+        (the preview of a memory query shows its summary)."""
+        value = self.setting(key)
+        try:
+            return self.implementations[key]
+        except KeyError:
+            raise ResolveError(f"step '{self.step}' asks what setting '{key}' names, but "
+                               f"'{key}' is not declared with a table of choices "
+                               f"(its value is {value!r})",
+                               hint="declare it with setting(..., choices={name: "
+                                    "implementation})") from None
 
     def where(self, key: str) -> SourceLocation | None:
         """Where a setting was last set (a profile line or the command line)."""
@@ -65,7 +80,8 @@ class PlanPreviewContext:
 
 
 def preview_steps(steps: tuple[PlannedStep, ...], settings: Mapping[str, Setting],
-                  device: DeviceRef, environ: Mapping[str, str]) -> tuple[PlannedStep, ...]:
+                  device: DeviceRef, environ: Mapping[str, str],
+                  implementations: Mapping[str, Any]) -> tuple[PlannedStep, ...]:
     """``steps`` with each preview's notes attached; one :class:`ResolveError` listing
     every refusal.  An exception other than an :class:`InitorchError` is a bug in
     the step and propagates as it is."""
@@ -76,7 +92,8 @@ def preview_steps(steps: tuple[PlannedStep, ...], settings: Mapping[str, Setting
         if preview is None:
             previewed.append(planned)
             continue
-        context = PlanPreviewContext(planned.name, device, settings, environ)
+        context = PlanPreviewContext(planned.name, device, settings, environ,
+                                     implementations)
         try:
             notes = tuple(str(line) for line in preview(context))
         except InitorchError as error:

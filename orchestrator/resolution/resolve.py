@@ -174,7 +174,9 @@ def _resolve(composed: ComposedProfile, steps: StepRegistry, device_index: int |
         planned.append(PlannedStep(candidate.step, waves[name],
                                    Reasons(candidate.pulls, skipped), candidate.declared))
     device = DeviceRef(device_type.value, device_index)
-    ordered = preview_steps(tuple(planned), settled.values, device, environ)
+    implementations = steps.settings.implementations(
+        {key: setting.value for key, setting in settled.values.items()})
+    ordered = preview_steps(tuple(planned), settled.values, device, environ, implementations)
     del planned
     skipped_steps = tuple(SkippedStep(name, skipped[name], summaries.get(name, ""))
                           for name in sorted(skipped))
@@ -188,6 +190,7 @@ def _resolve(composed: ComposedProfile, steps: StepRegistry, device_index: int |
         fingerprint=fingerprint(composed.names, device, settled.values, ordered,
                                 skipped_steps, composed.env),
         env=dict(composed.env),
+        implementations=implementations,
     )
 
 

@@ -44,6 +44,7 @@ from initorch.location import SourceLocation, display_path
 from initorch.model.canonical import declaration, step_fields
 from initorch.model.devices import DeviceRef
 from initorch.model.registry import StepRegistry
+from initorch.model.settings import SettingCatalog
 from initorch.model.step import EDGE_KINDS, OVERRIDABLE_FIELDS
 from initorch.resolution.fingerprint import fingerprint
 from initorch.resolution.plan import (
@@ -184,7 +185,7 @@ def read_saved_plan(path: str | os.PathLike[str], steps: StepRegistry) -> Plan:
             raise SavedPlanError(shown, "the plan no longer matches the registered steps "
                                  f"({len(problems)} step(s) missing or declared differently)",
                                  hint=redo, problems=problems)
-        plan = _plan(saved, planned)
+        plan = _plan(saved, planned, steps.settings)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SavedPlanError(shown, f"malformed saved plan ({type(exc).__name__}: {exc})",
                              hint=redo) from None
@@ -251,7 +252,8 @@ def _refusals(plan: Plan, steps: StepRegistry, where: SourceLocation) -> list[Pr
         plan.__contains__)]
     if not problems:  # previews read the settings: only once those are known to be valid
         try:
-            preview_steps(plan.steps, plan.settings, plan.device, os.environ)
+            preview_steps(plan.steps, plan.settings, plan.device, os.environ,
+                          plan.implementations)
         except InitorchError as error:
             problems += [Problem(p.message, where, p.hint) for p in error.problems]
     return problems
@@ -326,7 +328,7 @@ def _planned_steps(saved: dict[str, Any], steps: StepRegistry, shown: str, redo:
     return planned, problems
 
 
-def _plan(saved: dict[str, Any], steps: list[PlannedStep]) -> Plan:
+def _plan(saved: dict[str, Any], steps: list[PlannedStep], catalog: SettingCatalog) -> Plan:
     order = [planned.name for planned in steps]
     if saved["order"] != order:
         raise ValueError("'order' does not list the steps in their order")
@@ -343,7 +345,7 @@ def _plan(saved: dict[str, Any], steps: list[PlannedStep]) -> Plan:
     return Plan(profiles=profiles, device=device, settings=settings, steps=planned,
                 skipped=skipped, graph=PlanGraph(order, (_edge(e) for e in saved["edges"])),
                 fingerprint=fingerprint(profiles, device, settings, planned, skipped, env),
-                env=env)
+                env=env, implementations=catalog.implementations(saved["settings"]))
 
 
 def _changes(then: dict[str, Any], now: dict[str, Any]) -> list[str]:

@@ -117,7 +117,8 @@ def test_the_schema_follows_what_plugins_declare(builtin_registry):
     registry = Registry.with_plugins()
     registry.steps.add(define("warm_cache", settings=setting(
         "warmup.pages", int, default=8, minimum=1, description="pages to touch")))
-    registry.settings.extend_choices("device.host_allocator", ["numa_pinned"])
+    registry.settings.extend_choices("device.host_allocator",
+                                     {"numa_pinned": lambda nbytes, memory: memory(nbytes)})
     schema = profile_schema(registry.settings, registry.steps)
     config = schema["properties"]["config"]["oneOf"][1]["properties"]
     assert config["warmup"]["properties"]["pages"]["minimum"] == 1

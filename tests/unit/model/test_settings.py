@@ -11,10 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from initorch import Registry, Run
-from initorch.errors import StepDefinitionError
+from initorch import Plan, Registry, Run
+from initorch.errors import InitorchError, StepDefinitionError
+from initorch.loading.compose import compose
+from initorch.model.canonical import spec_json
 from initorch.model.settings import CORE_KEYS, MAX_INT, show_value
 from initorch.plugin import SettingCatalog, SettingSpec, StepRegistry, setting
+from initorch.resolution.resolve import resolve
 from tests.support.runs import DIAGNOSES
 from tests.support.synthetic import define, synthetic_plan
 
@@ -246,6 +249,111 @@ def test_extending_choices_is_checked(key, choices, fragment):
     assert fragment in str(caught.value)
     assert caught.value.location is not None
     assert caught.value.location.path.endswith("test_settings.py")
+
+
+def _slow() -> str:
+    return "slow"
+
+
+def _quick() -> str:
+    return "quick"
+
+
+def _turbo() -> str:
+    return "turbo"
+
+
+ENGINE = setting("a.engine", str, default="slow", choices={"slow": _slow, "quick": _quick},
+                 description="an engine, chosen from a table")
+
+
+def test_a_table_of_choices_keeps_what_each_name_selects():
+    assert ENGINE.choices == ("slow", "quick")
+    assert ENGINE.implementation("quick") is _quick
+    assert ENGINE.check("warp") is not None
+    assert "implementations" not in spec_json(ENGINE)  # code: the names stand for it
+    assert spec_json(ENGINE) == spec_json(setting(
+        "a.engine", str, default="slow", choices=("slow", "quick"),
+        description="an engine, chosen from a table"))
+
+
+def test_one_call_extends_a_table_with_names_and_what_they_select():
+    catalog = SettingCatalog()
+    catalog.add(ENGINE)
+    extended = catalog.extend_choices("a.engine", {"turbo": _turbo, "slow": _slow},
+                                      by="plugin acme")
+    assert extended.choices == ("slow", "quick", "turbo")
+    assert extended.implementation("turbo") is _turbo
+    assert catalog.implementations({"a.engine": "turbo", "a.mode": "fast"}) == \
+        {"a.engine": _turbo}
+    assert catalog.implementations({"a.engine": "warp"}) == {}  # refused by its check
+    assert ENGINE.choices == ("slow", "quick")  # the declaration itself is unchanged
+
+
+@pytest.mark.parametrize(("key", "choices", "fragment"), [
+    ("a.engine", ["turbo"], "extends the choices of 'a.engine' without their implementations"),
+    ("a.mode", {"turbo": _turbo}, "'a.mode', which is declared with a plain list"),
+    ("a.engine", {"slow": _turbo}, "gives choice 'slow' of 'a.engine' another implementation"),
+])
+def test_extending_a_table_takes_the_shape_of_its_declaration(key, choices, fragment):
+    catalog = SettingCatalog()
+    catalog.add(MODE)
+    catalog.add(ENGINE)
+    with pytest.raises(StepDefinitionError) as caught:
+        catalog.extend_choices(key, choices)
+    assert fragment in str(caught.value)
+    assert caught.value.location is not None
+    assert caught.value.location.path.endswith("test_settings.py")
+    assert catalog.get("a.engine") == ENGINE
+
+
+def test_a_nullable_table_is_refused():
+    with pytest.raises(StepDefinitionError, match="has a table of choices but is nullable"):
+        SettingCatalog().add(setting("a.engine", str, nullable=True, choices={"x": _slow},
+                                     description="d"))
+
+
+def _plan_with(registry: Registry, tmp_path: Path, config: str) -> Plan:
+    profile = tmp_path / "p.yaml"
+    names = "\n".join(f"  {s.name}: {{}}" for s in registry.steps)
+    profile.write_text(f"device:\n  type: cpu\nsteps:\n{names}\nconfig:\n{config}",
+                       encoding="utf-8")
+    return resolve(compose(registry.profiles, [str(profile)]), registry.steps)
+
+
+def test_steps_and_previews_get_what_the_value_names_plugins_included(tmp_path):
+    seen = []
+    registry = Registry()
+    engine = define("engine", lambda ctx: seen.append(ctx.implementation("a.engine")()),
+                    settings=ENGINE)
+    engine.preview(lambda ctx: [f"engine {ctx.implementation('a.engine')()}"])
+    registry.steps.add(engine)
+    registry.load_plugin("acme", lambda reg: reg.settings.extend_choices(
+        "a.engine", {"turbo": _turbo}))
+    plan = _plan_with(registry, tmp_path, "  a:\n    engine: turbo\n")
+    assert plan.step("engine").notes == ("engine turbo",)
+    assert Run(plan, diagnoses=DIAGNOSES).start().ok
+    assert seen == ["turbo"]
+
+
+def test_a_name_outside_the_table_is_refused_at_plan_time(tmp_path):
+    registry = Registry()
+    registry.steps.add(define("engine", settings=ENGINE))
+    with pytest.raises(InitorchError) as caught:
+        _plan_with(registry, tmp_path, "  a:\n    engine: turbo\n")
+    [problem] = caught.value.problems
+    assert problem.message == "a.engine must be one of slow, quick, got 'turbo'"
+    assert (problem.location.line, problem.location.column) == (7, 13)  # type: ignore[union-attr]
+
+
+def test_implementation_of_a_plain_setting_fails_naming_it(tmp_path):
+    registry = Registry()
+    registry.steps.add(define("pick", lambda ctx: ctx.implementation("a.mode"), settings=MODE))
+    [failed] = Run(_plan_with(registry, tmp_path, "  a: {}\n"),
+                   diagnoses=DIAGNOSES).start().failed
+    assert isinstance(failed.error, StepDefinitionError)
+    assert "'a.mode' is not declared with a table of choices (its value is 'fast')" \
+        in str(failed.error)
 
 
 def test_settings_are_frozen_and_slotted():

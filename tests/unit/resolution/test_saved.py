@@ -424,7 +424,7 @@ def resign(path: Path, registry: Registry, change) -> None:
     data = json.loads(path.read_text(encoding="utf-8"))
     change(data)
     steps, _ = saved._planned_steps(data, registry.steps, str(path), "")
-    data["fingerprint"] = saved._plan(data, steps).fingerprint
+    data["fingerprint"] = saved._plan(data, steps, registry.settings).fingerprint
     data["checksum"] = saved._checksum(data)
     path.write_text(json.dumps(data), encoding="utf-8")
 

@@ -266,7 +266,8 @@ def test_the_xpu_allocator_refuses_a_null_pinned_buffer(monkeypatch: pytest.Monk
     monkeypatch.setattr(host_pool, "_pin_memory", lambda nbytes, memory: (NullPinned(), None))
     with pytest.raises(StepError, match=r"Pinned host memory allocation of 1\.0 GiB "
                                         r"\(1073741824 bytes\) returned a null pointer"):
-        host_pool.ALLOCATORS["pin_memory_xpu"](1 << 30, host_pool.torch_memory)
+        host_pool.HOST_ALLOCATOR.implementation("pin_memory_xpu")(1 << 30,
+                                                                  host_pool.torch_memory)
 
 
 # -- releasing the engine ------------------------------------------------------------------
