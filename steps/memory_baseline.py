@@ -15,10 +15,12 @@ the smallest figure is below ``memory.balance_threshold`` times the largest,
 which is exactly when SGLang's check fails on some rank.
 
 How a device reports its free memory is device knowledge, chosen by the
-profile setting ``memory.query`` from :data:`MEMORY_QUERIES` (no branch on
-device strings).  The table is also the seam a plugin (or a test) uses to add
-a query: a test fakes one rank's figure by registering a query, while the
-gather, the check and the diagnosis run for real.
+profile setting ``memory.query``, declared with its table of queries (no branch
+on device strings; a name is checked at plan time).  The table is also the seam
+a plugin (or a test) uses to add a query,
+``registry.settings.extend_choices("memory.query", {name: MemoryQuerySpec(...)})``:
+a test fakes one rank's figure by registering a query, while the gather, the
+check and the diagnosis run for real.
 """
 
 from __future__ import annotations
@@ -90,22 +92,23 @@ class MemoryQuerySpec:
     summary: str
 
 
-MEMORY_QUERIES: dict[str, MemoryQuerySpec] = {
-    "host": MemoryQuerySpec(query_host, "host MemAvailable (capped by the cgroup limit) "
-                                        "divided by the ranks on this host"),
-    "mem_get_info": MemoryQuerySpec(query_mem_get_info, "free bytes of {module}.mem_get_info "
-                                                        "after {module}.empty_cache()"),
-    "total_minus_allocated": MemoryQuerySpec(query_total_minus_allocated,
-                                             "{module} total_memory - memory_allocated"),
-    "mps_working_set": MemoryQuerySpec(query_mps_working_set,
-                                       "Metal recommended_max_memory - driver_allocated_memory, "
-                                       "at most the host's available memory"),
-}
-
-
-QUERY = setting("memory.query", str, required=True, pattern=r"[a-z][a-z0-9_]*",
-                description="how the device reports its free memory: host, mem_get_info, "
-                            "total_minus_allocated, mps_working_set (a key of MEMORY_QUERIES)")
+QUERY = setting(
+    "memory.query", str, required=True,
+    choices={
+        "host": MemoryQuerySpec(query_host, "host MemAvailable (capped by the cgroup limit) "
+                                            "divided by the ranks on this host"),
+        "mem_get_info": MemoryQuerySpec(query_mem_get_info,
+                                        "free bytes of {module}.mem_get_info after "
+                                        "{module}.empty_cache()"),
+        "total_minus_allocated": MemoryQuerySpec(query_total_minus_allocated,
+                                                 "{module} total_memory - memory_allocated"),
+        "mps_working_set": MemoryQuerySpec(query_mps_working_set,
+                                           "Metal recommended_max_memory - "
+                                           "driver_allocated_memory, at most the host's "
+                                           "available memory"),
+    },
+    description="how the device reports its free memory: host, mem_get_info, "
+                "total_minus_allocated, mps_working_set; plugins add theirs")
 BALANCE_CHECK = setting("memory.balance_check", bool, default=True,
                         description="fail when ranks start with unbalanced memory")
 BALANCE_THRESHOLD = setting(
@@ -165,14 +168,6 @@ def gather_figures(local: int, group: Any) -> tuple[int, ...]:
     return tuple(int(t.item()) for t in gathered)
 
 
-def _query(name: object) -> MemoryQuerySpec:
-    query = MEMORY_QUERIES.get(str(name)) if name else None
-    if query is None:
-        raise ValueError(f"memory.query {name!r} is not a known memory query; known: "
-                         f"{', '.join(MEMORY_QUERIES)}")
-    return query
-
-
 @step(
     "memory_baseline",
     description="Measure each rank's available memory before the weights; fail when ranks "
@@ -185,10 +180,7 @@ def _query(name: object) -> MemoryQuerySpec:
     settings=(QUERY, BALANCE_CHECK, BALANCE_THRESHOLD, VISIBLE_DEVICES_ENV, TORCH_MODULE),
 )
 def memory_baseline(ctx: StepContext) -> MemoryBaseline:
-    try:
-        query = _query(ctx.setting("memory.query"))
-    except ValueError as exc:
-        raise StepError(str(exc), hint="set memory.query in the device profile") from None
+    query: MemoryQuerySpec = ctx.implementation("memory.query")
     threshold = float(ctx.setting("memory.balance_threshold"))
     module: ModuleType = ctx.output("import_backend")
     index = None if ctx.device.type in HOST_DEVICE_TYPES else device_index(ctx)
@@ -212,10 +204,7 @@ def memory_baseline(ctx: StepContext) -> MemoryBaseline:
 @memory_baseline.preview
 def preview_memory_baseline(ctx: PreviewContext) -> list[str]:
     name = ctx.setting("memory.query")
-    try:
-        query = _query(name)
-    except ValueError as exc:
-        ctx.reject(str(exc), setting="memory.query", hint="set it in the device profile")
+    query: MemoryQuerySpec = ctx.implementation("memory.query")
     threshold = float(ctx.setting("memory.balance_threshold"))
     summary = query.summary.format(module=ctx.setting("device.torch_module"))
     check = (f"fail when a rank has < {threshold:.0%} of the best rank's memory (only with "

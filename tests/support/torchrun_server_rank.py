@@ -7,8 +7,8 @@ affinity of every thread of this process and torch's thread count while the run
 is up and after teardown.
 
 ``--short-rank R`` is the documented test seam of ``memory_baseline``: it
-registers a memory query (``MEMORY_QUERIES``, the table device profiles pick
-from) that reports a quarter of the real host figure on rank R, so that the
+registers a memory query (a choice of ``memory.query``, the table device profiles
+pick from) that reports a quarter of the real host figure on rank R, so that the
 gather, the balance check and the diagnosis run for real on a faked figure.
 """
 
@@ -26,7 +26,7 @@ import torch
 from initorch import Registry, load_plan
 from initorch.execution.run import Run
 from initorch.plugin import StepContext
-from initorch.steps.memory_baseline import MEMORY_QUERIES, MemoryQuerySpec, query_host
+from initorch.steps.memory_baseline import MemoryQuerySpec, query_host
 
 
 def thread_masks() -> dict[str, str]:
@@ -43,13 +43,14 @@ def thread_masks() -> dict[str, str]:
     return masks
 
 
-def fake_short_rank(short: int) -> str:
+def fake_short_rank(registry: Registry, short: int) -> str:
     def query(ctx: StepContext, module: ModuleType, index: int | None) -> int:
         real = query_host(ctx, module, index)
         return real // 4 if ctx.rank.rank == short else real
 
     name = f"test_short_rank_{short}"
-    MEMORY_QUERIES[name] = MemoryQuerySpec(query, f"test seam: rank {short} reports a quarter")
+    registry.settings.extend_choices("memory.query", {name: MemoryQuerySpec(
+        query, f"test seam: rank {short} reports a quarter")}, by="test seam")
     return name
 
 
@@ -61,9 +62,9 @@ def main() -> None:
     parser.add_argument("--executor", default="sequential")
     args = parser.parse_args()
     settings: dict[str, Any] = json.loads(args.settings)
-    if args.short_rank is not None:
-        settings["memory.query"] = fake_short_rank(args.short_rank)
     registry = Registry.with_plugins()
+    if args.short_rank is not None:
+        settings["memory.query"] = fake_short_rank(registry, args.short_rank)
     plan = load_plan(["cpu", "server"], settings=settings, registry=registry)
     before = {"mask": sorted(os.sched_getaffinity(0)), "threads": torch.get_num_threads()}
     run = Run(plan, executor=args.executor, diagnoses=registry.diagnoses)

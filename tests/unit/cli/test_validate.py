@@ -198,6 +198,18 @@ config:
     assert "p.yaml:7:13: hicache.layout must be text, got the number 3" in lines[3]
 
 
+@pytest.mark.parametrize(("text", "fragment", "at"), [
+    ("device:\n  host_allocator: pinned\n", "device.host_allocator must be one of", "3:19"),
+    ("config:\n  memory:\n    query: free\n",
+     "memory.query must be one of host, mem_get_info, total_minus_allocated, "
+     "mps_working_set, got 'free'", "4:12"),
+])
+def test_every_table_of_implementations_is_checked_at_plan_time(run_cli, tmp_path, text,
+                                                                  fragment, at):
+    err = refused(run_cli, tmp_path, f"extends: cpu\n{text}", "-p", "server")
+    located(err, fragment, at=at)
+
+
 def test_validate_reports_problems_of_every_phase_at_once(run_cli, tmp_path):
     # A format problem (a negative timeout) used to hide the unknown step and setting.
     err = refused(run_cli, tmp_path, """

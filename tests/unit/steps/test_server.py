@@ -130,13 +130,21 @@ def test_plan_refuses_each_bad_size_by_its_declaration(run_cli, monkeypatch) -> 
 
 
 def test_plan_refuses_what_only_the_previews_can_tell(run_cli, monkeypatch) -> None:
-    code, _, err = plan_cli(run_cli, monkeypatch, {}, "-p", "cpu", "-p", "server",
-                            "--set", "parallel.tp_size=4", "--set", "parallel.ep_size=3",
-                            "--set", "memory.query=free")
+    code, _, err = plan_cli(run_cli, monkeypatch, {"LOCAL_WORLD_SIZE": "two"},
+                            "-p", "cpu", "-p", "server",
+                            "--set", "parallel.tp_size=4", "--set", "parallel.ep_size=3")
     assert code == 2
     assert "2 problem(s) found by step previews" in err
     assert "parallel.ep_size (3) must divide parallel.tp_size (4)" in err
-    assert "memory.query 'free' is not a known memory query" in err
+    assert "LOCAL_WORLD_SIZE" in err
+
+
+def test_plan_refuses_an_unknown_memory_query_by_its_table(run_cli, monkeypatch) -> None:
+    code, _, err = plan_cli(run_cli, monkeypatch, {}, "-p", "cpu", "-p", "server",
+                            "--set", "memory.query=free")
+    assert code == 2
+    assert ("memory.query must be one of host, mem_get_info, total_minus_allocated, "
+            "mps_working_set, got 'free'") in err
 
 
 def test_plan_json_carries_previews_and_a_machine_independent_fingerprint(
@@ -187,11 +195,11 @@ def test_unbalanced_message_names_the_short_rank_and_is_diagnosed() -> None:
 
 
 def test_profiles_name_a_memory_query_for_every_device() -> None:
-    from initorch.steps.memory_baseline import MEMORY_QUERIES
+    from initorch.steps.memory_baseline import QUERY
 
     for device in ("cpu", "cuda", "rocm", "npu", "musa", "xpu", "mps"):
         query = load_plan([device]).config()["memory.query"]
-        assert query in MEMORY_QUERIES, device
+        assert query in QUERY.choices, device
 
 
 def test_server_profile_is_a_layer_with_no_device(tmp_path: Path) -> None:
