@@ -14,6 +14,7 @@ import pytest
 
 from initorch import Registry
 from initorch.errors import EXIT_INVALID_INPUT, PluginError, StepDefinitionError
+from initorch.plugin import setting
 from initorch.plugins import PluginSelection
 from tests.support.profiles import BUILTIN_PROFILES, assert_single_error_line, run_initorch_in
 from tests.support.synthetic import define
@@ -340,6 +341,22 @@ def test_a_plugin_failing_halfway_leaves_nothing_registered(tmp_path: Path):
     assert registry.diagnoses.match(RuntimeError("Numpy is not available")) is None
     assert registry.plugins == ["good"]
     assert registry.steps.plugin_of("kept") == "good"
+
+
+def test_a_failing_plugin_takes_the_implementations_it_provided_with_it():
+    table = setting("a.engine", str, default="slow", choices={"slow": str.lower},
+                    description="an engine")
+    registry = Registry()
+    registry.steps.add(define("engine", settings=table))
+
+    def halfway(reg: Registry) -> None:
+        reg.settings.extend_choices("a.engine", {"turbo": str.upper})
+        raise RuntimeError("boom")
+
+    with pytest.raises(PluginError, match="boom"):
+        registry.load_plugin("halfway", halfway)
+    assert registry.settings.get("a.engine") == table
+    assert registry.settings.implementations({"a.engine": "turbo"}) == {}
 
 
 def test_declaration_errors_name_the_plugin_that_registered_first():
