@@ -23,7 +23,7 @@ from pathlib import Path
 from initorch import Registry
 from initorch.execution.run import Run
 from initorch.loading.compose import compose
-from initorch.plugin import DiagnosisBook, StepContext, step
+from initorch.plugin import DiagnosisCatalog, StepContext, step
 from initorch.resolution.plan import Plan
 from initorch.resolution.resolve import resolve
 
@@ -64,7 +64,7 @@ def critical_path(plan: Plan) -> float:
 
 
 def timed_run(plan: Plan, executor: str) -> float:
-    report = Run(plan, executor=executor, diagnoses=DiagnosisBook()).start()
+    report = Run(plan, executor=executor, diagnoses=DiagnosisCatalog()).start()
     assert report.ok
     return report.wall_time
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from initorch import Registry
 from initorch.loading.compose import ComposedProfile, compose
-from initorch.model.registry import StepRegistry
+from initorch.model.registry import StepCatalog
 from initorch.plugin import StepContext, step
 
 Shape = Callable[[int], dict[str, tuple[str, ...]]]
@@ -50,7 +50,7 @@ def _noop(ctx: StepContext) -> None:
 
 
 def setup(dependencies: dict[str, tuple[str, ...]], folder: Path
-          ) -> tuple[ComposedProfile, StepRegistry]:
+          ) -> tuple[ComposedProfile, StepCatalog]:
     """The steps registered with their ``requires`` and one profile listing them all."""
     registry = Registry()
     for step_name, requires in dependencies.items():

@@ -31,7 +31,7 @@ from measure import Sink, interleaved, print_ratios
 from initorch import Registry
 from initorch.execution.run import Run
 from initorch.loading.compose import compose
-from initorch.plugin import DiagnosisBook, StepContext, step
+from initorch.plugin import DiagnosisCatalog, StepContext, step
 from initorch.reporting.logs import configure_logging
 from initorch.resolution.plan import Plan
 from initorch.resolution.resolve import resolve
@@ -92,7 +92,7 @@ SETUPS: dict[str, tuple[Callable[[], logging.Handler | None], int]] = {
 
 def per_step_us(plan: Plan, make: Callable[[], logging.Handler | None], level: int) -> float:
     with initorch_logger(make(), level):
-        report = Run(plan, diagnoses=DiagnosisBook()).start()
+        report = Run(plan, diagnoses=DiagnosisCatalog()).start()
     assert report.ok
     return report.wall_time / len(plan.steps) * 1e6
 

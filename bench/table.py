@@ -40,7 +40,7 @@ from initorch.execution.run import Run
 from initorch.loading.compose import compose
 from initorch.loading.document import read_profile
 from initorch.loading.yamlsource import parse_yaml
-from initorch.plugin import DiagnosisBook, StepContext, step
+from initorch.plugin import DiagnosisCatalog, StepContext, step
 from initorch.reporting.logs import configure_logging
 from initorch.resolution.plan import Plan
 from initorch.resolution.resolve import resolve
@@ -246,7 +246,7 @@ def planned(dependencies: dict[str, tuple[str, ...]], folder: Path,
 
 
 def per_step_us(plan: Plan, executor: str = "sequential", teardown: bool = False) -> float:
-    run = Run(plan, executor=executor, diagnoses=DiagnosisBook())
+    run = Run(plan, executor=executor, diagnoses=DiagnosisCatalog())
     report = run.start()
     assert report.ok, report.failed
     began = time.perf_counter()
@@ -302,7 +302,7 @@ def executor_rows(runs: int, sizes: tuple[int, int], folder: Path) -> list[Row]:
         waits = planned({f"w{i:03d}": () for i in range(200)}, folder, _sleep)
         walls, threads = rounds(max(3, runs // 2),
                                 lambda: Run(waits, executor="parallel",
-                                           diagnoses=DiagnosisBook()).start().wall_time,
+                                           diagnoses=DiagnosisCatalog()).start().wall_time,
                                 lambda: timed(plain_threads))
         rows.append(Row("parallel executor, 200 independent 0.2 s waits / the longest "
                         f"(200 bare threads: {statistics.median(threads) / 0.2:.2f}x)",

@@ -36,10 +36,9 @@ _ERRORS = ("ConditionError", "ConflictError", "CycleError", "DeviceError",
            "ResolveError", "SavedPlanError", "StepDefinitionError", "StepError",
            "UnknownStepError", "UnplannedStepWarning")
 _PLUGIN_KIT = ("Detection", "DeviceBinding", "DeviceProbe", "DeviceRef", "Diagnosis",
-               "DiagnosisBook", "Executor", "Finding", "JobStore", "Machine", "PeerBounds",
-               "PreviewContext", "RunDriver", "SettingCatalog", "SettingSpec", "Step",
-               "StepContext", "StepDefinition", "StepRegistry", "Verdict", "parse_device",
-               "setting", "step")
+               "Executor", "Finding", "JobStore", "Machine", "PeerBounds", "PreviewContext",
+               "RunDriver", "SettingCatalog", "SettingSpec", "Step", "StepContext",
+               "StepDefinition", "Verdict", "parse_device", "setting", "step")
 _RENDERERS = ("explain_text", "graph_dot", "graph_json", "graph_mermaid", "run_summary_text")
 # The resolver's parts: load_plan composes and resolves; these are internal now.
 _RESOLVER = {"ComposedProfile": "initorch.loading.compose", "compose": "initorch.loading.compose",

@@ -28,11 +28,11 @@ from initorch.exports import on_first_use
 from initorch.loading.detection import Detection, DeviceProbe, Machine, Verdict
 from initorch.model.contexts import PreviewContext, RankView, StepContext
 from initorch.model.devices import DeviceRef, parse_device
-from initorch.model.registry import StepRegistry
+from initorch.model.registry import StepCatalog
 from initorch.model.settings import SettingCatalog, SettingSpec, setting
 from initorch.model.step import MAX_TIMEOUT_S, Step, StepDefinition, step
 from initorch.plugins import Registry
-from initorch.reporting.diagnosis import Diagnosis, DiagnosisBook, Finding
+from initorch.reporting.diagnosis import Diagnosis, DiagnosisCatalog, Finding
 
 if TYPE_CHECKING:
     from initorch.execution.executors import Executor, RunDriver
@@ -54,7 +54,7 @@ __all__ = [
     "DeviceProbe",
     "DeviceRef",
     "Diagnosis",
-    "DiagnosisBook",
+    "DiagnosisCatalog",
     "Executor",
     "Finding",
     "JobStore",
@@ -70,11 +70,11 @@ __all__ = [
     "SettingCatalog",
     "SettingSpec",
     "Step",
+    "StepCatalog",
     "StepContext",
     "StepDefinition",
     "StepDefinitionError",
     "StepError",
-    "StepRegistry",
     "Verdict",
     "capture_native_stderr",
     "host_port",

@@ -36,10 +36,10 @@ from importlib.metadata import EntryPoint, entry_points
 
 from initorch.errors import InitorchError, PluginError, RunInterrupted, describe_exception
 from initorch.loading.catalog import ProfileCatalog
-from initorch.loading.detection import ProbeBook
-from initorch.model.registry import StepRegistry
+from initorch.loading.detection import ProbeCatalog
+from initorch.model.registry import StepCatalog
 from initorch.model.settings import SettingCatalog
-from initorch.reporting.diagnosis import DiagnosisBook
+from initorch.reporting.diagnosis import DiagnosisCatalog
 
 ENTRY_POINT_GROUP = "initorch.plugins"
 BUILTIN = "builtin"
@@ -103,10 +103,10 @@ class Registry:
 
     def __init__(self) -> None:
         self.settings = SettingCatalog()
-        self.steps = StepRegistry(self.settings)
+        self.steps = StepCatalog(self.settings)
         self.profiles = ProfileCatalog()
-        self.diagnoses = DiagnosisBook()
-        self.probes = ProbeBook()
+        self.diagnoses = DiagnosisCatalog()
+        self.probes = ProbeCatalog()
         self.plugins: list[str] = []
 
     @classmethod

@@ -29,7 +29,7 @@ from initorch.execution.native_output import release_captures
 from initorch.execution.signals import POLL_S, SignalGuard
 from initorch.execution.watchdog import Watchdog
 from initorch.location import display_path
-from initorch.reporting.diagnosis import DiagnosisBook, failure_text
+from initorch.reporting.diagnosis import DiagnosisCatalog, failure_text
 from initorch.reporting.report import StepOutcome
 from initorch.resolution.plan import PlannedStep
 
@@ -292,7 +292,7 @@ class StepInvoker:
     """
 
     state: RunState
-    diagnoses: DiagnosisBook
+    diagnoses: DiagnosisCatalog
     log: Any
     clock: Callable[[], float]
     late: LateResult

@@ -54,7 +54,7 @@ from initorch.execution.launchers import LaunchArguments, detect_rank
 from initorch.execution.peers import JobPeers, JobStore
 from initorch.execution.signals import SignalGuard
 from initorch.execution.watchdog import Watchdog, start_watchdog, stop_watchdog
-from initorch.reporting.diagnosis import DiagnosisBook
+from initorch.reporting.diagnosis import DiagnosisCatalog
 from initorch.reporting.logs import get_logger
 from initorch.reporting.report import RunReport, StepOutcome, TeardownOutcome
 from initorch.resolution.plan import Plan, PlannedStep
@@ -114,7 +114,7 @@ class Run:
         *,
         executor: str | Executor = "sequential",
         workers: int | None = None,
-        diagnoses: DiagnosisBook,
+        diagnoses: DiagnosisCatalog,
         rank: RankInfo | None = None,
         launch: LaunchArguments | None = None,
         handle_signals: bool = False,

@@ -110,7 +110,7 @@ class Detection:
                 "candidates": [c.to_dict() for c in self.candidates]}
 
 
-class ProbeBook:
+class ProbeCatalog:
     """The registered probes; one per device type."""
 
     def __init__(self) -> None:
@@ -131,8 +131,8 @@ class ProbeBook:
         for probe in probes:
             self.add(probe)
 
-    def copy(self) -> ProbeBook:
-        clone = ProbeBook()
+    def copy(self) -> ProbeCatalog:
+        clone = ProbeCatalog()
         clone._probes = dict(self._probes)
         return clone
 
@@ -148,7 +148,7 @@ is not there) is a rejection that says where it hung, not a command that waits f
 ever."""
 
 
-def detect(probes: ProbeBook, machine: Machine | None = None, *, deep: bool = False,
+def detect(probes: ProbeCatalog, machine: Machine | None = None, *, deep: bool = False,
            timeout_s: float = DEEP_PROBE_TIMEOUT_S,
            announce: Callable[[str], None] | None = None) -> Detection:
     """Ask every probe, in priority order; the first that fits is chosen.

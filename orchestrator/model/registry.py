@@ -1,4 +1,4 @@
-"""The step registry: the one place step declarations are validated.
+"""The step catalog: the one place step declarations are validated.
 
 Steps are registered by name from Python (built-ins and plugins).  Profiles
 only ever *name* registered steps; nothing named in a profile is imported.
@@ -26,7 +26,7 @@ from initorch.model.step import (
 from initorch.suggest import closest
 
 
-class StepRegistry:
+class StepCatalog:
     """Registered steps by name, in registration order, with the plugin that added each.
 
     ``provider`` names the plugin whose ``register`` function is running; the
@@ -78,10 +78,10 @@ class StepRegistry:
         """The plugin that registered step ``name`` (``None``: added in code)."""
         return self._providers[name]
 
-    def copy(self) -> StepRegistry:
+    def copy(self) -> StepCatalog:
         """An independent registry with the same steps and declared settings (the
         plugin loader's undo point)."""
-        clone = StepRegistry(self.settings.copy())
+        clone = StepCatalog(self.settings.copy())
         clone._steps, clone._providers = dict(self._steps), dict(self._providers)
         clone._wanted_by = {name: list(steps) for name, steps in self._wanted_by.items()}
         clone.provider = self.provider

@@ -3,7 +3,7 @@
 A :class:`Step` is an immutable record.  Authors write a plain function and
 decorate it with :func:`step`, which only stamps a :class:`StepDefinition`
 (a small builder that also collects the optional teardown); the
-:class:`~initorch.model.registry.StepRegistry` validates definitions once and
+:class:`~initorch.model.registry.StepCatalog` validates definitions once and
 freezes them into :class:`Step` records.
 
 Edge vocabulary follows systemd, because operators already know it:
@@ -265,7 +265,7 @@ def step(
     """Declare a step.  The name defaults to the function name, the description
     to the first line of its docstring; ``settings`` lists what the step reads
     (see :func:`initorch.setting`).  Nothing is validated here; see
-    :meth:`StepRegistry.add`.
+    :meth:`StepCatalog.add`.
 
     The keywords are the fields :data:`STEP_FIELDS` marks ``keyword``, with the
     same defaults (``tests/test_registry.py`` holds them to it); they are spelt out

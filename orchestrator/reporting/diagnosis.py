@@ -3,8 +3,8 @@
 Modelled on Spring Boot's failure analyzers.  A :class:`Diagnosis` is data: an
 id, what went wrong, what the operator should do and which profile setting
 prevents it, plus a regex (and optionally exception class *names*) that
-recognise the failure.  A :class:`DiagnosisBook` validates entries once, keeps
-them in registration order and answers :meth:`DiagnosisBook.match` with a
+recognise the failure.  A :class:`DiagnosisCatalog` validates entries once, keeps
+them in registration order and answers :meth:`DiagnosisCatalog.match` with a
 :class:`Finding` or ``None``.
 
 This module knows nothing about devices: the entries themselves (ACL error
@@ -35,7 +35,7 @@ from initorch.location import SourceLocation, caller_location
 
 __all__ = [
     "Diagnosis",
-    "DiagnosisBook",
+    "DiagnosisCatalog",
     "DiagnosisDefinitionError",
     "Finding",
     "exception_chain",
@@ -140,21 +140,21 @@ class _Entry:
     types: frozenset[str]
 
 
-class DiagnosisBook:
+class DiagnosisCatalog:
     """Validated diagnoses in match order.
 
     All validation happens in :meth:`extend` (``add`` is a one-entry extend),
     and a batch is added all or nothing, so a plugin with one bad entry leaves
-    the book unchanged and learns about every problem at once.
+    the catalog unchanged and learns about every problem at once.
     """
 
     def __init__(self, diagnoses: Iterable[Diagnosis] = ()) -> None:
         self._entries: list[_Entry] = []
         self.extend(diagnoses)
 
-    def copy(self) -> DiagnosisBook:
-        """An independent book with the same entries (the plugin loader's undo point)."""
-        clone = DiagnosisBook()
+    def copy(self) -> DiagnosisCatalog:
+        """An independent catalog with the same entries (the plugin loader's undo point)."""
+        clone = DiagnosisCatalog()
         clone._entries = list(self._entries)
         return clone
 

@@ -55,7 +55,7 @@ from initorch.loading.settle import SettledSettings, settle
 from initorch.location import SourceLocation
 from initorch.model.conditions import Condition, parse_condition
 from initorch.model.devices import DeviceRef
-from initorch.model.registry import StepRegistry
+from initorch.model.registry import StepCatalog
 from initorch.model.step import EDGE_KINDS, EdgeKind, Step
 from initorch.resolution.fingerprint import fingerprint
 from initorch.resolution.graph import MAX_CYCLES_REPORTED, StepGraph
@@ -119,7 +119,7 @@ class _Input:
     in_profiles: bool
 
 
-def resolve(composed: ComposedProfile, steps: StepRegistry,
+def resolve(composed: ComposedProfile, steps: StepCatalog,
             device_index: int | None = None, requested: Sequence[str] = (),
             environ: Mapping[str, str] | None = None) -> Plan:
     """Resolve ``composed`` against ``steps``; raise an :class:`InitorchError` subclass
@@ -133,7 +133,7 @@ def resolve(composed: ComposedProfile, steps: StepRegistry,
                         os.environ if environ is None else environ)
 
 
-def _resolve(composed: ComposedProfile, steps: StepRegistry, device_index: int | None,
+def _resolve(composed: ComposedProfile, steps: StepCatalog, device_index: int | None,
              requested: Sequence[str], environ: Mapping[str, str]) -> Plan:
     checked = _check_input(composed, steps, requested)
     problems = checked.problems
@@ -194,13 +194,13 @@ def _resolve(composed: ComposedProfile, steps: StepRegistry, device_index: int |
     )
 
 
-def lint(composed: ComposedProfile, steps: StepRegistry) -> list[Problem]:
+def lint(composed: ComposedProfile, steps: StepCatalog) -> list[Problem]:
     """Every problem that stage 1 finds, for profiles that cannot be resolved on
     their own (overlays and abstract profiles set no device type)."""
     return sorted(_check_input(composed, steps, ()).problems, key=_reading_order)
 
 
-def _check_input(composed: ComposedProfile, steps: StepRegistry,
+def _check_input(composed: ComposedProfile, steps: StepCatalog,
                  requested: Sequence[str]) -> _Input:
     settled = settle(composed, steps.settings)
     problems = [*composed.problems, *settled.problems]
@@ -229,7 +229,7 @@ def _fail(problems: list[Problem], error: type[InitorchError]) -> NoReturn:
                 problems=sorted(problems, key=_reading_order))
 
 
-def _select(composed: ComposedProfile, registry: StepRegistry, requested: Sequence[str],
+def _select(composed: ComposedProfile, registry: StepCatalog, requested: Sequence[str],
             problems: list[Problem]) -> dict[str, _Candidate]:
     """Listed and requested steps with overrides applied, plus the closure of
     requires/wants and of the steps ``wanted_by`` a selected one.
@@ -350,7 +350,7 @@ def _apply_overrides(step: Step, entries: tuple[StepEntry, ...] | None, pulls: l
     return candidate
 
 
-def _check_edge_targets(candidates: dict[str, _Candidate], registry: StepRegistry,
+def _check_edge_targets(candidates: dict[str, _Candidate], registry: StepCatalog,
                         problems: list[Problem]) -> None:
     """Every ordering edge of a selected step names a registered step (``requires`` and
     ``wants`` targets were looked up when they were pulled in)."""
@@ -371,7 +371,7 @@ def _check_edge_targets(candidates: dict[str, _Candidate], registry: StepRegistr
 ORDERING_KINDS: tuple[EdgeKind, ...] = ("after", "before")
 
 
-def _parse_conditions(candidates: dict[str, _Candidate], registry: StepRegistry,
+def _parse_conditions(candidates: dict[str, _Candidate], registry: StepCatalog,
                       problems: list[Problem]) -> None:
     """Parse each effective ``when``; it may only read declared settings."""
     conditional = sorted(name for name, c in candidates.items() if c.step.when is not None)
@@ -436,7 +436,7 @@ def _skip_unwanted(candidates: dict[str, _Candidate], skipped: dict[str, str]) -
                 changed = True
 
 
-def _check_required_settings(active: dict[str, _Candidate], registry: StepRegistry,
+def _check_required_settings(active: dict[str, _Candidate], registry: StepCatalog,
                              settled: SettledSettings, device_type: Setting,
                              problems: list[Problem]) -> None:
     """A required setting must be given when a planned step reads it, or always

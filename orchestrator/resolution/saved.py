@@ -43,7 +43,7 @@ from initorch.loading.document import EnvEntry, Setting, env_name_problem, env_v
 from initorch.location import SourceLocation, display_path
 from initorch.model.canonical import declaration, step_fields
 from initorch.model.devices import DeviceRef
-from initorch.model.registry import StepRegistry
+from initorch.model.registry import StepCatalog
 from initorch.model.settings import SettingCatalog
 from initorch.model.step import EDGE_KINDS, OVERRIDABLE_FIELDS
 from initorch.resolution.fingerprint import fingerprint
@@ -167,7 +167,7 @@ def _checksum(saved: dict[str, Any]) -> str:
 
 # -- loading --------------------------------------------------------------------------------
 
-def read_saved_plan(path: str | os.PathLike[str], steps: StepRegistry) -> Plan:
+def read_saved_plan(path: str | os.PathLike[str], steps: StepCatalog) -> Plan:
     """The plan saved at ``path``, with its steps taken from ``steps``;
     :class:`SavedPlanError` when it cannot be run exactly as it was saved.
     (:func:`initorch.load_saved_plan` takes a plugin registry, the installed plugins by
@@ -225,7 +225,7 @@ def _read(shown: str, path: str, redo: str) -> dict[str, Any]:
     return saved
 
 
-def _refusals(plan: Plan, steps: StepRegistry, where: SourceLocation) -> list[Problem]:
+def _refusals(plan: Plan, steps: StepCatalog, where: SourceLocation) -> list[Problem]:
     """What the plan says that the profiles it claims to come from could not: a
     setting its declaration refuses (a module no plugin declares, NaN, a negative
     timeout), an environment variable a profile may not set, an order the steps'
@@ -302,7 +302,7 @@ def _check_header(saved: dict[str, Any], shown: str, redo: str) -> None:
             f"reads plan format {FORMAT_VERSION}", hint=redo)
 
 
-def _planned_steps(saved: dict[str, Any], steps: StepRegistry, shown: str, redo: str
+def _planned_steps(saved: dict[str, Any], steps: StepCatalog, shown: str, redo: str
                    ) -> tuple[list[PlannedStep], list[Problem]]:
     """The saved steps with their code from ``steps``, and a problem for every step
     that is not registered or is declared differently now."""

@@ -24,7 +24,7 @@ of being explained wrongly.  Nothing here imports a vendor package.
 
 from __future__ import annotations
 
-from initorch.plugin import Diagnosis, DiagnosisBook
+from initorch.plugin import Diagnosis, DiagnosisCatalog
 from initorch.steps.diagnoses import ascend, host_memory, mooncake, torch_stack
 
 __all__ = ["BUILTIN_DIAGNOSES", "register_diagnoses"]
@@ -67,6 +67,6 @@ BUILTIN_DIAGNOSES: tuple[Diagnosis, ...] = (
 )
 
 
-def register_diagnoses(book: DiagnosisBook) -> None:
-    """Add the built-in entries to ``book``, after anything a caller placed first."""
-    book.extend(BUILTIN_DIAGNOSES)
+def register_diagnoses(catalog: DiagnosisCatalog) -> None:
+    """Add the built-in entries to ``catalog``, after anything a caller placed first."""
+    catalog.extend(BUILTIN_DIAGNOSES)

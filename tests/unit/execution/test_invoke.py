@@ -14,7 +14,7 @@ from initorch.execution.context import RankInfo, RunState
 from initorch.execution.invoke import StepAbortedError, StepInvoker, StepTimeoutError, stuck_at
 from initorch.execution.run import Run
 from initorch.execution.signals import SignalGuard
-from initorch.reporting.diagnosis import DiagnosisBook
+from initorch.reporting.diagnosis import DiagnosisCatalog
 from initorch.reporting.logs import get_logger
 from initorch.reporting.report import StepOutcome
 from tests.support.runs import (
@@ -166,7 +166,7 @@ def test_one_invoker_runs_every_step_of_a_run_with_what_it_was_built_with():
                            requires=["connect"])])
     state, delays, ticks = RunState(plan, RankInfo()), [], iter(range(100))
     log = get_logger()
-    invoker = StepInvoker(state=state, diagnoses=DiagnosisBook(), log=log,
+    invoker = StepInvoker(state=state, diagnoses=DiagnosisCatalog(), log=log,
                           clock=lambda: float(next(ticks)), late=lambda planned, output: None,
                           signals=SignalGuard(log), watchdog_for=lambda planned: None,
                           give_up_for=lambda planned: None, sleep=delays.append)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from initorch import Registry, detect_device
-from initorch.loading.detection import ProbeBook, detect
+from initorch.loading.detection import ProbeCatalog, detect
 from initorch.plugin import Detection, Machine, Verdict
 from initorch.steps.detect import BUILTIN_PROBES, HardwareProbe, find_library
 from tests.support.commands import initorch_command, run_python
@@ -158,7 +158,7 @@ class Exploding:
 
 
 def test_a_probe_that_raises_is_a_rejection_never_a_crash():
-    probes = ProbeBook()
+    probes = ProbeCatalog()
     probes.extend([Exploding(), *BUILTIN_PROBES])
     detection = detect(probes, Machine())
     boom = detection.candidates[0]
@@ -188,7 +188,7 @@ def test_a_deep_probe_that_hangs_is_a_bounded_rejection_that_says_where():
     import time
 
     hanging = Hanging()
-    probes = ProbeBook()
+    probes = ProbeCatalog()
     probes.extend([hanging, *BUILTIN_PROBES])
     announced: list[str] = []
     began = time.monotonic()

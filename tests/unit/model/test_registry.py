@@ -11,7 +11,7 @@ import pytest
 from initorch import Registry
 from initorch.errors import PluginError, StepDefinitionError, UnknownStepError
 from initorch.model.step import OVERRIDABLE_FIELDS, STEP_FIELDS, fields_for
-from initorch.plugin import Step, StepRegistry, step
+from initorch.plugin import Step, StepCatalog, step
 from tests.support.synthetic import define
 
 BUILTIN_STEPS = ("import_backend", "set_device", "init_torch_distributed",
@@ -54,7 +54,7 @@ def test_the_field_table_is_the_dataclass():
 
 
 def test_name_defaults_to_the_function_name():
-    record = StepRegistry().add(step()(action))
+    record = StepCatalog().add(step()(action))
     assert record.name == "action"
     assert isinstance(record, Step)
 
@@ -68,7 +68,7 @@ def test_registration_freezes_the_declaration():
     def undo(ctx: object, output: object) -> None:
         """Undo."""
 
-    record = StepRegistry().add(definition)
+    record = StepCatalog().add(definition)
     assert (record.requires, record.wants, record.after, record.before) == (
         ("beta",), ("gamma",), ("delta",), ("eps",))
     assert record.edges("after") == ("delta",)
@@ -80,7 +80,7 @@ def test_registration_freezes_the_declaration():
 
 
 def test_registry_is_ordered_and_searchable():
-    registry = StepRegistry()
+    registry = StepCatalog()
     for name in ("zeta", "alpha", "mid"):
         registry.add(define(name))
     assert [s.name for s in registry] == ["zeta", "alpha", "mid"]
@@ -90,7 +90,7 @@ def test_registry_is_ordered_and_searchable():
 
 
 def test_unknown_step_suggests_the_closest_name():
-    registry = StepRegistry()
+    registry = StepCatalog()
     registry.add(define("set_device"))
     with pytest.raises(UnknownStepError) as caught:
         registry.get("set_devce")
@@ -103,7 +103,7 @@ def test_unknown_step_suggests_the_closest_name():
 
 
 def test_duplicate_names_point_at_both_declarations():
-    registry = StepRegistry()
+    registry = StepCatalog()
     first = registry.add(define("twice"))
     with pytest.raises(StepDefinitionError) as caught:
         registry.add(step("twice", description="again")(action))
@@ -162,7 +162,7 @@ def test_invalid_declarations_are_step_definition_errors(fields, fragment):
     fn = _no_description if not description else action
     definition = step(description=description or None, **fields)(fn)
     with pytest.raises(StepDefinitionError) as caught:
-        StepRegistry().add(definition)
+        StepCatalog().add(definition)
     assert fragment in str(caught.value)
     assert caught.value.location is not None
     assert caught.value.location.path.endswith("test_registry.py")
@@ -174,7 +174,7 @@ def test_a_single_name_as_a_string_is_one_edge_not_its_letters():
     # name or reject it naming the string.
     definition = step("x", description="d", requires="import_backend")(action)  # type: ignore[arg-type]
     try:
-        record = StepRegistry().add(definition)
+        record = StepCatalog().add(definition)
     except StepDefinitionError as error:
         assert "'import_backend'" in str(error)
     else:
@@ -185,7 +185,7 @@ def test_when_must_be_a_valid_condition():
     from initorch.errors import ConditionError
 
     with pytest.raises(ConditionError) as caught:
-        StepRegistry().add(define("x", when="a +"))
+        StepCatalog().add(define("x", when="a +"))
     assert "is not a valid expression" in str(caught.value)
 
 

@@ -16,7 +16,7 @@ from initorch.errors import InitorchError, StepDefinitionError
 from initorch.loading.compose import compose
 from initorch.model.canonical import spec_json
 from initorch.model.settings import CORE_KEYS, MAX_INT, show_value
-from initorch.plugin import SettingCatalog, SettingSpec, StepRegistry, setting
+from initorch.plugin import SettingCatalog, SettingSpec, StepCatalog, setting
 from initorch.resolution.resolve import resolve
 from tests.support.runs import DIAGNOSES
 from tests.support.synthetic import define, synthetic_plan
@@ -168,7 +168,7 @@ def test_a_free_standing_setting_for_conditions():
 
 
 def test_the_same_key_declared_differently_names_both_places():
-    registry = StepRegistry()
+    registry = StepCatalog()
     registry.add(define("first", settings=COUNT))
     other = setting("a.count", int, default=2, description="a count")
     with pytest.raises(StepDefinitionError) as caught:
@@ -200,14 +200,14 @@ def test_the_same_key_declared_differently_names_both_places():
 ])
 def test_invalid_declarations_are_refused_where_made(spec, fragment):
     with pytest.raises(StepDefinitionError) as caught:
-        StepRegistry().add(define("a", settings=spec))
+        StepCatalog().add(define("a", settings=spec))
     assert fragment in str(caught.value)
     assert caught.value.location is not None
     assert caught.value.location.path.endswith("test_settings.py")
 
 
 def test_a_key_is_a_value_or_a_section_not_both():
-    registry = StepRegistry()
+    registry = StepCatalog()
     registry.add(define("a", settings=FLAG))
     with pytest.raises(StepDefinitionError) as caught:
         registry.add(define("b", settings=setting("a.flag.extra", int, default=1,
@@ -219,9 +219,9 @@ def test_a_key_is_a_value_or_a_section_not_both():
 
 def test_a_step_declaring_a_key_twice_or_a_non_setting_is_refused():
     with pytest.raises(StepDefinitionError, match=r"declares setting 'a\.flag' twice"):
-        StepRegistry().add(define("a", settings=(FLAG, FLAG)))
+        StepCatalog().add(define("a", settings=(FLAG, FLAG)))
     with pytest.raises(StepDefinitionError, match="is not a setting"):
-        StepRegistry().add(define("a", settings=("a.flag",)))  # type: ignore[arg-type]
+        StepCatalog().add(define("a", settings=("a.flag",)))  # type: ignore[arg-type]
 
 
 def test_plugins_extend_the_choices_of_a_setting():

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from initorch.errors import InitorchError, StepError
 from initorch.reporting.diagnosis import (
     Diagnosis,
-    DiagnosisBook,
+    DiagnosisCatalog,
     DiagnosisDefinitionError,
     Finding,
     exception_chain,
@@ -108,8 +108,8 @@ def implicit(outer: BaseException, inner: BaseException) -> BaseException:
     return caught(action)
 
 
-def book() -> DiagnosisBook:
-    return DiagnosisBook(BUILTIN_DIAGNOSES)
+def book() -> DiagnosisCatalog:
+    return DiagnosisCatalog(BUILTIN_DIAGNOSES)
 
 
 def entry(id: str = "sample", pattern: str = "boom", **fields: object) -> Diagnosis:
@@ -532,7 +532,7 @@ def test_entries_do_not_cross_match(make, expected, code):
     for diagnosis in BUILTIN_DIAGNOSES:
         if diagnosis.id == expected:
             continue
-        if DiagnosisBook([diagnosis]).match(exc) is None:
+        if DiagnosisCatalog([diagnosis]).match(exc) is None:
             continue
         assert (expected, diagnosis.id) in ALLOWED_OVERLAPS, (
             f"{diagnosis.id} also matches the {expected} sample"
@@ -576,7 +576,7 @@ def test_huge_native_log_keeps_its_tail():
 
 
 def test_register_diagnoses_adds_every_builtin_in_order():
-    target = DiagnosisBook()
+    target = DiagnosisCatalog()
     register_diagnoses(target)
     assert list(target) == list(BUILTIN_DIAGNOSES)
 
@@ -736,37 +736,37 @@ def test_vendor_code_is_one_line():
 
 
 def test_exception_types_match_any_class_in_the_mro():
-    only_os = DiagnosisBook([entry(pattern="refused", exception_types=("OSError",))])
+    only_os = DiagnosisCatalog([entry(pattern="refused", exception_types=("OSError",))])
     assert only_os.match(ConnectionRefusedError("refused")) is not None
     assert only_os.match(ValueError("refused")) is None
 
 
 def test_exception_types_apply_to_the_exception_that_carries_the_text():
-    only_import = DiagnosisBook([entry(pattern="libx", exception_types=("ImportError",))])
+    only_import = DiagnosisCatalog([entry(pattern="libx", exception_types=("ImportError",))])
     assert only_import.match(chained(StepError("wrapper"), ImportError("libx"))) is not None
     assert only_import.match(chained(StepError("libx"), ImportError("other"))) is None
 
 
 def test_exception_types_match_vendor_classes_by_name():
-    named = DiagnosisBook([entry(pattern="timed out", exception_types=("DistStoreError",))])
+    named = DiagnosisCatalog([entry(pattern="timed out", exception_types=("DistStoreError",))])
     assert named.match(DistStoreError("Timed out after 5 seconds")) is not None
     assert named.match(DistNetworkError("Timed out after 5 seconds")) is None
 
 
 def test_ignore_case_false_is_case_sensitive():
-    strict = DiagnosisBook([entry(pattern="Boom", ignore_case=False)])
+    strict = DiagnosisCatalog([entry(pattern="Boom", ignore_case=False)])
     assert strict.match(RuntimeError("Boom")) is not None
     assert strict.match(RuntimeError("boom")) is None
-    default = DiagnosisBook([entry(pattern="Boom")])
+    default = DiagnosisCatalog([entry(pattern="Boom")])
     assert default.match(RuntimeError("BOOM")) is not None
 
 
 def test_first_registered_entry_wins():
     generic = entry("generic", pattern="failed")
     specific = entry("specific", pattern="init failed")
-    finding = DiagnosisBook([generic, specific]).match(RuntimeError("init failed"))
+    finding = DiagnosisCatalog([generic, specific]).match(RuntimeError("init failed"))
     assert finding is not None and finding.diagnosis.id == "generic"
-    finding = DiagnosisBook([specific, generic]).match(RuntimeError("init failed"))
+    finding = DiagnosisCatalog([specific, generic]).match(RuntimeError("init failed"))
     assert finding is not None and finding.diagnosis.id == "specific"
 
 
@@ -774,7 +774,7 @@ def test_first_registered_entry_wins():
 
 
 def test_duplicate_id_is_rejected_and_names_both_places():
-    target = DiagnosisBook([entry("dup")])
+    target = DiagnosisCatalog([entry("dup")])
     with pytest.raises(DiagnosisDefinitionError) as info:
         target.add(entry("dup", pattern="other"))
     assert info.value.ids == ("dup",)
@@ -785,7 +785,7 @@ def test_duplicate_id_is_rejected_and_names_both_places():
 
 def test_duplicate_within_one_batch_is_rejected():
     with pytest.raises(DiagnosisDefinitionError, match="registered twice"):
-        DiagnosisBook([entry("twin"), entry("twin")])
+        DiagnosisCatalog([entry("twin"), entry("twin")])
 
 
 def test_builtin_id_cannot_be_registered_again():
@@ -811,11 +811,11 @@ def test_builtin_id_cannot_be_registered_again():
 )
 def test_invalid_entry_is_rejected(fields, message):
     with pytest.raises(DiagnosisDefinitionError, match=re.escape(message)):
-        DiagnosisBook([entry(**fields)])
+        DiagnosisCatalog([entry(**fields)])
 
 
 def test_every_problem_is_reported_at_once_and_nothing_is_added():
-    target = DiagnosisBook([entry("kept")])
+    target = DiagnosisCatalog([entry("kept")])
     with pytest.raises(DiagnosisDefinitionError) as info:
         target.extend([entry("fine"), entry("bad-regex", pattern="("), entry("kept")])
     assert info.value.ids == ("bad-regex", "kept")
@@ -825,7 +825,7 @@ def test_every_problem_is_reported_at_once_and_nothing_is_added():
 
 def test_non_diagnosis_is_rejected():
     with pytest.raises(DiagnosisDefinitionError, match="not a Diagnosis"):
-        DiagnosisBook(["boom"])  # type: ignore[list-item]
+        DiagnosisCatalog(["boom"])  # type: ignore[list-item]
 
 
 def test_insert_before_unknown_id_is_rejected():
@@ -855,7 +855,7 @@ HCCL_TIMEOUT = Diagnosis(
 )
 
 
-def plugin_register(target: DiagnosisBook) -> None:
+def plugin_register(target: DiagnosisCatalog) -> None:
     """What a third-party plugin does: refine one built-in, add one new entry."""
     target.add(GID_NULL, before="mooncake-engine-init-failed")
     target.add(HCCL_TIMEOUT)
@@ -948,8 +948,8 @@ def test_matching_never_raises_on_arbitrary_chains(exc):
 def test_first_match_wins_in_registration_order(tokens, message):
     entries = [entry(f"e{index}", pattern=re.escape(token)) for index, token in enumerate(tokens)]
     exc = RuntimeError(message)
-    alone = [DiagnosisBook([item]).match(exc) is not None for item in entries]
-    finding = DiagnosisBook(entries).match(exc)
+    alone = [DiagnosisCatalog([item]).match(exc) is not None for item in entries]
+    finding = DiagnosisCatalog(entries).match(exc)
     if not any(alone):
         assert finding is None
     else:

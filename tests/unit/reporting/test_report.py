@@ -14,7 +14,7 @@ import threading
 from initorch import RankInfo
 from initorch.errors import StepError
 from initorch.execution.run import Run
-from initorch.reporting.diagnosis import DiagnosisBook
+from initorch.reporting.diagnosis import DiagnosisCatalog
 from initorch.reporting.render import run_summary_text
 from initorch.reporting.report import RunReport, StepOutcome
 from tests.support.runs import DIAGNOSES, WAIT, FakeClock, plan_of, with_teardown
@@ -52,7 +52,7 @@ def timed_run(registry=None) -> tuple[Run, FakeClock]:
         define("f", takes(9.0), requires=["bad"]),
         define("g", takes(9.0), when="flags.enabled", settings=FLAGS_ENABLED),
     ], extra_yaml="config:\n  flags:\n    enabled: false\n")
-    diagnoses = registry.diagnoses if registry is not None else DiagnosisBook()
+    diagnoses = registry.diagnoses if registry is not None else DiagnosisCatalog()
     return Run(plan, rank=RANK, clock=clock, diagnoses=diagnoses, keep_going=True), clock
 
 

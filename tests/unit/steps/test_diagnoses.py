@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from initorch.errors import StepError
-from initorch.reporting.diagnosis import Diagnosis, DiagnosisBook
+from initorch.reporting.diagnosis import Diagnosis, DiagnosisCatalog
 from initorch.steps.diagnoses import BUILTIN_DIAGNOSES
 from tests.support.diagnosis_corpus import (
     CORPUS,
@@ -185,7 +185,7 @@ def test_the_python_source_reading_joins_literals_and_f_string_fields() -> None:
 
 @pytest.mark.parametrize("sample", CORPUS, ids=sample_id)
 def test_each_sample_gets_its_diagnosis(sample: Sample) -> None:
-    finding = DiagnosisBook(BUILTIN_DIAGNOSES).match(as_failure(sample))
+    finding = DiagnosisCatalog(BUILTIN_DIAGNOSES).match(as_failure(sample))
     assert finding is not None, f"nothing matched {sample.source}"
     assert finding.diagnosis.id == sample.expected, sample.source
     assert finding.vendor_code == sample.code

@@ -306,7 +306,7 @@ EXHAUSTED = ("E1201 19:45:55.148752  8510 transfer_engine_impl.cpp:144] P2P: No 
 
 
 def test_an_exhausted_rpc_port_range_is_said_as_such_with_mooncakes_own_line():
-    from initorch.reporting.diagnosis import DiagnosisBook
+    from initorch.reporting.diagnosis import DiagnosisCatalog
     from initorch.steps.diagnoses import BUILTIN_DIAGNOSES
     from initorch.steps.transfer_engine import no_free_rpc_port
 
@@ -317,7 +317,7 @@ def test_an_exhausted_rpc_port_range_is_said_as_such_with_mooncakes_own_line():
         f"MC_MIN_RPC_PORT=20600 to MC_MAX_RPC_PORT=20602 is taken (Mooncake: {EXHAUSTED})")
     assert error.native_log == EXHAUSTED
     # Nothing generic (no RDMA device, no GID) explains it in its stead.
-    assert DiagnosisBook(BUILTIN_DIAGNOSES).match(error) is None
+    assert DiagnosisCatalog(BUILTIN_DIAGNOSES).match(error) is None
     assert "MC_MIN_RPC_PORT=15000 to MC_MAX_RPC_PORT=17000" in str(no_free_rpc_port(EXHAUSTED, {}))
     assert no_free_rpc_port("E1201 rdma_context.cpp:1] no RDMA device", {}) is None
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from initorch import load_plan
 from initorch.errors import StepError
-from initorch.reporting.diagnosis import DiagnosisBook
+from initorch.reporting.diagnosis import DiagnosisCatalog
 from initorch.reporting.render import plan_text
 from initorch.resolution.saved import save_plan
 from initorch.steps.diagnoses import register_diagnoses
@@ -187,7 +187,7 @@ def test_unbalanced_message_names_the_short_rank_and_is_diagnosed() -> None:
     assert message.startswith("The memory capacity is unbalanced. Some GPUs may be occupied "
                               "by other processes.")
     assert "rank 1 has 25% of rank 0's" in message
-    book = DiagnosisBook()
+    book = DiagnosisCatalog()
     register_diagnoses(book)
     finding = book.match(StepError(message))
     assert finding is not None and finding.diagnosis.id == "tp-memory-unbalanced"
