@@ -30,7 +30,7 @@ CORE_TESTS = (
     "tests/unit/plugins/test_plugins.py",
     "tests/unit/api/test_imports.py",
     "tests/unit/base/test_location.py",
-    "tests/unit/base/test_validate.py",
+    "tests/unit/cli/test_validate.py",
 )
 
 

@@ -100,3 +100,17 @@ def test_no_code_imports_the_repository_folders_by_name():
     offenders = [str(p.relative_to(REPO)) for p in sources
                  if OLD_TOP_LEVEL_IMPORT.search(p.read_text(encoding="utf-8"))]
     assert offenders == []
+
+
+def test_the_core_sessions_name_test_paths_that_exist():
+    # A moved test file would make every nox session fail with "file not found" (exit 4).
+    import ast
+
+    from tests.support.paths import REPO
+
+    tree = ast.parse((REPO / "noxfile.py").read_text(encoding="utf-8"))
+    [paths] = [node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+               and any(isinstance(t, ast.Name) and t.id == "CORE_TESTS" for t in node.targets)]
+    listed = ast.literal_eval(paths)
+    assert listed
+    assert [path for path in listed if not (REPO / path).exists()] == []
