@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -70,7 +72,13 @@ class Wheel:
         if not target.is_file():
             with cache_lock(), zipfile.ZipFile(self.path) as archive:
                 if not target.is_file():
-                    archive.extract(member, self.path.with_suffix(""))
+                    # Written beside it and renamed into place: another test worker that
+                    # sees the name (it checks without the lock) never reads half a file.
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
+                    with archive.open(member) as source, partial.open("wb") as out:
+                        shutil.copyfileobj(source, out)
+                    os.replace(partial, target)
         return target
 
     def unpack(self, folder: str) -> Path:
