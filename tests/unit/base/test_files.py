@@ -347,8 +347,13 @@ def test_ctrl_c_while_planning_is_one_line_and_exit_130(tmp_path):
     path.write_text("config:\n  x:\n" + "".join(f"    k{i}: [1, 2, 3]\n" for i in range(300_000)),
                     encoding="utf-8")
     script = Path(sys.executable).parent / "initorch"
-    proc = subprocess.Popen([str(script), "plan", "-p", str(path)], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # SIGINT's default restored in the child: one started from a background job inherits
+    # it ignored (POSIX shells do that), and the Ctrl-C it stands for would never arrive.
+    # (the default survives the exec into the console script).
+    restore = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+               "os.execv(sys.argv[1], sys.argv[1:])")
+    proc = subprocess.Popen([sys.executable, "-c", restore, str(script), "plan", "-p", str(path)],
+                            cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         _wait_until_parsing(proc)
         proc.send_signal(signal.SIGINT)
