@@ -22,6 +22,7 @@ from initorch.model.step import (
     STEP_FIELDS,
     Step,
     StepDefinition,
+    own_edge_records,
 )
 from initorch.suggest import closest
 
@@ -61,8 +62,9 @@ class StepCatalog:
             )
         self.settings.add_all(record.settings, by=f"step {record.name}",
                               where=record.defined_at)
-        if record._canonical is None:
-            encode_step(record)  # once per step, not on every first plan of it
+        if record._canonical is None:  # once per step, not on every first plan of it
+            encode_step(record)
+        own_edge_records(record)
         self._steps[record.name] = record
         self._providers[record.name] = self.provider
         for target in record.wanted_by:

@@ -43,6 +43,11 @@ if TYPE_CHECKING:
 
 EdgeKind = Literal["requires", "wants", "after", "before"]
 EDGE_KINDS: tuple[EdgeKind, ...] = ("requires", "wants", "after", "before")
+_INCOMING_KINDS: tuple[EdgeKind, ...] = ("requires", "wants", "after")  # under the step
+
+EdgeRecord = tuple[str, str, SourceLocation, str, "str | None"]
+"""An edge as a graph stores it, under its target: ``(source, kind, declared_at,
+declared_by, reason)``."""
 
 # Beyond these a timeout or a retry count is a typo (or infinity), and the
 # threading and datetime calls that use them overflow.
@@ -159,11 +164,38 @@ class Step:
     # anyone sets: ``dataclasses.replace`` starts a changed step without it.
     _canonical: tuple[bytes, bytes, int, int] | None = field(
         default=None, init=False, repr=False, compare=False)
+    # The edges the step declares under itself, as graph records: kept like
+    # ``_canonical``, by :func:`own_edge_records`.
+    _edge_records: tuple[EdgeRecord, ...] | None = field(
+        default=None, init=False, repr=False, compare=False)
 
     def edges(self, kind: EdgeKind) -> tuple[str, ...]:
         """The names this step lists under ``kind``."""
         result: tuple[str, ...] = getattr(self, kind)
         return result
+
+
+def declared_by(step: Step) -> str:
+    """Who declares the edges a step lists in code: ``step <name>`` (a profile's are
+    ``profile <name>``)."""
+    return f"step {step.name}"
+
+
+def own_edge_records(step: Step) -> tuple[EdgeRecord, ...]:
+    """The edges ``step`` declares leading to itself (its ``requires``, ``wants`` and
+    ``after``; its ``before`` edges lead to other steps), as graph records sorted in
+    declaration order, targets planned or not.
+
+    Written once per step and kept on it, as its canonical text is: the registry
+    writes them when it registers the step, and every plan of the step starts from
+    them (a step that profiles changed is a new record and writes its own)."""
+    records = step._edge_records
+    if records is None:
+        where, by = step.defined_at, declared_by(step)
+        records = tuple(sorted([(source, kind, where, by, None) for kind in _INCOMING_KINDS
+                                for source in getattr(step, kind)]))
+        object.__setattr__(step, "_edge_records", records)
+    return records
 
 
 @dataclass(frozen=True, slots=True)

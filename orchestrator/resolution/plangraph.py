@@ -6,7 +6,7 @@ path.  Those live here in plain tuples and dicts, so that executors, reports and
 a saved plan (:mod:`initorch.resolution.saved`) never import networkx.
 
 A graph stores each edge once, as a plain tuple under the step it leads to (an
-:data:`EdgeRecord`), and makes :class:`Edge` objects when asked for them: a
+:data:`~initorch.model.step.EdgeRecord`), and makes :class:`Edge` objects when asked for them: a
 plan of 100k steps and 300k edges is built and held at the cost of tuples, and
 what an executor asks (which steps must finish before this one, through which
 kinds of edge) is one look-up.
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 
 from initorch.location import SourceLocation
+from initorch.model.step import EdgeRecord
 
 _EDGE_PHRASES = {
     "requires": "{target} requires {source}",
@@ -54,10 +55,6 @@ class Edge:
         because = f": {self.reason}" if self.reason else ""
         return f"{phrase} [{self.declared_by}, {self.declared_at}]{because}"
 
-
-EdgeRecord = tuple[str, str, SourceLocation, str, "str | None"]
-"""An edge as a graph stores it, under its target: ``(source, kind, declared_at,
-declared_by, reason)``."""
 
 IncomingEdges = dict[str, tuple[EdgeRecord, ...]]
 """Edge records by the step they lead to, each group in declaration order."""

@@ -56,11 +56,18 @@ from initorch.location import SourceLocation
 from initorch.model.conditions import Condition, parse_condition
 from initorch.model.devices import DeviceRef
 from initorch.model.registry import StepCatalog
-from initorch.model.step import EDGE_KINDS, EdgeKind, Step
+from initorch.model.step import (
+    EDGE_KINDS,
+    EdgeKind,
+    EdgeRecord,
+    Step,
+    declared_by,
+    own_edge_records,
+)
 from initorch.resolution.fingerprint import fingerprint
 from initorch.resolution.graph import MAX_CYCLES_REPORTED, StepGraph
-from initorch.resolution.plan import Plan, PlannedStep, SkippedStep
-from initorch.resolution.plangraph import Edge, EdgeRecord, IncomingEdges, PlanGraph
+from initorch.resolution.plan import Plan, PlannedStep, SkippedStep, planned_step
+from initorch.resolution.plangraph import Edge, IncomingEdges, PlanGraph
 from initorch.resolution.preview import preview_steps
 from initorch.resolution.reads import unmet_reads
 from initorch.resolution.reasons import Pull, Reasons
@@ -80,7 +87,6 @@ class _Candidate:
 
     step: Step  # the effective declaration: as registered, with the profiles' overrides
     declared: Step  # as registered
-    by: str  # "step <name>": who declared the step's own edges, at its definition
     pulls: list[Pull]  # why it is in the plan, in the order of the pulls (see Reasons)
     # Edges a profile added or restated, by (kind, target); every other edge is the
     # step's own, declared in code.
@@ -98,6 +104,11 @@ class _Candidate:
         """Who declared this step's ``kind`` edge to ``target``, where, and why."""
         found = self.edge_sources.get((kind, target)) if self.edge_sources else None
         return found or _EdgeSource(self.declared.defined_at, self.by)
+
+    @property
+    def by(self) -> str:
+        """Who declared the step's own edges, at its definition: ``step <name>``."""
+        return declared_by(self.declared)
 
     @property
     def only_wanted_by(self) -> bool:
@@ -171,8 +182,8 @@ def _resolve(composed: ComposedProfile, steps: StepCatalog, device_index: int | 
     planned: list[PlannedStep] = []
     for name in graph.order():
         candidate = candidates.pop(name)  # each candidate goes as its planned step comes
-        planned.append(PlannedStep(candidate.step, waves[name],
-                                   Reasons(candidate.pulls, skipped), candidate.declared))
+        planned.append(planned_step(candidate.step, waves[name],
+                                    Reasons(candidate.pulls, skipped), candidate.declared))
     device = DeviceRef(device_type.value, device_index)
     implementations = steps.settings.implementations(
         {key: setting.value for key, setting in settled.values.items()})
@@ -296,7 +307,7 @@ def _apply_overrides(step: Step, entries: tuple[StepEntry, ...] | None, pulls: l
     """The candidate for ``step``, pulled in by ``pulls``: every profile entry for
     it folded into one effective declaration (the registered step itself when no
     entry changes it)."""
-    candidate = _Candidate(step, step, f"step {step.name}", pulls)
+    candidate = _Candidate(step, step, pulls)
     entries = entries or ()
     for entry in entries:
         if entry.changes or entry.overrides:
@@ -496,33 +507,45 @@ def _incoming_edges(active: dict[str, _Candidate], binder: str | None) -> Incomi
     incoming: IncomingEdges = {}
     before: dict[str, list[EdgeRecord]] = {}
     for name, candidate in active.items():
-        step, sources = candidate.step, candidate.edge_sources
-        where, by = step.defined_at, candidate.by
-        into: list[EdgeRecord] = []
-        for kind, targets in zip(EDGE_KINDS, _edge_lists(step), strict=True):
-            if not targets:
-                continue
-            if sources is None and kind != "before":  # the usual case: the step's own edges
-                for target in targets:
-                    if target in active:
-                        into.append((target, kind, where, by, None))
-                continue
-            for target in targets:
-                if target not in active:
-                    continue  # ordering-only edges bind only steps that are both planned
-                declared = sources.get((kind, target)) if sources is not None else None
-                at, declarer, reason = declared or (where, by, None)
-                if kind == "before":
-                    before.setdefault(target, []).append((name, kind, at, declarer, reason))
-                else:
-                    into.append((target, kind, at, declarer, reason))
+        step = candidate.step
+        into: Sequence[EdgeRecord]
+        if candidate.edge_sources is None and not step.before:  # the usual case
+            into = own = own_edge_records(step)
+            for record in own:
+                if record[0] not in active:  # ordering-only edges bind planned steps only
+                    into = [record for record in own if record[0] in active]
+                    break
+        else:
+            into = _declared_records(name, candidate, active, before)
         if binder is not None and step.device_bound:
-            into.append((binder, "device", where, by, None))
+            into = sorted([*into, (binder, "device", step.defined_at, candidate.by, None)])
         if into:
-            incoming[name] = (into[0],) if len(into) == 1 else tuple(sorted(into))
+            incoming[name] = tuple(into)
     for target, found in before.items():
         incoming[target] = tuple(sorted([*incoming.get(target, ()), *found]))
     return incoming
+
+
+def _declared_records(name: str, candidate: _Candidate, active: Mapping[str, _Candidate],
+                      before: dict[str, list[EdgeRecord]]) -> list[EdgeRecord]:
+    """The records of the edges into ``name`` that its effective step declares, each
+    with who declared it where (a profile's edges with their reasons), sorted; its
+    ``before`` edges go into ``before``, under the steps they lead to."""
+    step, sources = candidate.step, candidate.edge_sources
+    own = (step.defined_at, candidate.by, None)
+    into: list[EdgeRecord] = []
+    for kind, targets in zip(EDGE_KINDS, _edge_lists(step), strict=True):
+        for target in targets:
+            if target not in active:
+                continue  # ordering-only edges bind only steps that are both planned
+            declared = sources.get((kind, target)) if sources is not None else None
+            at, declarer, reason = declared or own
+            if kind == "before":
+                before.setdefault(target, []).append((name, kind, at, declarer, reason))
+            else:
+                into.append((target, kind, at, declarer, reason))
+    into.sort()
+    return into
 
 
 _edge_lists = attrgetter(*EDGE_KINDS)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
 import pytest
 
-from initorch import Plan, load_plan
+from initorch import Plan, PlannedStep, load_plan
 from initorch.errors import ResolveError
+from initorch.resolution.plan import planned_step
 from initorch.resolution.saved import plan_json
 from tests.support.commands import initorch_command
 from tests.support.profiles import assert_chain, write
@@ -196,3 +198,14 @@ def test_explain_suggests_a_close_step_name():
     with pytest.raises(ResolveError) as caught:
         load_plan(["npu"]).explain("set_devce", ENGINE)
     assert "did you mean 'set_device'?" in str(caught.value)
+
+
+def test_the_resolvers_planned_step_is_the_frozen_record_itself():
+    plan = load_plan(["cpu"], settings={"mooncake.enabled": False})
+    for planned in plan.steps:
+        made = planned_step(planned.step, planned.wave, planned.reasons, planned.declared)
+        assert made == PlannedStep(planned.step, planned.wave, planned.reasons,
+                                   planned.declared)
+        assert made.notes == ()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.wave = 3  # type: ignore[misc]
