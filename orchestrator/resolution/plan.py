@@ -108,7 +108,10 @@ class Plan:
     _by_name: dict[str, PlannedStep] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_by_name", {planned.name: planned for planned in self.steps})
+        by_name = {planned.name: planned for planned in self.steps}
+        object.__setattr__(self, "_by_name", by_name)
+        if len(by_name) != len(self.steps) or self.graph.nodes != list(by_name):
+            raise ValueError(_mismatch(self.graph.nodes, [p.name for p in self.steps]))
 
     def __contains__(self, name: object) -> bool:
         """Whether a step called ``name`` is planned (one look-up, not a scan)."""
@@ -168,6 +171,22 @@ class Plan:
                     else "no constraint orders them; they may run concurrently")
             raise ResolveError(f"nothing makes '{first}' run before '{second}'", hint=hint)
         return chain
+
+
+def _mismatch(nodes: list[str], names: list[str]) -> str:
+    """Why a plan's graph and steps disagree: an executor walks the graph and runs the
+    steps, so a step the graph left out would silently never run."""
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        return f"the plan lists step(s) {', '.join(repeated)} more than once"
+    in_graph, planned = set(nodes), set(names)
+    missing = [name for name in names if name not in in_graph]
+    extra = [name for name in nodes if name not in planned]
+    if missing or extra:
+        return ("the plan's graph must hold exactly its steps: "
+                + "; ".join(f"{what}: {', '.join(found)}" for what, found in (
+                    ("not in the graph", missing), ("not among the steps", extra)) if found))
+    return "the plan's steps must be in its graph's order"
 
 
 def read_settings(settings: Mapping[str, Setting], steps: Iterable[PlannedStep]

@@ -12,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Any
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 import networkx as nx
 import pytest
@@ -20,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from initorch import Registry, load_plan
+from initorch.loading.document import EnvEntry, Setting
 from initorch.location import SourceLocation
 from initorch.model.canonical import declaration, step_fields
 from initorch.model.devices import DeviceRef
@@ -27,8 +30,13 @@ from initorch.model.step import Step
 from initorch.plugin import setting
 from initorch.reporting.render import plan_text
 from initorch.resolution.fingerprint import fingerprint
-from initorch.resolution.plan import Plan, PlannedStep, env_values, read_settings
-from initorch.resolution.plangraph import PlanGraph
+from initorch.resolution.plan import (
+    Plan,
+    PlannedStep,
+    SkippedStep,
+    env_values,
+    read_settings,
+)
 from tests.support.profiles import DEVICE_PROFILES, MOONCAKE_PG_PROFILES
 from tests.support.synthetic import noop
 
@@ -39,7 +47,7 @@ SELECTIONS = [
 ]
 
 
-def reference_fingerprint(plan: Plan) -> str:
+def reference_fingerprint(plan: Plan | Holding) -> str:
     """The fingerprint as one canonical JSON document (initorch 0.1's, with only the
     settings the planned steps read)."""
     canonical = {
@@ -64,7 +72,7 @@ def networkx_order(plan: Plan) -> tuple[list[str], list[list[str]]]:
             [sorted(wave) for wave in nx.topological_generations(graph)])
 
 
-def refingerprint(plan: Plan) -> str:
+def refingerprint(plan: Plan | Holding) -> str:
     return fingerprint(plan.profiles, plan.device, plan.settings, plan.steps, plan.skipped,
                        plan.env)
 
@@ -131,19 +139,25 @@ def steps(draw: st.DrawFn) -> Step:
 def test_the_fast_encoder_writes_the_canonical_document(triples) -> None:
     planned = tuple(PlannedStep(effective, wave, ("generated",), declared)
                     for effective, declared, wave in triples)
-    plan = holding(planned)
+    plan = Holding(planned)
     assert refingerprint(plan) == reference_fingerprint(plan)
 
 
-def holding(planned: tuple[PlannedStep, ...]) -> Plan:
-    """A plan holding ``planned`` as they are (their names need not be unique here)."""
-    return Plan(profiles=("gen",), device=DeviceRef("cpu", None), settings={}, steps=planned,
-                skipped=(), graph=PlanGraph((), ()), fingerprint="")
+class Holding(NamedTuple):
+    """What a fingerprint covers, holding ``steps`` as they are: a plan without a plan's
+    checks (their names need not be unique here, nor is there a graph)."""
+
+    steps: tuple[PlannedStep, ...]
+    profiles: tuple[str, ...] = ("gen",)
+    device: DeviceRef = DeviceRef("cpu", None)
+    settings: Mapping[str, Setting] = MappingProxyType({})
+    skipped: tuple[SkippedStep, ...] = ()
+    env: Mapping[str, EnvEntry] = MappingProxyType({})
 
 
 def test_the_same_effective_and_declared_step_share_their_encoding() -> None:
     step = Step("s", "one", noop, requires=("a",), timeout=2, defined_at=SourceLocation("x"))
-    plan = holding((PlannedStep(step, 0, (), step),))
+    plan = Holding((PlannedStep(step, 0, (), step),))
     assert refingerprint(plan) == reference_fingerprint(plan)
 
 
@@ -152,12 +166,12 @@ def test_a_cached_declaration_encodes_as_it_did_on_its_first_plan() -> None:
     # as declared, and planned changed by a profile, it still writes the canonical document.
     step = Step("s", "one", noop, requires=("a",), timeout=2, settings=(SPEC,),
                 retry_on=(Transient,), teardown=teardown, defined_at=SourceLocation("x"))
-    first = holding((PlannedStep(step, 0, (), step),))
+    first = Holding((PlannedStep(step, 0, (), step),))
     assert refingerprint(first) == reference_fingerprint(first)
     assert step._canonical is not None
     changed = dataclasses.replace(step, timeout=5, after=("b",))
     assert changed._canonical is None  # a changed step does not inherit the declaration's text
     for planned in [(PlannedStep(step, 3, (), step),), (PlannedStep(changed, 1, (), step),),
                     (PlannedStep(step, 2, (), step), PlannedStep(changed, 2, (), step))]:
-        plan = holding(planned)
+        plan = Holding(planned)
         assert refingerprint(plan) == reference_fingerprint(plan)

@@ -11,6 +11,7 @@ import pytest
 from initorch import Plan, PlannedStep, load_plan
 from initorch.errors import ResolveError
 from initorch.resolution.plan import planned_step
+from initorch.resolution.plangraph import PlanGraph
 from initorch.resolution.saved import plan_json
 from tests.support.commands import initorch_command
 from tests.support.profiles import assert_chain, write
@@ -209,3 +210,23 @@ def test_the_resolvers_planned_step_is_the_frozen_record_itself():
         assert made.notes == ()
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.wave = 3  # type: ignore[misc]
+
+
+def _regraphed(plan: Plan, order: tuple[str, ...], steps: tuple[PlannedStep, ...]) -> Plan:
+    return dataclasses.replace(plan, steps=steps, graph=PlanGraph.from_records(order, {}))
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda order, steps: (order[:-1], steps), "not in the graph: init_torch_distributed"),
+    (lambda order, steps: (order, steps[:-1]), "not among the steps: init_torch_distributed"),
+    (lambda order, steps: (order, (*steps, steps[0])), "lists step(s) import_backend more"),
+    (lambda order, steps: (order[::-1], steps), "steps must be in its graph's order"),
+])
+def test_a_plan_whose_graph_and_steps_differ_is_refused(change, message):
+    # An executor walks the graph and runs the steps: a step the graph left out would
+    # silently never run.
+    plan = load_plan(["cpu"], settings={"mooncake.enabled": False})
+    order, steps = change(plan.order, plan.steps)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _regraphed(plan, order, steps)
+    assert _regraphed(plan, plan.order, plan.steps).order == plan.order
