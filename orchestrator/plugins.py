@@ -153,7 +153,7 @@ class Registry:
         :class:`InitorchError` it raises (a duplicate step, say) passes through
         unchanged; anything else, ``SystemExit`` and ``KeyboardInterrupt``
         included, becomes a :class:`PluginError`; :class:`RunInterrupted` (a signal
-        the CLI turned into one) passes through.
+        the CLI turned into one while plugins load) passes through.
         """
         self._load(name, lambda: register)
 

@@ -14,7 +14,7 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext, suppress
+from contextlib import ExitStack, suppress
 from typing import Any, NoReturn
 
 from initorch.cli.output import report_error
@@ -29,6 +29,7 @@ from initorch.errors import (
     PluginError,
     RunInterrupted,
 )
+from initorch.execution.signals import interrupt_on_signals
 from initorch.plugins import Registry
 
 
@@ -90,16 +91,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(names_extension_command(argv)).parse_args(argv)
     in_json = getattr(args, "log_format", None) == "json"
-    # run: a signal while plugins load and the plan is made ends the command like one
-    # during the run (a launcher's SIGTERM can come that early); the run takes over.
-    guard: AbstractContextManager[None] = nullcontext()
-    if args.handler is cmd_run:
-        from initorch.execution.signals import interrupt_on_signals
-
-        guard = interrupt_on_signals()
+    # A signal while plugins load ends every command like one during a run: it is the
+    # user's (or a launcher's), never the plugin's failure, which is what a plugin that
+    # raises KeyboardInterrupt itself is.  `run` keeps the guard while the plan is made (a
+    # launcher's SIGTERM can come that early); its run takes over.
     try:
-        with guard:
+        with ExitStack() as signals:
+            signals.enter_context(interrupt_on_signals())
             registry = _registry(args)
+            if args.handler is not cmd_run:
+                signals.close()  # then Ctrl-C is KeyboardInterrupt again, handled below
             code: int = args.handler(args, registry)
             return code
     except RunInterrupted as interrupt:  # before the run started: nothing ran, nothing to undo

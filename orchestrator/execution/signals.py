@@ -5,7 +5,9 @@ plan) :func:`interrupt_on_signals` turns both signals into the same
 :class:`RunInterrupted`, so that a launcher's SIGTERM that arrives while a rank is
 still planning ends it as cleanly as one during the run: one line or
 ``run_interrupted`` event, exit ``128+N``.  The run's own guard takes the signals
-over when it starts and hands them back when its teardown ends.
+over when it starts and hands them back when its teardown ends.  Every other
+command holds the same guard while its plugins load: the plugin loader makes a
+plugin's own ``KeyboardInterrupt`` a failed plugin, and a Ctrl-C is not one.
 
 Signal handlers can only be installed from the main thread, and Python runs
 them there.  While a run is alive a signal raises :class:`RunInterrupted` in

@@ -398,3 +398,29 @@ def test_a_signal_while_planning_ends_run_like_one_during_the_run(
             "run_interrupted", name, 128 + signum)
         assert event["rank"] == 0  # as the run's own event does (torchrun's ranks)
     assert not report.exists()  # nothing ran, nothing is left behind
+
+
+@pytest.mark.parametrize(("command", "signum"), [
+    ("plan", signal.SIGINT), ("validate", signal.SIGINT), ("plan", signal.SIGTERM)])
+def test_a_signal_while_plugins_load_ends_any_command_as_interrupted(
+        tmp_path: Path, command: str, signum: int):
+    # A plugin that raises KeyboardInterrupt itself is a failed plugin (exit 2); the user's
+    # Ctrl-C while a slow plugin imports is not the plugin's failure: 128+N, one line.
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.runs import finish
+
+    (tmp_path / "stalling_plugin.py").write_text(
+        STALLING_PLUGIN.format(while_loading=True), encoding="utf-8")
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "initorch"), command, "--plugin", "stalling_plugin"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)}, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "LOADING\n"
+    proc.send_signal(signum)
+    done = finish(proc)
+    assert (done.returncode, done.stdout) == (128 + signum, "")
+    assert done.stderr == f"initorch: interrupted by {signal.Signals(signum).name}\n"
