@@ -20,7 +20,7 @@ import yaml
 from graphs import profile_text, random_dag
 from measure import interleaved, print_ratios, timed
 
-from initorch.collector import collector_paused
+from initorch.gc_pause import gc_paused
 from initorch.loading.document import read_profile
 from initorch.loading.yamlsource import parse_yaml
 
@@ -28,7 +28,7 @@ from initorch.loading.yamlsource import parse_yaml
 def events(text: str) -> None:
     """Every event of ``text`` from the parser parse_yaml uses, and nothing else."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
-    with collector_paused():
+    with gc_paused():
         try:
             while loader.get_event() is not None and loader.check_event():
                 pass

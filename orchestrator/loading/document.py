@@ -19,8 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from initorch.collector import collector_paused
 from initorch.errors import ConditionError, Problem, ProfileError
+from initorch.gc_pause import gc_paused
 from initorch.loading.yamlsource import YamlDocument, parse_yaml
 from initorch.location import SourceLocation
 from initorch.model.conditions import parse_condition
@@ -189,7 +189,7 @@ def read_profile(text: str, path: str, name: str) -> ProfileDocument:
     Raises :class:`ProfileError` only when nothing can be read: invalid YAML, an
     empty file, or a top level that is not a mapping.
     """
-    with collector_paused():  # the records of a large profile form no cycle either
+    with gc_paused():  # the records of a large profile form no cycle either
         return _read_profile(text, path, name)
 
 

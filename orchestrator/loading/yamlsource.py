@@ -33,8 +33,8 @@ from yaml.events import (
     StreamEndEvent,
 )
 
-from initorch.collector import collector_paused
 from initorch.errors import ProfileError
+from initorch.gc_pause import gc_paused
 from initorch.location import SourceLocation
 
 KeyPath = tuple[str | int, ...]
@@ -83,7 +83,7 @@ def _position(mark: Any) -> Position:
 
 def parse_yaml(text: str, path: str) -> YamlDocument:
     """Parse one YAML document safely; raise :class:`ProfileError` with a position."""
-    with collector_paused():  # the document and its positions form no cycle
+    with gc_paused():  # the document and its positions form no cycle
         try:
             return _parse(text, path)
         except yaml.MarkedYAMLError as exc:

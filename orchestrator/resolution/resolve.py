@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import NamedTuple, NoReturn
 
-from initorch.collector import collector_paused
 from initorch.errors import (
     ConditionError,
     CycleError,
@@ -49,6 +48,7 @@ from initorch.errors import (
     ProfileError,
     ResolveError,
 )
+from initorch.gc_pause import gc_paused
 from initorch.loading.compose import ComposedProfile
 from initorch.loading.document import Setting, StepEntry
 from initorch.loading.settle import SettledSettings, settle
@@ -139,7 +139,7 @@ def resolve(composed: ComposedProfile, steps: StepCatalog,
     ``requested`` names steps to plan as if a profile listed them (a launcher's
     own steps, without writing a profile).  Step previews see ``environ``
     (default: this process's environment)."""
-    with collector_paused():  # a plan is a large graph of objects and holds no cycle
+    with gc_paused():  # a plan is a large graph of objects and holds no cycle
         return _resolve(composed, steps, device_index, requested,
                         os.environ if environ is None else environ)
 

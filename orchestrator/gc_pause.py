@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def collector_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Disable the cyclic collector for the block, if it is enabled, and enable it
     again afterwards (also when the block raises).  A caller that disabled it
     itself keeps it disabled.  The setting is process-wide: another thread that
