@@ -532,14 +532,14 @@ def _declared_records(name: str, candidate: _Candidate, active: Mapping[str, _Ca
     with who declared it where (a profile's edges with their reasons), sorted; its
     ``before`` edges go into ``before``, under the steps they lead to."""
     step, sources = candidate.step, candidate.edge_sources
-    own = (step.defined_at, candidate.by, None)
+    in_code = (step.defined_at, candidate.by, None)
     into: list[EdgeRecord] = []
     for kind, targets in zip(EDGE_KINDS, _edge_lists(step), strict=True):
         for target in targets:
             if target not in active:
                 continue  # ordering-only edges bind only steps that are both planned
             declared = sources.get((kind, target)) if sources is not None else None
-            at, declarer, reason = declared or own
+            at, declarer, reason = declared or in_code
             if kind == "before":
                 before.setdefault(target, []).append((name, kind, at, declarer, reason))
             else:
