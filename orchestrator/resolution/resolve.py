@@ -276,10 +276,8 @@ def _select(composed: ComposedProfile, registry: StepCatalog, requested: Sequenc
         admit(first.name, first, first.location)
     for name in requested:
         pull(name, REQUESTED, None)
-    expanded = 0
-    while expanded < len(created):
-        candidate = created[expanded]
-        expanded += 1
+    wanting = registry.wanting
+    for candidate in created:  # which grows as the candidates it holds pull new ones in
         step = candidate.step
         name = step.name
         for kind, verb, targets in (("requires", "required by ", step.requires),
@@ -293,7 +291,7 @@ def _select(composed: ComposedProfile, registry: StepCatalog, requested: Sequenc
                     found.pulls.append(pulled_by)
                 else:
                     pull(target, pulled_by, candidate.edge_source(kind, target).location)
-        for wanter in registry.wanting(name):
+        for wanter in wanting(name):
             found = pull(wanter.name, ("wanted by ", name), wanter.defined_at)
             if found is not None:
                 if found.wanted_by_pulls is None:
