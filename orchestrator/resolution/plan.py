@@ -16,6 +16,7 @@ tuples and dicts, which running a plan needs nothing else to read.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,8 +60,8 @@ def planned_step(step: Step, wave: int, reasons: Sequence[str], declared: Step
                  ) -> PlannedStep:
     """``PlannedStep(step, wave, reasons, declared)``, made the way a resolver that makes
     one per step wants it: a frozen dataclass's ``__init__`` sets each field through
-    ``object.__setattr__``, which costs half as much again as setting its slots
-    directly, and was a tenth of a first resolve."""
+    ``object.__setattr__``, which takes about 1.7 times as long as setting its slots
+    directly (and was a tenth of a first resolve)."""
     planned = object.__new__(PlannedStep)
     _SET_STEP(planned, step)
     _SET_WAVE(planned, wave)
@@ -176,7 +177,7 @@ class Plan:
 def _mismatch(nodes: list[str], names: list[str]) -> str:
     """Why a plan's graph and steps disagree: an executor walks the graph and runs the
     steps, so a step the graph left out would silently never run."""
-    repeated = sorted({name for name in names if names.count(name) > 1})
+    repeated = sorted(name for name, count in Counter(names).items() if count > 1)
     if repeated:
         return f"the plan lists step(s) {', '.join(repeated)} more than once"
     in_graph, planned = set(nodes), set(names)
