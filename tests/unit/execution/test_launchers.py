@@ -3,6 +3,9 @@ and every way they can be malformed or ambiguous (exit code 2, never a world of 
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import inspect
 import re
 
 import pytest
@@ -11,6 +14,7 @@ from hypothesis import strategies as st
 
 from initorch import RankInfo
 from initorch.errors import EXIT_INVALID_INPUT, LaunchError
+from initorch.execution import launchers
 from initorch.execution.launchers import (
     LaunchArguments,
     detect_rank,
@@ -279,3 +283,15 @@ def test_spans_hosts_only_when_some_rank_may_be_elsewhere():
     assert not RankInfo(0, 0, 4, local_world_size=4).spans_hosts
     assert RankInfo(0, 0, 4, local_world_size=2).spans_hosts
     assert RankInfo(0, 0, 4).spans_hosts  # the launcher does not say: assume it may
+
+
+def test_every_option_the_launch_messages_name_is_a_field_of_the_launch_arguments():
+    # The messages spell the options out, to read as the user typed them; this holds the
+    # spelling to the fields, each of which is the `initorch run` option of its name
+    # (srun's own options aside).
+    texts = [node.value for node in ast.walk(ast.parse(inspect.getsource(launchers)))
+             if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+    named = {option for text in texts if "srun" not in text
+             for option in re.findall(r"(?<![\w-])--[a-z][a-z-]*", text)}
+    assert named == {launchers.option_name(spec)
+                     for spec in dataclasses.fields(LaunchArguments)}
