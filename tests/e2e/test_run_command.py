@@ -359,6 +359,27 @@ def register(registry):
 """
 
 
+def signalled_while_stalled(tmp_path: Path, stage: str, signum: int, *argv: str):
+    """``initorch ARGV --plugin stalling_plugin``, sent ``signum`` once the plugin says it
+    stalls at ``stage`` (never by timing luck); what it ended with."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.runs import finish
+
+    (tmp_path / "stalling_plugin.py").write_text(
+        STALLING_PLUGIN.format(while_loading=stage == "LOADING"), encoding="utf-8")
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "initorch"), *argv, "--plugin", "stalling_plugin"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)}, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == f"{stage}\n"
+    proc.send_signal(signum)
+    return finish(proc)
+
+
 @pytest.mark.parametrize(("stage", "log_format", "signum"), [
     ("LOADING", "json", signal.SIGTERM),
     ("PLANNING", "json", signal.SIGTERM),
@@ -368,25 +389,10 @@ def register(registry):
 def test_a_signal_while_planning_ends_run_like_one_during_the_run(
         tmp_path: Path, stage: str, log_format: str, signum: int):
     # Issue 11: torchrun's SIGTERM can reach a rank before its run exists (a peer failed
-    # at plan time). Sent once the CLI says it is there, never by timing luck.
-    import os
-    import subprocess
-    import sys
-
-    from tests.support.runs import finish
-
-    (tmp_path / "stalling_plugin.py").write_text(
-        STALLING_PLUGIN.format(while_loading=stage == "LOADING"), encoding="utf-8")
+    # at plan time).
     report = tmp_path / "run.json"
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "initorch"), "run", "--plugin", "stalling_plugin",
-         "--profile", "auto", "--log-format", log_format, "--report", str(report)],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)}, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdout is not None
-    assert proc.stdout.readline() == f"{stage}\n"
-    proc.send_signal(signum)
-    done = finish(proc)
+    done = signalled_while_stalled(tmp_path, stage, signum, "run", "--profile", "auto",
+                                   "--log-format", log_format, "--report", str(report))
     name = signal.Signals(signum).name
     assert done.returncode == 128 + signum, done.stderr
     assert done.stdout == ""
@@ -406,21 +412,6 @@ def test_a_signal_while_plugins_load_ends_any_command_as_interrupted(
         tmp_path: Path, command: str, signum: int):
     # A plugin that raises KeyboardInterrupt itself is a failed plugin (exit 2); the user's
     # Ctrl-C while a slow plugin imports is not the plugin's failure: 128+N, one line.
-    import os
-    import subprocess
-    import sys
-
-    from tests.support.runs import finish
-
-    (tmp_path / "stalling_plugin.py").write_text(
-        STALLING_PLUGIN.format(while_loading=True), encoding="utf-8")
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "initorch"), command, "--plugin", "stalling_plugin"],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)}, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdout is not None
-    assert proc.stdout.readline() == "LOADING\n"
-    proc.send_signal(signum)
-    done = finish(proc)
+    done = signalled_while_stalled(tmp_path, "LOADING", signum, command)
     assert (done.returncode, done.stdout) == (128 + signum, "")
     assert done.stderr == f"initorch: interrupted by {signal.Signals(signum).name}\n"
