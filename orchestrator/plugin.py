@@ -31,6 +31,7 @@ from initorch.model.devices import DeviceRef, parse_device
 from initorch.model.registry import StepCatalog
 from initorch.model.settings import SettingCatalog, SettingSpec, setting
 from initorch.model.step import MAX_TIMEOUT_S, Step, StepDefinition, step
+from initorch.numbers import MAX_WORLD_SIZE, NumberError, parse_count
 from initorch.plugins import Registry
 from initorch.reporting.diagnosis import Diagnosis, DiagnosisCatalog, Finding
 
@@ -47,6 +48,7 @@ __getattr__, __dir__ = on_first_use(globals(), {
 
 __all__ = [
     "MAX_TIMEOUT_S",
+    "MAX_WORLD_SIZE",
     "MIN_PEER_TIMEOUT_S",
     "WAIT_LOG_S",
     "Detection",
@@ -61,6 +63,7 @@ __all__ = [
     "LaunchError",
     "Machine",
     "NativeLog",
+    "NumberError",
     "PeerBounds",
     "PeerError",
     "PreviewContext",
@@ -79,6 +82,7 @@ __all__ = [
     "capture_native_stderr",
     "host_port",
     "is_ipv6",
+    "parse_count",
     "parse_device",
     "setting",
     "split_host_port",

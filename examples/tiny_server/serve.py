@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import queue
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from initorch.plugin import NumberError, parse_count
 from tiny_server.kv_cache import KVPool
 from tiny_server.model import TinyDecoder
 
@@ -100,23 +102,30 @@ def make_handler(jobs: queue.Queue[Job], startup: dict[str, Any], max_new_tokens
         def _body(self) -> bytes | None:
             """The request's body, or ``None`` after answering why it cannot be read."""
             raw = self.headers.get("Content-Length") or "0"
-            if not raw.isdigit():  # also refuses -1
-                self._reply(HTTPStatus.BAD_REQUEST,
-                            {"error": f"Content-Length {raw!r} is not a whole number"})
-                return None
-            if int(raw) > MAX_BODY_BYTES:
-                self._reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                            {"error": f"the body may have at most {MAX_BODY_BYTES} bytes"})
+            try:  # ASCII digits only: "²".isdigit() is True, and int("²") raises
+                length = parse_count(raw, "Content-Length", maximum=MAX_BODY_BYTES)
+            except NumberError as refused:
+                too_large = raw.isascii() and raw.isdigit()
+                self._refuse(HTTPStatus.REQUEST_ENTITY_TOO_LARGE if too_large
+                             else HTTPStatus.BAD_REQUEST,
+                             f"the body may have at most {MAX_BODY_BYTES} bytes" if too_large
+                             else f"Content-Length {raw!r} is not a whole number", refused)
                 return None
             try:
-                body = self.rfile.read(int(raw))
+                body = self.rfile.read(length)
             except TimeoutError:
                 body = b""
-            if len(body) < int(raw):  # the client stopped sending (or timed out)
+            if len(body) < length:  # the client stopped sending (or timed out)
                 self._reply(HTTPStatus.REQUEST_TIMEOUT,
                             {"error": f"the body ended after {len(body)} of {raw} bytes"})
                 return None
             return body
+
+        def _refuse(self, status: HTTPStatus, error: str, why: Exception) -> None:
+            """Answer ``status`` with ``error``, and log one line (never a traceback)."""
+            sys.stderr.write(f"tiny-server: {status.value} for {self.command} {self.path}: "
+                             f"{why}\n")
+            self._reply(status, {"error": error})
 
         def _reply(self, status: HTTPStatus, payload: dict[str, Any]) -> None:
             data = json.dumps(payload).encode()
