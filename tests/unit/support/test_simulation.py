@@ -340,6 +340,62 @@ def test_npu_and_musa_refuse_to_share_a_process(npu_report):
 
 
 # ---------------------------------------------------------------------------------------
+# torch.npu.current_device() on an unbound thread, in a subprocess
+# ---------------------------------------------------------------------------------------
+# torch_npu 2.14.0 answers 0 there and binds nothing: c10_npu::GetDevice turns
+# ACL_ERROR_RT_CONTEXT_NULL into 0 without aclrtSetDevice (Ascend/pytorch 9e73e708,
+# torch_npu/csrc/core/npu/NPUFunctions.cpp:196-221; the wheel's libtorch_npu.so calls no
+# aclrtSetDevice from GetDevice), and the first call's _lazy_init binds nothing on
+# CANN >= 8.3.RC1 (npu_sys_ctrl.cpp:238-252).  The script asks first on the main thread
+# (the process's first query) and then on a helper thread, before any set_device.
+NPU_UNBOUND_SCRIPT = """
+import json, threading
+import torch
+import torch_npu
+from initorch_simulation.acl import ACL, SimulatedAclError
+
+def probe():
+    answer = torch.npu.current_device()
+    try:
+        after = ACL.get_device()
+    except SimulatedAclError as e:
+        after = e.code
+    return {"answer": answer, "acl_after": after, "thread": threading.get_ident()}
+
+r = {"main": probe()}
+box = []
+helper = threading.Thread(target=lambda: box.append(probe()), name="asker")
+helper.start(); helper.join()
+r["helper"] = box[0]
+r["log"] = [[x.thread_name, x.device] for x in ACL.set_device_log()]
+r["bound"] = sorted(ACL.devices_by_thread())
+print(json.dumps(r))
+"""
+
+
+@pytest.fixture(scope="module")
+def npu_unbound_report(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("npu_unbound")
+    return _report(_run_simulated(NPU_UNBOUND_SCRIPT, tmp))
+
+
+@pytest.mark.e2e  # the report comes from a fresh interpreter with torch
+@pytest.mark.parametrize("thread", ["main", "helper"])
+def test_npu_current_device_on_unbound_thread_answers_zero(npu_unbound_report, thread):
+    assert npu_unbound_report[thread]["answer"] == 0
+
+
+@pytest.mark.e2e  # the report comes from a fresh interpreter with torch
+@pytest.mark.parametrize("thread", ["main", "helper"])
+def test_npu_current_device_leaves_the_asking_thread_unbound(npu_unbound_report, thread):
+    # aclrtGetDevice still finds no context on the thread that asked...
+    assert npu_unbound_report[thread]["acl_after"] == 107002
+    assert npu_unbound_report[thread]["thread"] not in npu_unbound_report["bound"]
+    # ...and asking recorded no set_device anywhere in the process.
+    assert npu_unbound_report["log"] == []
+
+
+# ---------------------------------------------------------------------------------------
 # simulated Ascend transport for Mooncake, in a subprocess
 # ---------------------------------------------------------------------------------------
 MOONCAKE_SCRIPT = """

@@ -33,7 +33,26 @@ __version__ = "0.0.0+simulated"
 
 
 def _current_device() -> int:
-    """torch_npu answers 0 on a thread without context, without binding it."""
+    """``torch.npu.current_device()``: 0 on a thread without context, and that thread stays unbound.
+
+    torch_npu 2.14.0 (wheel ``torch_npu-2.14.0-cp311-cp311-manylinux_2_28_aarch64``,
+    ``git_version`` 54e365d3) answers through ``torch_npu/npu/utils.py:97-99``
+    ``current_device() -> _lazy_init(); torch_npu._C._npu_getDevice()``, and
+    ``THNPModule_getDevice_wrap`` (Ascend/pytorch master 9e73e708,
+    ``torch_npu/csrc/npu/Module.cpp:839-846``) calls ``c10_npu::GetDevice``.  There
+    (``torch_npu/csrc/core/npu/NPUFunctions.cpp:196-221``) an ``aclrtGetDevice`` that
+    returns ``ACL_ERROR_RT_CONTEXT_NULL`` yields ``*device = 0`` and ``ACL_ERROR_NONE``
+    with no ``aclrtSetDevice``: the ``aclrtSetDevice(0)`` fallback older builds had
+    (v7.1.0.2-pytorch2.6.0, line 63) was removed by Ascend/pytorch 4d2bd5e93
+    ("getdevice without setdevice", 2025-07-15).  The 2.14.0 ``libtorch_npu.so`` agrees:
+    ``_ZN7c10_npu9GetDeviceEPi`` calls ``aclrtGetDevice@plt`` and never
+    ``aclrtSetDevice``; on 107002 it stores 0 and returns 0.  The one-time
+    ``_lazy_init`` (``NpuSysCtrl::Initialize(-1)``) binds nothing either on CANN >= 8.3.RC1
+    (``is_lazy_set_device``, ``torch_npu/csrc/core/npu/sys_ctrl/npu_sys_ctrl.cpp:238-252``),
+    the CANN every release since the 7.2.0 line pairs with (``COMPATIBILITY.en.md``).
+    So asking never creates a context, here as there: code that reads the answer as
+    "this thread is bound to 0" is wrong on the real plugin too.
+    """
     device = ACL.thread_device()
     return 0 if device is None else device
 
