@@ -3,7 +3,9 @@
 ``mooncake.master: HOST:PORT`` names a running master; the step checks that it
 answers an RPC within ``mooncake.master_connect_timeout_s`` and fails at once
 otherwise (:func:`rpc_problem`: a bare connect also passes a process that accepts
-and never answers, and then the store's setup waits 30 s per RPC, 20 times).
+and never answers, and then the store's setup waits 30 s per RPC, 20 times; the
+whole answer, within one deadline, since a first byte also passes a peer that then
+sends junk, hangs up or trickles).
 (Mooncake's own client would retry for about 90 seconds, ``real_client.cpp``:
 "Failed to create client after 20 retries".)
 
@@ -75,13 +77,20 @@ CLIENTS_CLOSE_WAIT_S = 10.0  # how long the owner waits for other ranks' store c
 LOG_TAIL_BYTES = 64 * 1024  # what log_tail reads of the master's log, from its end
 
 
-# Mooncake's RPC is yalantinglibs' coro_rpc: a 16-byte little-endian request header (magic
-# 21, version, serialize type, message type, sequence number, function id, body length,
-# attachment length).  Function id 0 is no registered function, so a live master answers
-# at once with a response header (magic 21) and "the rpc function not registered" (seen
-# from the CPU wheel's mooncake_master 0.3.13.post1, whose binary has that text).
+# Mooncake's RPC is yalantinglibs' coro_rpc (``include/ylt/coro_rpc/impl/protocol/
+# coro_rpc_protocol.hpp``, ``req_header`` / ``resp_header``): a 20-byte little-endian request
+# header (magic 21, version, serialize type, message type, sequence number, function id,
+# body length, attachment length) and a 16-byte response header (magic 21, version, error
+# code, message type, the request's sequence number, body length, attachment length)
+# followed by the body and the attachment.  Function id 0 is no registered function, so a
+# live master answers at once with error 11 and a 40-byte body holding "the rpc function
+# not registered" (56 bytes in all, read from the CPU wheel's mooncake_master
+# 0.3.13.post1).
 CORO_RPC_MAGIC = 21
-RPC_PROBE = struct.pack("<BBBBIIII", CORO_RPC_MAGIC, 0, 0, 0, 1, 0, 0, 0)
+PROBE_SEQUENCE = 1
+RPC_PROBE = struct.pack("<BBBBIIII", CORO_RPC_MAGIC, 0, 0, 0, PROBE_SEQUENCE, 0, 0, 0)
+RPC_ANSWER_HEADER = struct.Struct("<BBBBIII")
+MAX_PROBE_ANSWER = 64 * 1024  # a body past this is no answer to a probe
 
 
 class MasterPortTaken(StepError):
@@ -200,23 +209,63 @@ def health(host: str, port: int) -> dict[str, Any] | None:
 
 
 def rpc_problem(host: str, port: int, timeout: float) -> str | None:
-    """None when a coro_rpc server answers at ``host:port`` within ``timeout``; else what
-    happened.  A request, not a connect: a process that accepts and never answers (a
-    hung master, a proxy with nothing behind it) passes a connect, and the store's setup
-    would then wait 30 s per RPC, 20 times."""
+    """None when a coro_rpc server answers a probe at ``host:port`` in full within
+    ``timeout`` (one deadline for the connect and the whole answer); else what the peer
+    did.  A request, not a connect: a process that accepts and never answers (a hung
+    master, a proxy with nothing behind it) passes a connect, and the store's setup
+    would then wait 30 s per RPC, 20 times.  The whole answer, not its first byte: a
+    peer that answers the magic byte and then junk, or hangs up, is not a master (the
+    store would fail later with a wrong "the master is not running"), and one that
+    trickles a byte at a time would hold the store's setup until the watchdog's
+    SIGKILL."""
+    deadline = time.monotonic() + timeout
     try:
         with socket.create_connection((host.strip("[]"), port), timeout=timeout) as sock:
             sock.sendall(RPC_PROBE)
-            answer = sock.recv(1)
+            return _answer_problem(sock, deadline, timeout)
     except TimeoutError:
-        return f"it accepted the connection but did not answer an RPC within {timeout:g}s"
+        return f"it did not accept the connection within {timeout:g}s"
     except OSError as exc:
         return str(exc)
-    if not answer:
-        return "it closed the connection without answering an RPC"
-    if answer[0] != CORO_RPC_MAGIC:
-        return "it answered, but not as Mooncake's RPC (coro_rpc)"
+
+
+def _answer_problem(sock: socket.socket, deadline: float, timeout: float) -> str | None:
+    """What is wrong with the answer ``sock`` delivers by ``deadline``; None if nothing."""
+    received = bytearray()
+    wanted = RPC_ANSWER_HEADER.size  # then the header's body and attachment lengths too
+    while len(received) < wanted:
+        left = deadline - time.monotonic()
+        try:
+            if left <= 0:
+                raise TimeoutError
+            sock.settimeout(left)
+            chunk = sock.recv(wanted - len(received))
+        except TimeoutError:
+            if not received:
+                return ("it accepted the connection but did not answer an RPC within "
+                        f"{timeout:g}s")
+            return (f"it answered too slowly: {len(received)} of the {wanted} bytes of its "
+                    f"RPC answer within {timeout:g}s")
+        if not chunk:
+            if not received:
+                return "it closed the connection without answering an RPC"
+            return (f"it hung up after {len(received)} of the {wanted} bytes of its RPC "
+                    "answer")
+        received += chunk
+        if received[0] != CORO_RPC_MAGIC:
+            return _junk(received)
+        if wanted == len(received) == RPC_ANSWER_HEADER.size:
+            _, version, _, _, sequence, body, attachment = RPC_ANSWER_HEADER.unpack(received)
+            if version != 0 or sequence != PROBE_SEQUENCE or \
+                    body + attachment > MAX_PROBE_ANSWER:
+                return _junk(received)
+            wanted += body + attachment
     return None
+
+
+def _junk(received: bytes | bytearray) -> str:
+    return ("it answered, but not as Mooncake's RPC (coro_rpc): its answer began "
+            f"{bytes(received[:RPC_ANSWER_HEADER.size]).hex(' ')}")
 
 
 def start_managed_master(ctx: StepContext, launched: ManagedMaster | None = None

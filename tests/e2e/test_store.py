@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.commands import initorch_command, run_python
+from tests.support.fake_peers import MASTER_ANSWER, fake_peer
 from tests.support.processes import alive, listening, wait_for
 from tests.support.ranks import Ended, clean_env, spawn, wait_all
 from tests.support.sockets import silent_server
@@ -254,18 +256,32 @@ def test_a_master_that_accepts_and_never_answers_fails_at_once(tmp_path: Path) -
     assert steps["init_mooncake_store"]["status"] == "skipped"
 
 
+def test_a_master_that_trickles_its_answer_fails_at_once_not_by_sigkill(tmp_path: Path) -> None:
+    # One byte of the answer every 2 s passed a one-byte probe; the store's setup then
+    # ended in the watchdog's SIGKILL, with no teardown (issue 27).
+    trickle = [MASTER_ANSWER[i:i + 1] for i in range(len(MASTER_ANSWER))]
+    with fake_peer(*trickle, pause=2.0) as port:
+        result = initorch_command("run", "--profile", "cpu",
+                                  "--set", f"mooncake.master=127.0.0.1:{port}",
+                                  "--set", "mooncake.master_connect_timeout_s=3")
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert re.search(f"cannot reach the Mooncake master at 127.0.0.1:{port}: it answered too "
+                     r"slowly: [0-9]+ of the 16 bytes of its RPC answer within 3s",
+                     result.stderr), result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "diagnosis mooncake-master-unreachable:")
+
+
 def test_a_master_that_stops_answering_after_the_probe_is_bounded_by_the_store_timeout(
         tmp_path: Path) -> None:
     # It answers the probe, then accepts the store's connections and never answers them:
     # setup holds the interpreter, so the step's timeout ends the process (SIGKILL)
     # after naming the step, instead of Mooncake's 30 s x 20 retries.
-    from initorch.steps.mooncake_master import CORO_RPC_MAGIC
-
     profile = tmp_path / "short.yaml"
     profile.write_text("extends: cpu\nsteps:\n  init_mooncake_store: {timeout: 5}\n",
                        encoding="utf-8")
     started = time.monotonic()
-    with silent_server((bytes([CORO_RPC_MAGIC]) + bytes(15),)) as port:
+    with silent_server((MASTER_ANSWER,)) as port:
         result = initorch_command("run", "--profile", str(profile),
                                   "--set", f"mooncake.master=127.0.0.1:{port}")
     assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import socket
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from initorch.steps.network import (
     split_host_port,
 )
 from initorch.steps.transports import installed_transports, transport_mismatch
+from tests.support.fake_peers import MASTER_ANSWER, fake_peer
 from tests.support.sockets import silent_server
 
 # -- network -------------------------------------------------------------------------------
@@ -89,13 +91,44 @@ def test_the_master_probe_refuses_a_server_that_accepts_and_never_answers() -> N
             "it accepted the connection but did not answer an RPC within 0.5s"
 
 
-@pytest.mark.parametrize(("answer", "problem"), [
-    (b"HTTP/1.1 400 Bad Request\r\n\r\n", "it answered, but not as Mooncake's RPC (coro_rpc)"),
-    (bytes([CORO_RPC_MAGIC]) + bytes(15), None),
-])
-def test_the_master_probe_wants_a_coro_rpc_answer(answer: bytes, problem: str | None) -> None:
-    with silent_server((answer,)) as port:
-        assert rpc_problem("127.0.0.1", port, 5.0) == problem
+def test_the_recorded_answer_is_what_a_master_sends() -> None:
+    assert len(MASTER_ANSWER) == 56
+    assert MASTER_ANSWER[0] == CORO_RPC_MAGIC
+
+
+@pytest.mark.parametrize(("sends", "then", "problem"), [
+    ((MASTER_ANSWER,), "hold", None),
+    ((MASTER_ANSWER[:5], MASTER_ANSWER[5:]), "close", None),  # in pieces, then gone: fine
+    ((b"HTTP/1.1 400 Bad Request\r\n\r\n",), "hold",
+     "it answered, but not as Mooncake's RPC (coro_rpc): its answer began "
+     "48 54 54 50 2f 31 2e 31 20 34 30 30 20 42 61 64"),
+    # The right first byte, then junk (issue 27): one byte passed it.
+    ((bytes([CORO_RPC_MAGIC]) + b"junk" * 10,), "hold",
+     "it answered, but not as Mooncake's RPC (coro_rpc): its answer began "
+     "15 6a 75 6e 6b 6a 75 6e 6b 6a 75 6e 6b 6a 75 6e"),
+    ((bytes([CORO_RPC_MAGIC]) + bytes(15),), "hold",  # not an answer to our request
+     "it answered, but not as Mooncake's RPC (coro_rpc): its answer began 15" + " 00" * 15),
+    ((bytes([CORO_RPC_MAGIC]),), "close",
+     "it hung up after 1 of the 16 bytes of its RPC answer"),
+    ((MASTER_ANSWER[:20],), "close", "it hung up after 20 of the 56 bytes of its RPC answer"),
+    ((), "close", "it closed the connection without answering an RPC"),
+], ids=["master", "pieces", "http", "magic-then-junk", "other-sequence", "hangs-up-in-header",
+        "hangs-up-in-body", "hangs-up-at-once"])
+def test_the_master_probe_wants_a_whole_coro_rpc_answer(sends: tuple[bytes, ...], then: str,
+                                                        problem: str | None) -> None:
+    with fake_peer(*sends, then=then) as port:
+        said = rpc_problem("127.0.0.1", port, 5.0)
+    assert said == problem
+
+
+def test_a_master_that_trickles_its_answer_is_too_slow() -> None:
+    # One byte at a time, each within any per-read timeout: one byte passed it, and the
+    # store's setup then waited until the watchdog's SIGKILL (issue 27).
+    trickle = [MASTER_ANSWER[i:i + 1] for i in range(len(MASTER_ANSWER))]
+    with fake_peer(*trickle, pause=0.3) as port:
+        said = str(rpc_problem("127.0.0.1", port, 1.0))
+    assert re.fullmatch(r"it answered too slowly: [0-9]+ of the 16 bytes of its RPC answer "
+                        r"within 1s", said), said
 
 
 # -- layouts ---------------------------------------------------------------------------------
