@@ -1,0 +1,17 @@
+"""The call maps as data, one module per SGLang code layout (see :mod:`.model`)."""
+
+from __future__ import annotations
+
+from initorch_sglang.layouts.model import (
+    DEVICE_MODULE,
+    AllocatorTable,
+    EngineInit,
+    Hop,
+    Layout,
+    Marker,
+    SGLangCall,
+)
+from initorch_sglang.layouts.recognise import LAYOUTS, layout_named, recognise
+
+__all__ = ["DEVICE_MODULE", "LAYOUTS", "AllocatorTable", "EngineInit", "Hop", "Layout",
+           "Marker", "SGLangCall", "layout_named", "recognise"]
