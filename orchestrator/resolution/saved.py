@@ -22,7 +22,9 @@ included); another format or format version; a file changed after it was saved
 step missing, or declared differently in code now); and -- since anyone can
 recompute both sha256 values -- whatever a profile could not say: settings their
 declarations refuse, environment variables a profile may not set, an order
-against the steps' edges or the device binding, what a step's preview refuses.
+against the steps' edges, the device binding or the file's own edges (the executors
+walk the edges, so the run would not follow the order the file shows), what a
+step's preview refuses.
 The file never names code to import: steps come from the registry, as for
 profiles.
 """
@@ -260,24 +262,32 @@ def _refusals(plan: Plan, steps: StepCatalog, where: SourceLocation) -> list[Pro
 
 
 def _order_problems(plan: Plan) -> list[str]:
-    """Each pair of steps the plan orders against a declared edge or the device binding
-    (which no profile can remove)."""
+    """Each pair of steps the plan orders against a declared edge, the device binding
+    (which no profile can remove) or an edge the plan itself lists (an executor walks
+    the edges, not the order: a re-signed file whose order they contradict would run
+    in an order it does not show)."""
     position = {name: index for index, name in enumerate(plan.order)}
     binders = [p.name for p in plan.steps if p.step.binds_device]
-    said: list[str] = []
+    said: dict[tuple[str, str], str] = {}  # (first, then) -> what is wrong
     for planned in plan.steps:
         step = planned.step
         earlier = [*step.requires, *step.wants, *step.after,
                    *(binders if step.device_bound else ())]
         for first in earlier:
             if first in position and position[first] > position[planned.name]:
-                said.append(f"step '{planned.name}' is ordered before '{first}', which it "
-                            "must follow")
+                said.setdefault((first, planned.name), f"step '{planned.name}' is ordered "
+                                f"before '{first}', which it must follow")
         for then in step.before:
             if then in position and position[then] < position[planned.name]:
-                said.append(f"step '{planned.name}' is ordered after '{then}', which it must "
-                            "precede")
-    return said
+                said.setdefault((planned.name, then), f"step '{planned.name}' is ordered "
+                                f"after '{then}', which it must precede")
+    for edge in plan.graph.edges():
+        if position[edge.source] > position[edge.target]:
+            said.setdefault((edge.source, edge.target), (
+                f"the plan's edge {edge.source} -> {edge.target} ({edge.kind}, declared by "
+                f"{edge.declared_by} at {edge.declared_at}) contradicts its order, which "
+                f"lists '{edge.target}' before '{edge.source}'"))
+    return list(said.values())
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

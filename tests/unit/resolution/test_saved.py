@@ -480,6 +480,42 @@ def test_a_re_signed_plan_is_refused_what_a_profile_is_refused(tmp_path, builtin
     refusal(path, builtin_registry, fragment)
 
 
+def test_a_re_signed_plan_whose_edges_contradict_its_order_is_refused(tmp_path,
+                                                                     builtin_registry):
+    # The executors walk the edges, not the order: with the profile's engine-before-process
+    # -group edge turned round, the run formed the process group first while the file
+    # still showed the engine first (issue 27).
+    path = saved_cpu(tmp_path, builtin_registry)
+
+    def turn_round(data):
+        (edge,) = [e for e in data["edges"] if (e["from"], e["to"]) ==
+                   (ENGINE, "init_torch_distributed")]
+        edge["from"], edge["to"] = edge["to"], edge["from"]
+
+    resign(path, builtin_registry, turn_round)
+    error = refusal(path, builtin_registry, f"the plan's edge init_torch_distributed -> "
+                    f"{ENGINE} (after, declared by profile base at ", f"contradicts its order, "
+                    f"which lists '{ENGINE}' before 'init_torch_distributed'")
+    assert len(error.problems) == 1
+
+
+def test_plan_run_refuses_a_plan_whose_edges_contradict_its_order_in_one_line(
+        run_cli, tmp_path, builtin_registry):
+    path = saved_cpu(tmp_path, builtin_registry)
+
+    def turn_round(data):
+        (edge,) = [e for e in data["edges"] if (e["from"], e["to"]) ==
+                   ("launch_mooncake_master", "import_backend")]
+        edge["from"], edge["to"] = edge["to"], edge["from"]
+
+    resign(path, builtin_registry, turn_round)
+    code, out, err = run_cli("run", "--plan", str(path), "--executor", "dry-run")
+    assert (code, out) == (2, ""), err
+    assert_single_error_line(err, "the plan's edge import_backend -> launch_mooncake_master "
+                             "(before, declared by profile base at ", "cpu-plan.json",
+                             located=False)
+
+
 @pytest.mark.parametrize(("text", "fragment"), [
     ('{"format": "initorch-plan", "format": "initorch-plan"}',
      "the key 'format' appears twice in one object"),
