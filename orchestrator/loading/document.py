@@ -480,16 +480,29 @@ def _edge_targets(out: _Collector, value: Any, *path: str | int
 # NCCL_PROFILER_PLUGIN -- NCCL dlopens libnccl-<kind>-<value>.so --, QT_PLUGIN_PATH);
 # the ROCm runtime's tool libraries (HSA_TOOLS_LIB); and OpenSSL's configuration and
 # module folders (OPENSSL_CONF loads engines and providers, OPENSSL_MODULES names them).
+# The other runtimes a hook, a launcher or a watchdog may start read theirs by family
+# too (issue 27): Python's PYTHON* (PYTHONPATH, PYTHONSTARTUP, and PYTHONPYCACHEPREFIX,
+# which points the byte-code cache at a folder of planted .pyc files), Perl's PERL*
+# (PERLLIB, PERL5LIB, PERL5OPT), Ruby's RUBY* (RUBYLIB, RUBYOPT), Node's NODE_*
+# (NODE_PATH, NODE_OPTIONS) and the JVM's *JAVA*_OPTIONS (JAVA_TOOL_OPTIONS,
+# _JAVA_OPTIONS, JDK_JAVA_OPTIONS: -javaagent loads a jar).
 CODE_LOADING_FAMILIES = re.compile(
     r"(?:LD|DYLD)_\w*"
     r"|\w*_INJECTION\w*"
     r"|\w*_PLUGINS?(?:_\w*)?"
     r"|HSA_TOOLS_\w*"
-    r"|OPENSSL_\w*")
-CODE_LOADING_VARIABLES = frozenset({
-    "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONPLATLIBDIR",
-    "PYTHONBREAKPOINT", "PYTHONWARNINGS", "PYTHONINSPECT", "BASH_ENV", "ENV", "PERL5LIB",
-    "PERL5OPT", "RUBYOPT", "NODE_OPTIONS", "GCONV_PATH", "JAVA_TOOL_OPTIONS"})
+    r"|OPENSSL_\w*"
+    r"|PYTHON\w*"
+    r"|PERL\w*"
+    r"|RUBY\w*"
+    r"|NODE_\w*"
+    r"|\w*JAVA\w*_OPTIONS")
+CODE_LOADING_VARIABLES = frozenset({"BASH_ENV", "ENV", "GCONV_PATH"})
+PYTHON_VARIABLES_ALLOWED = frozenset({
+    "PYTHONUNBUFFERED", "PYTHONFAULTHANDLER", "PYTHONHASHSEED", "PYTHONIOENCODING",
+    "PYTHONUTF8", "PYTHONDONTWRITEBYTECODE"})
+"""The members of the ``PYTHON*`` family a profile may set: each changes how Python
+buffers, encodes, hashes or reports a crash, and none names a file or a module."""
 
 
 MAX_ENV_STRING = 128 * 1024
@@ -500,6 +513,8 @@ included) that ``execve`` passes on; longer ones fail with E2BIG."""
 def loads_code(name: str) -> bool:
     """True for an environment variable that names code a program then loads."""
     upper = name.upper()
+    if upper in PYTHON_VARIABLES_ALLOWED:
+        return False
     return upper in CODE_LOADING_VARIABLES or CODE_LOADING_FAMILIES.fullmatch(upper) is not None
 
 

@@ -140,6 +140,29 @@ def test_bad_env_entries_are_reported(text: str, fragment: str, line: int) -> No
     assert problem.location is not None and problem.location.line == line
 
 
+# What these load, per runtime: PERLLIB/PERL5LIB (perlrun: @INC), RUBYLIB (ruby: $LOAD_PATH),
+# NODE_PATH (node: module folders), _JAVA_OPTIONS/JDK_JAVA_OPTIONS/JAVA_TOOL_OPTIONS (a
+# -javaagent jar), PYTHONPYCACHEPREFIX (where Python reads .pyc files from).
+@pytest.mark.parametrize("name", [
+    "PERLLIB", "PERL5LIB", "PERL5DB", "RUBYLIB", "RUBYOPT", "NODE_PATH", "NODE_OPTIONS",
+    "NODE_REPL_EXTERNAL_MODULE", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS",
+    "PYTHONPYCACHEPREFIX", "PYTHONSAFEPATH", "PYTHONEXECUTABLE", "pythonpath", "GCONV_PATH"])
+def test_variables_that_load_code_into_other_runtimes_are_refused_by_family(name: str) -> None:
+    with pytest.raises(ProfileError) as caught:
+        parse_profile(f"env:\n  MC_FORCE_TCP: 1\n  {name}: /tmp/planted\n", "p.yaml", "p")
+    problem = find_problem(caught.value, f"env.{name} would make programs load code")
+    assert str(problem.location) == "p.yaml:3:3"
+    assert len(caught.value.problems) == 1
+
+
+@pytest.mark.parametrize("name", ["PYTHONUNBUFFERED", "PYTHONFAULTHANDLER", "PYTHONHASHSEED",
+                                  "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONDONTWRITEBYTECODE",
+                                  "NCCL_DEBUG", "OMP_NUM_THREADS", "JAVA_HOME"])
+def test_the_python_variables_that_name_no_code_are_still_set(name: str) -> None:
+    doc = parse_profile(f"env:\n  {name}: 1\n", "p.yaml", "p")
+    assert [(e.name, e.value) for e in doc.env] == [(name, "1")]
+
+
 def test_later_profiles_override_and_null_drops(tmp_path: Path) -> None:
     write(tmp_path, "base.yaml", "device: {type: cpu}\nenv:\n  A: one\n  B: two\n")
     write(tmp_path, "top.yaml", "extends: base.yaml\nenv:\n  A: uno\n  B: null\n  C: 3\n")
