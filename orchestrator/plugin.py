@@ -28,6 +28,7 @@ from initorch.exports import on_first_use
 from initorch.loading.detection import Detection, DeviceProbe, Machine, Verdict
 from initorch.model.contexts import PreviewContext, RankView, StepContext
 from initorch.model.devices import DeviceRef, parse_device
+from initorch.model.names import non_ascii_problem
 from initorch.model.registry import StepCatalog
 from initorch.model.settings import SettingCatalog, SettingSpec, setting
 from initorch.model.step import MAX_TIMEOUT_S, Step, StepDefinition, step
@@ -82,6 +83,7 @@ __all__ = [
     "capture_native_stderr",
     "host_port",
     "is_ipv6",
+    "non_ascii_problem",
     "parse_count",
     "parse_device",
     "setting",

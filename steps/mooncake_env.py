@@ -19,9 +19,12 @@ is not set leaves the profile's value (SGLang takes its own default: ``rdma``,
 ``localhost``, ``4gb``); and initorch has one protocol for the engine and the store
 (SGLang's engine also reads ``MOONCAKE_PROTOCOL``, ``mooncake_transfer_engine.py:209``,
 except with ``ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE=1``, where it is ``ascend``).
-``MOONCAKE_CLIENT`` (SGLang's standalone store client) is not supported and is
-refused rather than ignored.  ``SGLANG_HOST_IP`` / ``HOST_IP`` are
-read where the address is chosen (:mod:`initorch.steps.network`).
+``MOONCAKE_CLIENT`` (SGLang's standalone store client) is read as SGLang reads it
+(:func:`read_master`).  Addresses are ASCII or refused, naming the character.  A
+refusal here counts only when a planned step reads the setting (resolution decides:
+``initorch plan -p cpu --set hicache.enabled=false`` needs no store variable).
+``SGLANG_HOST_IP`` / ``HOST_IP`` are read where the address is chosen
+(:mod:`initorch.steps.network`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from initorch.steps.network import ascii_address
+
 CONFIG_PATH = "SGLANG_HICACHE_MOONCAKE_CONFIG_PATH"
 MIB = 2**20
 GIB = 2**30
@@ -37,14 +42,37 @@ GIB = 2**30
 Reader = Callable[[Mapping[str, str]], "tuple[Any, str] | None"]
 
 
-def segment_mib(value: object, where: str) -> int:
-    """SGLang's ``_parse_global_segment_size`` (bytes, or ``<N>gb``), in whole MiB."""
-    text = str(value).strip().lower()
+def segment_bytes(value: object, where: str) -> int:
+    """SGLang's ``_parse_global_segment_size`` (``mooncake_store.py:80-93``), step for
+    step: an int as it is; text stripped and lower-cased, ``<N>gb`` as N GiB, else
+    ``int()`` of it (which also takes ``1_000`` and non-ASCII decimal digits, as
+    SGLang does).  Raises ValueError naming ``where`` for what SGLang cannot parse."""
+    if isinstance(value, int):
+        return value
     try:
-        nbytes = int(text[:-2].strip()) * GIB if text.endswith("gb") else int(text)
-    except ValueError:
+        if isinstance(value, str):
+            text = value.strip().lower()
+            if text.endswith("gb"):
+                number = text[:-2].strip()
+                if not number:
+                    raise ValueError("missing number before 'gb'")
+                return int(number) * GIB
+            return int(text)
+        if isinstance(value, float):  # a JSON number with a fraction or an exponent
+            return int(value)
+        raise TypeError(type(value).__name__)  # SGLang's int(value) fails on the rest
+    except (TypeError, ValueError):
         raise ValueError(f"{where}={value!r} is neither bytes nor <N>gb") from None
-    if nbytes <= 0 or nbytes % MIB:
+
+
+def segment_mib(value: object, where: str) -> int:
+    """The segment SGLang reads (:func:`segment_bytes`), in whole MiB, rounded down:
+    ``mooncake.store.global_segment_mb`` counts MiB, and SGLang accepts any byte count
+    (``1000000000``); the store then gets at most one MiB less than SGLang's would.
+    Under 1 MiB (0, a negative number) is refused: initorch's store needs a segment
+    (a negative one would fail at SGLang's ``setup`` too, as a size_t)."""
+    nbytes = segment_bytes(value, where)
+    if nbytes < MIB:
         raise ValueError(f"{where}={value!r} is not a whole, positive number of MiB "
                          "(mooncake.store.global_segment_mb)")
     return nbytes // MIB
@@ -93,13 +121,56 @@ def store_field(variable: str, json_key: str,
     return read
 
 
+def _address(value: Any, where: str) -> str:
+    return ascii_address(str(value), where)
+
+
+STANDALONE_VARIABLE = "MOONCAKE_STANDALONE_STORAGE"
+
+
 def read_master(environ: Mapping[str, str]) -> tuple[Any, str] | None:
-    """``MOONCAKE_MASTER`` (or the file's ``master_server_address``); SGLang's
-    standalone ``MOONCAKE_CLIENT`` mode is refused."""
-    if "MOONCAKE_CLIENT" in environ and "MOONCAKE_MASTER" not in environ:
-        raise ValueError("MOONCAKE_CLIENT (SGLang's standalone store client) is set, which "
-                         "initorch does not support; set MOONCAKE_MASTER instead")
-    return store_field("MOONCAKE_MASTER", "master_server_address")(environ)
+    """The master SGLang's store sets up against: ``master_server_address`` of the
+    config file, else ``MOONCAKE_MASTER``.
+
+    ``MOONCAKE_CLIENT`` (the file's ``client_server_address``) is the address of a
+    standalone ``mooncake_client`` process; SGLang uses it only with
+    ``MOONCAKE_STANDALONE_STORAGE`` (``standalone_storage``), where its store calls
+    ``setup_dummy(size, buffer, client_server_address)`` and names no master
+    (``mooncake_store.py:498-509``).  So: a master beside a client is the master, as
+    in SGLang; a client without standalone storage and without a master is refused,
+    since SGLang would call ``setup`` with no master (``master_server_address`` is
+    ``MOONCAKE_MASTER``'s default, None: :208-225, setup :566-580); and standalone
+    storage is refused because initorch's ``init_mooncake_store`` has no
+    ``setup_dummy`` path (the SGLang integration, whose store is SGLang's, passes the
+    address itself).  A config file with neither address SGLang refuses (:153-160).
+    These refusals count only where the store is planned."""
+    found = config_file(environ)
+    if found is not None:
+        config, label = found
+        master, client = config.get("master_server_address"), config.get("client_server_address")
+        standalone = bool(config.get("standalone_storage", False))
+        where = f"{label} (master_server_address)"
+        if master is None and client is None:
+            raise ValueError(f"{label}: the file has neither master_server_address nor "
+                             "client_server_address, which SGLang refuses "
+                             "(mooncake_store.py:153-160)")
+    else:
+        master, client = environ.get("MOONCAKE_MASTER"), environ.get("MOONCAKE_CLIENT")
+        standalone = env_bool(environ.get(STANDALONE_VARIABLE, "false"), STANDALONE_VARIABLE)
+        where = "MOONCAKE_MASTER"
+        if master is None and client is None:
+            return None
+    if standalone:
+        raise ValueError(f"{'standalone_storage' if found else STANDALONE_VARIABLE} asks "
+                         f"for SGLang's standalone store client (setup_dummy against "
+                         f"{client!r}, mooncake_store.py:498-509), which initorch's "
+                         "init_mooncake_store does not run")
+    if master is None:
+        raise ValueError("MOONCAKE_CLIENT is set but no master: without standalone storage "
+                         "SGLang's store calls setup with master None "
+                         "(mooncake_store.py:208-225, 566-580) and fails; set "
+                         f"MOONCAKE_MASTER, or {STANDALONE_VARIABLE}=true")
+    return _address(master, where), where
 
 
 def read_protocol(environ: Mapping[str, str]) -> tuple[Any, str] | None:
@@ -115,10 +186,11 @@ def read_local_hostname(environ: Mapping[str, str]) -> tuple[Any, str] | None:
     """``MOONCAKE_LOCAL_HOSTNAME``, then ``LOCAL_HOSTNAME``, then the file's."""
     for variable in ("MOONCAKE_LOCAL_HOSTNAME", "LOCAL_HOSTNAME"):
         if environ.get(variable):
-            return environ[variable], variable
+            return _address(environ[variable], variable), variable
     found = config_file(environ)
     if found is not None and found[0].get("local_hostname"):
-        return found[0]["local_hostname"], f"{found[1]} (local_hostname)"
+        where = f"{found[1]} (local_hostname)"
+        return _address(found[0]["local_hostname"], where), where
     return None
 
 
@@ -129,7 +201,8 @@ def read_reuse_engine(environ: Mapping[str, str]) -> tuple[Any, str] | None:
     return env_bool(environ[variable], variable), variable
 
 
-READ_METADATA_SERVER = store_field("MOONCAKE_TE_META_DATA_SERVER", "metadata_server")
+READ_METADATA_SERVER = store_field("MOONCAKE_TE_META_DATA_SERVER", "metadata_server",
+                                   _address)
 READ_DEVICE = store_field("MOONCAKE_DEVICE", "device_name")
 READ_GLOBAL_SEGMENT = store_field("MOONCAKE_GLOBAL_SEGMENT_SIZE", "global_segment_size",
                                   segment_mib)

@@ -23,13 +23,27 @@ import os
 import socket
 from pathlib import Path
 
-from initorch.plugin import host_port, is_ipv6, split_host_port
+from initorch.plugin import host_port, is_ipv6, non_ascii_problem, split_host_port
 
-__all__ = ["HOST_IP_VARIABLES", "can_connect", "family_of", "free_port", "host_port",
-           "interface_with", "is_ipv6", "local_address_towards", "split_host_port"]
+__all__ = ["HOST_IP_VARIABLES", "ascii_address", "can_connect", "family_of", "free_port",
+           "host_port", "interface_with", "is_ipv6", "local_address_towards",
+           "split_host_port"]
 
 # What SGLang's get_local_ip_auto honours first (srt/utils/network.py, 0.5.23).
 HOST_IP_VARIABLES = ("SGLANG_HOST_IP", "HOST_IP")
+
+
+def ascii_address(text: str, what: str) -> str:
+    """``text`` when it is plain ASCII, else ValueError naming the first other character.
+
+    Host names, addresses and URL schemes reach Mooncake and the resolver as bytes:
+    ``P2PHANDSHAKE`` whose P is a Cyrillic ER (U+0420) is not Mooncake's literal, so
+    Mooncake takes it as an etcd host and the engine fails 15 s later with an unrelated
+    error.  Refused where the value is read, naming the character and its position."""
+    problem = non_ascii_problem(text, what)
+    if problem is not None:
+        raise ValueError(problem)
+    return text
 
 
 def family_of(host: str) -> socket.AddressFamily:

@@ -144,13 +144,28 @@ Override = tuple[str, Any] | Setting
 """A ``--set`` value (``key``, ``value``), or a value read from elsewhere with its origin."""
 
 ENVIRONMENT = "environment"
+ENVIRONMENT_HINT = "fix the variable, or give the value with --set"
+
+
+@dataclass(frozen=True, slots=True)
+class UnreadableVariable:
+    """A setting's value that its ``from_environment`` reader refused to read.
+
+    Another program's variables (SGLang's ``MOONCAKE_*``) are set for that program,
+    and a store this plan does not run does not need them: the refusal is kept as
+    the setting's value, and resolution reports it only when a planned step reads
+    the setting (like a required setting nobody gave)."""
+
+    message: str
 
 
 def environment_settings(catalog: SettingCatalog, environ: Mapping[str, str],
                          skip: Iterable[str] = ()) -> list[Setting]:
     """The values declared settings read from ``environ`` (``from_environment``), as
     overrides: over the profiles, under ``--set`` (the keys in ``skip``); each
-    located at ``$VARIABLE``."""
+    located at ``$VARIABLE``.  A variable the reader refuses becomes an
+    :class:`UnreadableVariable` located at ``<environment>``: whether it is a
+    problem depends on which steps the plan runs, so resolution decides."""
     skipped = set(skip)
     found: list[Setting] = []
     for spec in catalog:
@@ -159,9 +174,10 @@ def environment_settings(catalog: SettingCatalog, environ: Mapping[str, str],
         try:
             read = spec.from_environment(environ)
         except ValueError as exc:
-            raise ProfileError(f"{spec.key} from the environment: {exc}",
-                               location=SourceLocation("<environment>"),
-                               hint="fix the variable, or give the value with --set") from None
+            found.append(Setting(spec.key,
+                                 UnreadableVariable(f"{spec.key} from the environment: {exc}"),
+                                 SourceLocation("<environment>"), ENVIRONMENT))
+            continue
         if read is not None:
             value, variable = read
             found.append(Setting(spec.key, value, SourceLocation(f"${variable}"), ENVIRONMENT))

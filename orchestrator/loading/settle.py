@@ -13,30 +13,43 @@ runs, so resolution decides.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from initorch.errors import Problem
-from initorch.loading.compose import ComposedProfile
+from initorch.loading.compose import (
+    ENVIRONMENT,
+    ENVIRONMENT_HINT,
+    ComposedProfile,
+    UnreadableVariable,
+)
 from initorch.loading.document import Setting
 from initorch.model.names import non_ascii_problem
 from initorch.model.settings import SettingCatalog, SettingSpec
+from initorch.printable import shown
 
 
 @dataclass(frozen=True, slots=True)
 class SettledSettings:
     """Checked values by key (given or default), required ones nobody gave, keys whose
-    given value was refused (``rejected``: they have no value), and the problems."""
+    given value was refused (``rejected``: they have no value), and the problems.
+    A value read from the environment and refused is in ``unread`` instead: it has
+    no value either, and it is a problem only where a planned step reads it."""
 
     values: Mapping[str, Setting]
     missing: Mapping[str, SettingSpec]
     problems: tuple[Problem, ...]
     rejected: frozenset[str] = frozenset()
+    # Values read from the environment and refused, by key: a problem only where a
+    # planned step (or a condition) reads the setting, so resolution decides.
+    unread: Mapping[str, Problem] = field(default_factory=dict)
 
     def for_conditions(self) -> dict[str, Any]:
-        """What ``when:`` conditions read: every value, ``None`` for missing ones."""
+        """What ``when:`` conditions read: every value, ``None`` for missing ones and for
+        unread ones (a step whose condition then holds reads the setting, and its
+        refusal is reported)."""
         values = {key: setting.value for key, setting in self.values.items()}
-        return {**dict.fromkeys(self.missing), **values}
+        return {**dict.fromkeys(self.missing), **dict.fromkeys(self.unread), **values}
 
 
 def settle(composed: ComposedProfile, catalog: SettingCatalog) -> SettledSettings:
@@ -44,13 +57,19 @@ def settle(composed: ComposedProfile, catalog: SettingCatalog) -> SettledSetting
     problems: list[Problem] = []
     values: dict[str, Setting] = {}
     rejected: set[str] = set()
+    unread: dict[str, Problem] = {}
     for key, given in composed.settings.items():
         spec = catalog.get(key)
         if spec is None:
             problems.append(_unknown(given, catalog))
             continue
-        problem = spec.check(given.value)
+        problem = given.value.message if isinstance(given.value, UnreadableVariable) \
+            else spec.check(given.value)
         if problem is not None:
+            if given.source == ENVIRONMENT:
+                where = "" if problem.startswith(key) else f"{key} from the environment: "
+                unread[key] = Problem(where + problem, given.location, ENVIRONMENT_HINT)
+                continue
             problems.append(Problem(problem, given.location))
             rejected.add(key)
             continue
@@ -67,7 +86,7 @@ def settle(composed: ComposedProfile, catalog: SettingCatalog) -> SettledSetting
         values[spec.key] = Setting(spec.key, spec.default_value, first.where, first.by,
                                    is_default=True)
     ordered = {key: values[key] for key in sorted(values)}
-    return SettledSettings(ordered, missing, tuple(problems), frozenset(rejected))
+    return SettledSettings(ordered, missing, tuple(problems), frozenset(rejected), unread)
 
 
 def _unknown(given: Setting, catalog: SettingCatalog) -> Problem:
@@ -77,15 +96,16 @@ def _unknown(given: Setting, catalog: SettingCatalog) -> Problem:
     where = given.key_location or given.location
     if not isinstance(key, str):  # load_plan(settings={...}) from Python
         return Problem(f"setting keys are text, got {type(key).__name__} {key!r}", where)
-    label = f"--set {key}: no such setting" if given.source == "--set" \
-        else f"unknown setting '{key}'"
+    label = f"--set {shown(key)}: no such setting" if given.source == "--set" \
+        else f"unknown setting '{shown(key)}'"
     lookalike = non_ascii_problem(key, "setting key")
     if lookalike is not None:
         return Problem(f"{label}: {lookalike}", where, "retype the key in ASCII")
     below = catalog.section(key)
     if below:
-        shown = ", ".join(below[:4]) + (", ..." if len(below) > 4 else "")
-        return Problem(f"{label}: '{key}' is a section of settings ({shown}), not a value",
+        listed = ", ".join(below[:4]) + (", ..." if len(below) > 4 else "")
+        return Problem(f"{label}: '{shown(key)}' is a section of settings ({listed}), not a "
+                       "value",
                        where, "give the settings below it one by one")
     parents = [key[:i] for i in range(len(key)) if key[i] == "." and key[:i] in catalog]
     if parents:

@@ -164,6 +164,7 @@ def _resolve(composed: ComposedProfile, steps: StepCatalog, device_index: int | 
         else candidates
     _check_requirements(active, skipped, problems)
     _check_required_settings(active, steps, settled, device_type, problems)
+    _check_environment_values(active, steps, settled, problems)
     binder = _device_binder(candidates, active, skipped, problems)
     _raise_if(problems, error)
     graph = StepGraph.from_records(active, _incoming_edges(active, binder))
@@ -443,6 +444,22 @@ def _skip_unwanted(candidates: dict[str, _Candidate], skipped: dict[str, str]) -
                 pullers = ", ".join(sorted(set(pulls)))
                 skipped[name] = f"wanted only by skipped steps ({pullers})"
                 changed = True
+
+
+def _check_environment_values(active: dict[str, _Candidate], registry: StepCatalog,
+                              settled: SettledSettings, problems: list[Problem]) -> None:
+    """A variable another program reads (SGLang's ``MOONCAKE_GLOBAL_SEGMENT_SIZE``) and
+    a setting's reader refuses is a problem when a planned step reads that setting, or
+    when no step declares it; a store this plan does not run does not need its
+    variables (``initorch plan -p cpu --set hicache.enabled=false``).  Conditions saw
+    such a setting as ``None``: a step they kept that reads it is planned, so its
+    refusal is reported."""
+    if not settled.unread:
+        return
+    read = {spec.key for c in active.values() for spec in c.step.settings}
+    declared_by_steps = {spec.key for step in registry for spec in step.settings}
+    problems.extend(problem for key, problem in settled.unread.items()
+                    if key in read or key not in declared_by_steps)
 
 
 def _check_required_settings(active: dict[str, _Candidate], registry: StepCatalog,
