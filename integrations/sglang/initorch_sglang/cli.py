@@ -1,7 +1,8 @@
-"""``initorch sglang check`` and ``initorch sglang drift`` (entry point ``initorch.commands``).
+"""``initorch sglang check``, ``drift`` and ``audit`` (entry point ``initorch.commands``).
 
-Exit codes follow initorch's: 0 ok, 1 drift found, 2 the launch would fail (or bad
-usage), 70 an internal error.
+Exit codes follow initorch's: 0 ok, 1 drift (or a hazard) found, 2 the launch would fail
+(or bad usage, or a release that cannot be read or whose layout no call map knows), 70 an
+internal error.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class UsageError(InitorchError):
 
 
 def add_command(add: Any) -> None:
-    """Declare ``initorch sglang`` with its two sub-commands."""
+    """Declare ``initorch sglang`` with its three sub-commands."""
     group = add("sglang", _no_subcommand, "SGLang: pre-flight check of a launch, drift of its "
                 "start-up against the sglang profile")
     commands = group.add_subparsers(dest="sglang_command", metavar="COMMAND")
@@ -51,6 +52,20 @@ def add_command(add: Any) -> None:
     drift.add_argument("--device", default="cpu",
                        help="the device whose plan is checked (default cpu)")
     drift.set_defaults(handler=cmd_drift)
+    from initorch_sglang.audit import DEVICES, HAZARDS
+
+    audit = commands.add_parser(
+        "audit", help="which SGLang releases would fail on a device (wheels or trees)",
+        description="Read SGLang releases (wheels or source trees) without importing them "
+                    f"and judge, for the device, each hazard ({', '.join(HAZARDS)}) and "
+                    "whether the integration supports the release.  Exit 1 if any release "
+                    "has a hazard, 2 if any cannot be read or has a layout no call map "
+                    "knows.")
+    audit.add_argument("--device", required=True, choices=DEVICES,
+                       help="the device the releases would run on")
+    audit.add_argument("--json", action="store_true", help="print the result as JSON")
+    audit.add_argument("sources", type=Path, nargs="+", metavar="WHEEL_OR_TREE")
+    audit.set_defaults(handler=cmd_audit)
 
 
 def _no_subcommand(args: argparse.Namespace, registry: Registry) -> int:
@@ -106,3 +121,16 @@ def cmd_drift(args: argparse.Namespace, registry: Registry) -> int:
     report = check_drift(tree, plan)
     print(report.text(plan))
     return EXIT_DRIFT if report.drifted else EXIT_OK
+
+
+def cmd_audit(args: argparse.Namespace, registry: Registry) -> int:
+    from initorch_sglang.audit import audit_path, exit_code, render_table, version_key
+
+    audits = sorted((audit_path(source, args.device) for source in args.sources),
+                    key=lambda audit: (version_key(audit.version), str(audit.origin)))
+    if args.json:
+        print(json.dumps({"device": args.device, "releases": [a.to_dict() for a in audits],
+                          "exit": exit_code(audits)}, indent=2))
+    else:
+        print(render_table(audits, args.device))
+    return exit_code(audits)

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from initorch_sglang.source import SourceTree
 
-__all__ = ["CallSite", "MissingCall", "call_sites", "find_function", "module_file"]
+__all__ = ["CallSite", "MissingCall", "call_sites", "find_function", "module_file",
+           "resolve_call", "resolve_target"]
 
 _DEPTH = 3
 """How many helpers deep a call is followed (0.5.16's set_device is two deep)."""
@@ -341,3 +342,12 @@ def resolve_target(tree: SourceTree, target: str) -> str | None:
             found = find_function(inner, ".".join(rest))
         return None if found is None else f"{home}:{found.lineno}"
     return None
+
+
+def resolve_call(tree: SourceTree, file: str, function: str,
+                 func: ast.expr) -> tuple[str, _Function] | None:
+    """The SGLang function that ``func`` (a call's callee, inside ``function`` of
+    ``file``) goes to: its file and definition; ``None`` if it is not SGLang's."""
+    owner = function.rpartition(".")[0] or None
+    found = _Finder(tree, "")._resolve(file, owner, func, {})
+    return None if found is None else (found[0], found[2])
