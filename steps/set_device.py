@@ -25,6 +25,13 @@ VISIBLE_DEVICES_ENV = setting(
     description="environment variable that limits the visible devices "
                 "(CUDA_VISIBLE_DEVICES, ASCEND_RT_VISIBLE_DEVICES); null for none")
 
+CONTEXT_PER_THREAD = setting(
+    "device.context_per_thread", bool, default=True,
+    description="whether the device context is per host thread (cudaSetDevice, "
+                "aclrtSetDevice): a device-bound call on a thread where set_device never ran "
+                "fails or lands on device 0; false for host devices (cpu, mps). Read by "
+                "engine integrations that check where vendor calls are made")
+
 
 @dataclass(slots=True)
 class ThreadDeviceBinding:

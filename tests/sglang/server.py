@@ -27,6 +27,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SITE = Path(__file__).with_name("site")
 REGRESSION_SITE = Path(__file__).with_name("site-regression")
+SIMULATED_SITE = REPO / "tests" / "support" / "simulated" / "site"
+SIMULATED_ASCEND: dict[str, str | None] = {
+    # The test vehicle's SIMULATED Ascend semantics (initorch_test_cpu_platform.simulated_ascend).
+    "INITORCH_TEST_SIMULATED_ASCEND": str(SIMULATED_SITE),
+    # The simulated Ascend build installs its transport only without MC_FORCE_TCP
+    # (Mooncake transfer_engine_impl.cpp init), as the real one does.
+    "MC_FORCE_TCP": None,
+    # What the npu profile gives SGLang's store and shared engine (mooncake_store.py:219,
+    # mooncake_transfer_engine.py:206-209).
+    "MOONCAKE_PROTOCOL": "ascend",
+    # HiCache gets the shared engine only with this (mooncake_transfer_engine.py:315-340).
+    "SGLANG_HICACHE_MOONCAKE_REUSE_TE": "1",
+}
+"""A launch where SGLang 0.5.23 builds the shared Mooncake engine, on the test vehicle
+with the simulated Ascend device context."""
 VENV_ENV = "INITORCH_SGLANG_VENV"
 
 PROMPT = "w1 w2 w3"
@@ -119,9 +134,10 @@ def launch_arguments(model: Path, port: int, *, tp: int = 2) -> list[str]:
             "--page-size", "16"]
 
 
-def server_environment(master: Master, extra: Mapping[str, str], *,
+def server_environment(master: Master, extra: Mapping[str, str | None], *,
                        site: tuple[Path, ...] = (SITE,)) -> dict[str, str]:
-    """What SGLang's Mooncake Store reads (mooncake_store.py:200-230), and the platform."""
+    """What SGLang's Mooncake Store reads (mooncake_store.py:200-230), and the platform;
+    a ``None`` in ``extra`` unsets that variable."""
     environ = {key: value for key, value in os.environ.items()
                if not key.startswith(("INITORCH_SGLANG", "SGLANG_", "MOONCAKE_"))}
     environ |= {
@@ -131,7 +147,8 @@ def server_environment(master: Master, extra: Mapping[str, str], *,
         "MOONCAKE_TE_META_DATA_SERVER": "P2PHANDSHAKE", "SGLANG_HOST_IP": "127.0.0.1",
         "MOONCAKE_GLOBAL_SEGMENT_SIZE": str(64 << 20),
     }
-    return environ | dict(extra)
+    environ |= {key: value for key, value in extra.items() if value is not None}
+    return {key: value for key, value in environ.items() if extra.get(key, value) is not None}
 
 
 @dataclass
@@ -210,7 +227,7 @@ class Server:
         self.process.wait(30)
 
 
-def launch(model: Path, master: Master, extra: Mapping[str, str], log: Path, *,
+def launch(model: Path, master: Master, extra: Mapping[str, str | None], log: Path, *,
            site: tuple[Path, ...] = (SITE,), tp: int = 2) -> Server:
     """Start ``python -m sglang.launch_server`` from the SGLang venv, in its own group."""
     port = free_port()
@@ -224,7 +241,7 @@ def launch(model: Path, master: Master, extra: Mapping[str, str], log: Path, *,
 
 
 @contextmanager
-def running(model: Path, master: Master, extra: Mapping[str, str], log: Path,
+def running(model: Path, master: Master, extra: Mapping[str, str | None], log: Path,
             **options: object) -> Iterator[Server]:
     """A launch that is stopped (and checked for leftovers) however the block ends."""
     server = launch(model, master, extra, log, **options)  # type: ignore[arg-type]

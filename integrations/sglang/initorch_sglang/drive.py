@@ -41,6 +41,10 @@ __all__ = ["DRIVEN_STEPS", "DriveError", "drive_parallel_runtime", "drive_regist
 logger = logging.getLogger("initorch_sglang")
 
 INIT_PARALLEL_RUNTIME = "sglang.srt.distributed.bootstrap.init_parallel_runtime"
+DEADLINE_HELPER = "sglang.srt.utils.common.run_with_deadline"
+"""SGLang 0.5.23 runs Mooncake's ``TransferEngine.initialize`` through this helper, on a
+new daemon thread (``srt/utils/common.py:3755-3775``, called from
+``srt/distributed/device_communicators/mooncake_transfer_engine.py:211-220``)."""
 OMP_BIND_ENV = "SGLANG_CPU_OMP_THREADS_BIND"
 
 
@@ -60,9 +64,11 @@ class DriveContext:
 
 
 class _Current:
-    """SGLang's arguments while the replaced ``init_parallel_runtime`` runs."""
+    """SGLang's arguments while the replaced ``init_parallel_runtime`` runs, and the
+    device binding its ``set_device`` step made."""
 
     context: DriveContext | None = None
+    binding: Callable[[], None] | None = None
 
 
 def _sglang() -> DriveContext:
@@ -115,7 +121,26 @@ def set_device(ctx: StepContext) -> Callable[[], None]:
         torch.get_device_module(sglang.device).set_device(sglang.gpu_id)
 
     bind()
+    _Current.binding = bind
     return bind
+
+
+def bind_deadline_thread(original: Callable[..., Any], fn: Callable[[], Any], *args: Any,
+                         **kwargs: Any) -> Any:
+    """The ``around`` hook on SGLang's ``run_with_deadline``: while drive mode runs the
+    parallel runtime, the helper's daemon thread first sets this rank's device, then runs
+    ``fn``.  SGLang's deadline is kept (the same helper, the same timeout); only the
+    device context that SGLang forgot to give the thread is added.  Outside drive mode's
+    run the helper is SGLang's own."""
+    binding = _Current.binding if _Current.context is not None else None
+    if binding is None:
+        return original(fn, *args, **kwargs)
+
+    def bound() -> Any:
+        binding()
+        return fn()
+
+    return original(bound, *args, **kwargs)
 
 
 def init_shared_mooncake_transfer_engine(ctx: StepContext) -> Any:
@@ -192,6 +217,10 @@ def drive_registry() -> Registry:
         registry.steps.provider = installed.steps.plugin_of(step.name)
         registry.steps.add(_driven(step) if step.name in _ACTIONS else step)
     registry.steps.provider = None
+    for spec in installed.settings:  # the free-standing ones (device.context_per_thread)
+        if spec.key not in registry.settings:
+            declared = installed.settings.declarations(spec.key)[0]
+            registry.settings.add(spec, by=declared.by, where=declared.where)
     registry.profiles, registry.diagnoses, registry.probes = (
         installed.profiles, installed.diagnoses, installed.probes)
     registry.plugins = [*installed.plugins]
@@ -229,7 +258,7 @@ def drive_parallel_runtime(*, server_args: Any, device: str, dist_port: int) -> 
         logger.error("initorch-sglang drive: %s", failure)
         raise
     finally:
-        _Current.context = None
+        _Current.context, _Current.binding = None, None
     if callable(binding):
         binding()  # SGLang goes on on this thread: give it the device context
 

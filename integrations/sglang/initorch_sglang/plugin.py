@@ -8,8 +8,10 @@ SGLang starts exactly as without initorch.  With it:
 - it refuses an SGLang release it has not read, in one line;
 - in the launcher, drive mode picks where the ranks will meet (they inherit it);
 - in a rank, it hooks SGLang's start-up calls (verify and drive), the
-  ``Scheduler.__init__`` that frames them, and in drive mode ``init_parallel_runtime``,
-  and checks that every hook took.
+  ``Scheduler.__init__`` that frames them, and in drive mode ``init_parallel_runtime``
+  and the deadline helper its engine init runs in, and checks that every hook took;
+- in a rank, it wraps the vendor calls that need the device context when their modules
+  load (:mod:`initorch_sglang.vendor`), so that they are recorded where they are made.
 
 SGLang only logs an exception from a plugin (``plugins/__init__.py:79-84``), so each
 refusal here is a ``SystemExit`` with its message: the launch stops, naming the cause.
@@ -42,14 +44,27 @@ def load() -> None:
 
             os.environ[RENDEZVOUS_ENV] = f"127.0.0.1:{free_port('127.0.0.1')}"
         return
-    from initorch_sglang.drive import INIT_PARALLEL_RUNTIME, drive_parallel_runtime
+    from initorch_sglang.drive import (
+        DEADLINE_HELPER,
+        INIT_PARALLEL_RUNTIME,
+        bind_deadline_thread,
+        drive_parallel_runtime,
+    )
     from initorch_sglang.hooks import HookError, apply
-    from initorch_sglang.session import SCHEDULER_INIT, observer_hooks, scheduler_hook
+    from initorch_sglang.session import (
+        SCHEDULER_INIT,
+        observe_vendor,
+        observer_hooks,
+        scheduler_hook,
+    )
+    from initorch_sglang.vendor import install_vendor_hooks
 
+    install_vendor_hooks(observe_vendor)
     hooks = observer_hooks()
     hooks[SCHEDULER_INIT] = (scheduler_hook(options), "around")
     if options.mode == "drive":
         hooks[INIT_PARALLEL_RUNTIME] = (drive_parallel_runtime, "replace")
+        hooks[DEADLINE_HELPER] = (bind_deadline_thread, "around")
     try:
         apply(hooks)
     except HookError as error:

@@ -6,8 +6,15 @@ first call of a step is checked when it starts, against the calls already seen:
 - **order**: no step that the plan puts after this one has started yet, and every step
   the plan puts before it has finished (``Plan.explain`` gives the chain of edges, each
   with the reason its profile gives);
-- **thread**: a device-bound step runs on a thread where ``set_device`` ran, because
-  device context is per host thread (CUDA, Ascend ACL).
+- **thread**: on a device whose context is per host thread (the profile's
+  ``device.context_per_thread``), a device-bound step runs on a thread where
+  ``set_device`` ran.
+
+Below SGLang's functions, the vendor calls that need the device context
+(:mod:`initorch_sglang.vendor`) are recorded as :class:`VendorRecord` on the thread that
+makes them, and the thread rule is checked there: that is where the work happens.  The
+device of a thread is what ``set_device`` was seen to bind on it; the recorder never asks
+a runtime, since asking can create a context.
 
 A check that fails is an :class:`OrderViolation`; the recorder raises it into SGLang
 (stopping start-up) or only keeps it, as the launch asked.  Later calls of a step
@@ -28,8 +35,9 @@ from initorch import InitorchError
 
 if TYPE_CHECKING:
     from initorch import Edge, Plan
+    from initorch_sglang.vendor import CallSite, VendorCall
 
-__all__ = ["Call", "OrderViolation", "Recorder"]
+__all__ = ["Call", "OrderViolation", "Recorder", "VendorRecord"]
 
 
 @dataclass(slots=True)
@@ -45,6 +53,7 @@ class Call:
     device: str | None
     finished: float | None = None
     error: BaseException | None = None
+    result: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -52,6 +61,41 @@ class Call:
             "duration_s": None if self.finished is None
             else round(self.finished - self.started, 6),
             "thread": self.thread, "thread_id": self.thread_id, "device": self.device,
+        }
+        if self.error is not None:
+            data["error"] = f"{type(self.error).__name__}: {self.error}"
+        return data
+
+
+@dataclass(slots=True)
+class VendorRecord:
+    """One vendor call (:data:`initorch_sglang.vendor.VENDOR_CALLS`): on which thread,
+    with which device bound there (``None``: ``set_device`` never ran on it), from where."""
+
+    call: VendorCall
+    started: float
+    thread_id: int
+    thread: str
+    daemon: bool
+    device: str | None
+    site: CallSite
+    finished: float | None = None
+    result: Any = None
+    error: BaseException | None = None
+
+    def returned(self, result: Any) -> None:
+        self.result = result
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "call": self.call.label, "step": self.call.step,
+            "start_offset_s": round(self.started, 6),
+            "duration_s": None if self.finished is None
+            else round(self.finished - self.started, 6),
+            "thread": self.thread, "thread_id": self.thread_id, "daemon": self.daemon,
+            "device": self.device, "called_from": self.site.where(),
+            "thread_entry": self.site.thread_entry,
+            "returned": self.result if isinstance(self.result, (int, str, bool)) else None,
         }
         if self.error is not None:
             data["error"] = f"{type(self.error).__name__}: {self.error}"
@@ -72,35 +116,47 @@ class OrderViolation(InitorchError):
 
 @dataclass(slots=True)
 class Recorder:
-    """The calls of one rank's start-up, checked against ``plan``."""
+    """The calls of one rank's start-up, checked against ``plan``.  ``engine`` names the
+    server in messages (``SGLang 0.5.23``)."""
 
     plan: Plan
     stop_on_violation: bool = True
     clock: Callable[[], float] = time.perf_counter
-    device: Callable[[], str | None] = lambda: None
+    engine: str = "SGLang"
     calls: list[Call] = field(default_factory=list)
+    vendor_calls: list[VendorRecord] = field(default_factory=list)
     violations: list[OrderViolation] = field(default_factory=list)
+    bound: dict[int, tuple[str, str]] = field(default_factory=dict)
+    """thread id -> (thread name, device) for each thread ``set_device`` was seen on."""
     _origin: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self._origin = self.clock()
 
+    @property
+    def per_thread(self) -> bool:
+        """Whether the plan's device keeps its context per host thread."""
+        return bool(self.plan.config().get("device.context_per_thread", True))
+
     def elapsed(self) -> float:
         return self.clock() - self._origin
 
     @contextmanager
-    def observe(self, step: str) -> Iterator[Call]:
-        """Record the call that runs inside the block as one call of ``step``."""
+    def observe(self, step: str, *, binds: str | None = None) -> Iterator[Call]:
+        """Record the call that runs inside the block as one call of ``step``;
+        ``binds``: the device the call sets on this thread (``set_device``)."""
         thread = threading.current_thread()
+        ident = thread.ident or 0
         with self._lock:
             index = sum(1 for call in self.calls if call.step == step)
-            call = Call(step, index, self.elapsed(), thread.ident or 0, thread.name,
-                        self.device())
+            known = self.bound.get(ident)
+            call = Call(step, index, self.elapsed(), ident, thread.name,
+                        binds if binds is not None else None if known is None else known[1])
             violation = self._check(call) if index == 0 else None
             self.calls.append(call)
         if violation is not None:
-            self.violations.append(violation)
+            self._violate(violation)
             if self.stop_on_violation:
                 call.finished, call.error = call.started, violation
                 raise violation
@@ -109,8 +165,37 @@ class Recorder:
         except BaseException as error:
             call.error = error
             raise
+        else:
+            if binds is not None:
+                with self._lock:
+                    self.bound[ident] = (thread.name, binds)
         finally:
             call.finished = self.elapsed()
+
+    @contextmanager
+    def observe_vendor(self, vendor: VendorCall, site: CallSite) -> Iterator[VendorRecord]:
+        """Record one vendor call made inside the block, on this thread, and check that
+        the thread has the device context the call needs."""
+        thread = threading.current_thread()
+        ident = thread.ident or 0
+        with self._lock:
+            known = self.bound.get(ident)
+            record = VendorRecord(vendor, self.elapsed(), ident, thread.name, thread.daemon,
+                                  None if known is None else known[1], site)
+            self.vendor_calls.append(record)
+        violation = self._unbound_vendor_call(record)
+        if violation is not None:
+            self._violate(violation)
+            if self.stop_on_violation:
+                record.finished, record.error = record.started, violation
+                raise violation
+        try:
+            yield record
+        except BaseException as error:
+            record.error = error
+            raise
+        finally:
+            record.finished = self.elapsed()
 
     def first_calls(self) -> dict[str, Call]:
         """Each observed step's first call."""
@@ -118,6 +203,10 @@ class Recorder:
         for call in self.calls:
             first.setdefault(call.step, call)
         return first
+
+    def _violate(self, violation: OrderViolation) -> None:
+        with self._lock:
+            self.violations.append(violation)
 
     def _check(self, call: Call) -> OrderViolation | None:
         if call.step not in self.plan:
@@ -143,21 +232,38 @@ class Recorder:
         reasons = "; ".join(edge.describe() for edge in chain)
         late, early = (first, second) if how == "had already run" else (second, first)
         return OrderViolation(
-            f"SGLang called {late} but {early} {how}: the plan orders {first} before "
+            f"{self.engine} called {late} but {early} {how}: the plan orders {first} before "
             f"{second} ({reasons})",
             step=late, edges=chain,
-            hint=f"SGLang's start-up no longer matches the profile: see 'initorch explain "
-                 f"{first} {second}' and 'initorch sglang drift'")
+            hint=f"{self.engine}'s start-up no longer matches the profile: see 'initorch "
+                 f"explain {first} {second}' and 'initorch sglang drift'")
+
+    def _bound_elsewhere(self) -> str:
+        return ", ".join(f"{name} ({device})" for name, device in self.bound.values()) \
+            or "no thread"
 
     def _thread_violation(self, call: Call) -> OrderViolation | None:
-        if not self.plan.step(call.step).step.device_bound:
+        if not self.per_thread or not self.plan.step(call.step).step.device_bound:
             return None
-        bound = {seen.thread_id for seen in self.calls if seen.step == "set_device"}
-        if not bound or call.thread_id in bound:
+        if not self.bound or call.thread_id in self.bound:
             return None
-        names = sorted({seen.thread for seen in self.calls if seen.step == "set_device"})
         return OrderViolation(
-            f"SGLang called {call.step} on thread {call.thread!r}, where set_device never ran "
-            f"(it ran on {', '.join(names)}): device context is per host thread",
+            f"{self.engine} called {call.step} on thread {call.thread!r}, where set_device "
+            f"never ran (it ran on {self._bound_elsewhere()}): device context is per host "
+            "thread",
             step=call.step,
             hint="call set_device on the thread that runs device-bound work, before it")
+
+    def _unbound_vendor_call(self, record: VendorRecord) -> OrderViolation | None:
+        if not self.per_thread or record.device is not None:
+            return None
+        kind = "daemon thread" if record.daemon else "thread"
+        started = f", started in {record.site.thread_entry}" if record.site.thread_entry else ""
+        return OrderViolation(
+            f"{self.engine} called {record.call.label} on {kind} {record.thread!r}{started}, "
+            f"where set_device never ran (it ran on {self._bound_elsewhere()}); the call is "
+            f"made at {record.site.where()}. Device context is per host thread, so the "
+            f"vendor call fails there: {record.call.why}",
+            step=record.call.step,
+            hint=f"set the device on that thread before {record.call.label} (INITORCH_SGLANG="
+                 f"drive does), and report it upstream with this line")

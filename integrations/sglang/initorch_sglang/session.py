@@ -13,7 +13,10 @@ and trace.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from initorch_sglang.allocator import AllocatorChoice, install_host_allocator
@@ -21,15 +24,16 @@ from initorch_sglang.calls import CALLS, hook_target
 from initorch_sglang.hooks import HookKind, apply
 from initorch_sglang.options import Options
 from initorch_sglang.outputs import build_report, now_iso, rank_path, write_outputs
-from initorch_sglang.recorder import Recorder
+from initorch_sglang.recorder import Recorder, VendorRecord
 from initorch_sglang.selection import selection_for
+from initorch_sglang.vendor import CallSite, VendorCall, call_site, wrap_vendor_function
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from initorch import Plan, RunReport
 
-__all__ = ["Session", "active", "observer_hooks", "scheduler_hook"]
+__all__ = ["Session", "active", "observe_vendor", "observer_hooks", "scheduler_hook"]
 
 logger = logging.getLogger("initorch_sglang")
 
@@ -67,23 +71,35 @@ class Session:
         self.extra["drive"] = report.to_dict()
 
     @classmethod
-    def begin(cls, server_args: Any, options: Options) -> Session:
-        from initorch import Registry
+    def begin(cls, server_args: Any, options: Options) -> Session | None:
+        """The session for SGLang's ``server_args``; ``None`` (verify mode) when no plan
+        can be made for the launch: verify only observes, so a plan problem is reported
+        in one line and SGLang starts as it would without initorch.  Drive mode needs
+        the plan to run, so there the problem stops the launch."""
+        from initorch import InitorchError, Registry
 
         selection = selection_for(server_args, options)
         registry = Registry.with_plugins()
-        plan = selection.plan(registry)
+        try:
+            plan = selection.plan(registry)
+        except InitorchError as error:
+            if options.mode == "drive":
+                raise
+            logger.error("initorch-sglang: verify is off for this rank: no plan for this launch "
+                         "(%s): %s", selection.describe(), str(error).splitlines()[0])
+            return None
         module = str(plan.config()["device.torch_module"])
         recorder = Recorder(plan, stop_on_violation=options.stop_on_violation,
-                            device=lambda: _current_device(module))
+                            engine=_engine())
         session = cls(options, plan, _world_rank(), recorder, now_iso())
         session.extra["selection"] = selection.describe()
-        apply({hook_target(call, module): (observer("set_device"), "around")
+        apply({hook_target(call, module): (set_device_observer(module), "around")
                for call in CALLS if call.step == "set_device"})
         if plan.config().get("hicache.enabled") and server_args.enable_hierarchical_cache:
             session.allocator = install_host_allocator(
-                plan.device.type, str(plan.config()["device.host_allocator"]))
+                str(server_args.device), str(plan.config()["device.host_allocator"]))
             logger.info("initorch-sglang: %s", session.allocator.describe())
+            _record_host_allocation(str(server_args.device))
         return session
 
     def finish(self, error: BaseException | None = None) -> None:
@@ -98,6 +114,7 @@ class Session:
             "table": table,
             "mode": self.options.mode,
             "calls": [call.to_dict() for call in self.recorder.calls],
+            "vendor_calls": [record.to_dict() for record in self.recorder.vendor_calls],
             "violations": [str(violation) for violation in self.recorder.violations],
             "host_allocator": None if self.allocator is None else {
                 "device": self.allocator.device_type, "allocator": self.allocator.allocator,
@@ -127,11 +144,75 @@ def observer(step: str) -> Callable[..., Any]:
         session = _Current.session
         if session is None:
             return original(*args, **kwargs)
-        with session.recorder.observe(step):
-            return original(*args, **kwargs)
+        with session.recorder.observe(step) as call:
+            call.result = original(*args, **kwargs)
+            return call.result
 
     observe.__qualname__ = f"observe_{step}"
     return observe
+
+
+def set_device_observer(module_name: str) -> Callable[..., Any]:
+    """The ``around`` hook on ``<device module>.set_device(index)``: records the call and
+    the device it binds to the calling thread, from its argument (no device query)."""
+    kind = module_name.rsplit(".", 1)[-1]
+
+    def observe_set_device(original: Callable[..., Any], device: Any, *args: Any,
+                           **kwargs: Any) -> Any:
+        session = _Current.session
+        if session is None:
+            return original(device, *args, **kwargs)
+        index = getattr(device, "index", device)
+        with session.recorder.observe("set_device", binds=f"{kind}:{index}"):
+            return original(device, *args, **kwargs)
+
+    return observe_set_device
+
+
+class _Unrecorded:
+    """A vendor call outside a session (after start-up): nothing to keep."""
+
+    def returned(self, result: Any) -> None:
+        pass
+
+
+@contextmanager
+def observe_vendor(call: VendorCall) -> Iterator[VendorRecord | _Unrecorded]:
+    """Open the record of vendor call ``call`` in this process's session, if one runs
+    (the ``observe`` of :func:`initorch_sglang.vendor.install_vendor_hooks`)."""
+    session = _Current.session
+    if session is None:
+        yield _Unrecorded()
+        return
+    with session.recorder.observe_vendor(call, _sglang_site()) as record:
+        yield record
+
+
+def _sglang_site() -> CallSite:
+    import sglang
+
+    return call_site(Path(sglang.__file__).parent)
+
+
+_HOST_REGISTRATION = "host registration"
+
+
+def _record_host_allocation(device: str) -> None:
+    """Record the host pool's allocation function for ``device`` (cudaHostRegister or
+    pinning: the vendor call that needs the device context) as a vendor call."""
+    from sglang.srt.mem_cache.pool_host import common
+
+    table = common.ALLOC_MEMORY_FUNCS
+    function = table[device]
+    if getattr(function, "__initorch_vendor__", False):
+        return
+    name = getattr(function, "__name__", "allocator")
+    call = VendorCall("sglang.srt.mem_cache.pool_host.common", "ALLOC_MEMORY_FUNCS", device,
+                      "alloc_host_mem_pool",
+                      "pinning host memory (cudaHostRegister, pin_memory) registers it with "
+                      "the calling thread's device context",
+                      name=f"{_HOST_REGISTRATION} {name}")
+    table[device] = wrap_vendor_function(function, call, observe_vendor)
 
 
 def observer_hooks() -> dict[str, tuple[Callable[..., Any], HookKind]]:
@@ -147,6 +228,8 @@ def scheduler_hook(options: Options) -> Callable[..., Any]:
     def run_session(original: Callable[..., Any], scheduler: Any, server_args: Any,
                     *args: Any, **kwargs: Any) -> Any:
         session = _Current.session = Session.begin(server_args, options)
+        if session is None:
+            return original(scheduler, server_args, *args, **kwargs)
         try:
             result = original(scheduler, server_args, *args, **kwargs)
         except BaseException as error:
@@ -169,16 +252,8 @@ def _world_rank() -> int:
     return int(parallel.tp_size * parallel.pp_rank + parallel.tp_rank)
 
 
-def _current_device(module_name: str) -> str | None:
-    """The calling thread's current device, as ``type:index`` (``cpu`` for the host)."""
-    import importlib
+def _engine() -> str:
+    """``SGLang <version>``, as the messages name the server."""
+    from initorch_sglang.version import installed_sglang
 
-    module = importlib.import_module(module_name)
-    kind = module_name.rsplit(".", 1)[-1]
-    if kind == "cpu":
-        return "cpu"
-    try:
-        return f"{kind}:{module.current_device()}"
-    except Exception:  # no device context yet on this thread: that is the information
-        return None
-
+    return f"SGLang {installed_sglang() or '(version unknown)'}"

@@ -56,3 +56,61 @@ def plain_host_pool() -> None:
         return allocator.allocate(dims, dtype=dtype, device=device)
 
     common.ALLOC_MEMORY_FUNCS["cpu"] = allocate
+
+
+SIMULATED_ASCEND_ENV = "INITORCH_TEST_SIMULATED_ASCEND"
+"""Path of ``tests/support/simulated/site``; ``simulated_ascend`` is on when it is set."""
+
+
+def simulated_ascend() -> None:
+    """TEST VEHICLE with SIMULATED Ascend semantics (``sglang.srt.plugins`` entry point),
+    only when ``INITORCH_TEST_SIMULATED_ASCEND`` names ``tests/support/simulated/site``:
+    SGLang keeps ``--device cpu`` and every code path it has for it, but the device
+    context its own code meets is the simulated Ascend runtime's.
+
+    - ``torch.cpu.set_device(i)``, which SGLang calls as
+      ``torch.get_device_module(device).set_device(gpu_id)`` (``distributed/bootstrap.py:133``,
+      ``model_executor/model_runner.py:455``), also binds device ``i`` to the calling
+      thread in the simulated ACL runtime (``initorch_simulation.acl.ACL``), as
+      ``aclrtSetDevice`` binds the calling host thread;
+    - Mooncake's engine and store become the simulated ascend-direct build
+      (``initorch_simulation.mooncake_ascend``): unless ``MC_FORCE_TCP`` is set, their
+      ``initialize``/``setup``/``register_*`` call ``aclrtGetDevice`` on the calling
+      thread and fail as the real build does where no device was set there.
+
+    Nothing of SGLang's NPU code paths is faked: SGLang never learns it is "on an NPU".
+    Only the ``initorch_simulation`` package is loaded from that folder, never put on
+    ``sys.path``: its simulated ``torch_npu`` beside it would make transformers take NPU
+    code paths (``transformers/integrations/npu_flash_attention.py``).
+    """
+    import importlib.util
+    import os
+    import sys
+
+    site = os.environ.get(SIMULATED_ASCEND_ENV)
+    if not site:
+        return
+    package = os.path.join(site, "initorch_simulation")
+    spec = importlib.util.spec_from_file_location(
+        "initorch_simulation", os.path.join(package, "__init__.py"),
+        submodule_search_locations=[package])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["initorch_simulation"] = module
+    spec.loader.exec_module(module)
+
+    import torch
+    from initorch_simulation.acl import ACL
+    from initorch_simulation.mooncake_ascend import install_simulated_ascend_transport
+
+    original = torch.cpu.set_device
+
+    def set_device(device):  # type: ignore[no-untyped-def]
+        """SIMULATED: torch.cpu.set_device, binding the calling thread in the simulated ACL."""
+        original(device)
+        index = device if isinstance(device, int) else (torch.device(device).index or 0)
+        ACL.set_device(index)
+
+    set_device.__initorch_simulated__ = True  # type: ignore[attr-defined]
+    torch.cpu.set_device = set_device
+    install_simulated_ascend_transport()

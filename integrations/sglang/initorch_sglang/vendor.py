@@ -1,0 +1,237 @@
+"""The vendor boundary: the calls that need a device context, recorded where they are made.
+
+SGLang's own functions (:mod:`initorch_sglang.calls`) say which start-up step SGLang is
+in; whether that step works on an accelerator is decided one level down, by the vendor
+call it makes and the thread it makes it on.  SGLang 0.5.23 enters
+``maybe_init_shared_mooncake_transfer_engine`` on a rank's main thread, where it set the
+device, but makes the Mooncake call ``TransferEngine.initialize`` inside
+``run_with_deadline`` (``srt/utils/common.py:3755-3775``), on a daemon thread that never
+set it (``srt/distributed/device_communicators/mooncake_transfer_engine.py:211-220``).
+On Ascend that call fails there (``aclrtGetDevice``, 107002); recording the wrapper's
+thread would call it correct.  So the vendor classes themselves are wrapped.
+
+Two rules keep this an observation:
+
+- **No import.**  A vendor module is never imported here: importing ``mooncake.engine``
+  before ``set_device`` aborts an NPU worker (``../shared/CONTEXT.md``, field reports).
+  A class is wrapped when SGLang imports its module (a ``sys.meta_path`` hook that runs
+  the real loader first), or at once if it was already imported.
+- **No device query.**  Which device a thread has bound is what the recorder saw
+  ``set_device`` do on it; nothing here asks the runtime (torch_npu's current-device query
+  binds device 0 on a thread without a context).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+import types
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["VENDOR_CALLS", "CallSite", "VendorCall", "call_site", "install_vendor_hooks",
+           "wrap_vendor_function"]
+
+
+@dataclass(frozen=True, slots=True)
+class VendorCall:
+    """A vendor method that needs the calling thread's device context.
+
+    ``label`` names it as a person reports it upstream; ``step`` is the initorch step it
+    performs; ``why`` is the vendor source that reads the thread's device."""
+
+    module: str
+    owner: str
+    method: str
+    step: str
+    why: str
+    name: str | None = None
+
+    @property
+    def label(self) -> str:
+        if self.name is not None:
+            return self.name
+        return f"{self.module.split('.')[0].capitalize()} {self.owner}.{self.method}"
+
+
+_ENGINE_WHY = ("Mooncake's Ascend transports read the calling thread's device at install "
+               "(ascend_direct_transport.cpp:244 allocateLocalSegmentID, hccl_transport.cpp:323 "
+               "rankInfoParse: aclrtGetDevice, 107002 without a context), as CUDA's per-thread "
+               "current device decides where RDMA buffers live")
+_STORE_WHY = ("the Mooncake Store's own engine installs the same transport at setup "
+              "(client_service.cpp:940), and ascend-direct stamps each buffer with the calling "
+              "thread's device (ascend_direct_transport.cpp:80 StampBufferDeviceId)")
+
+VENDOR_CALLS: tuple[VendorCall, ...] = (
+    VendorCall("mooncake.engine", "TransferEngine", "initialize",
+               "init_shared_mooncake_transfer_engine", _ENGINE_WHY),
+    VendorCall("mooncake.engine", "TransferEngine", "initialize_ext",
+               "init_shared_mooncake_transfer_engine", _ENGINE_WHY),
+    VendorCall("mooncake.store", "MooncakeDistributedStore", "setup", "init_mooncake_store",
+               _STORE_WHY),
+    VendorCall("mooncake.store", "MooncakeDistributedStore", "register_buffer",
+               "register_mem_pool_host", _STORE_WHY),
+)
+"""Every vendor call verify mode records (Mooncake 0.3.13's Python bindings)."""
+
+Observe = Callable[[VendorCall], AbstractContextManager[Any]]
+"""Opens the record of one vendor call; the block runs the call itself."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallSite:
+    """Where a vendor call came from: the innermost frame of ``package`` that led to it,
+    and the function the calling thread started in (``None`` on the main thread)."""
+
+    file: str | None
+    line: int | None
+    function: str | None
+    thread_entry: str | None
+
+    def where(self) -> str:
+        if self.file is None:
+            return "(no frame of the engine's package on the stack)"
+        return f"{self.file}:{self.line} ({self.function})"
+
+
+def call_site(package_root: Path | None, *, skip: int = 1) -> CallSite:
+    """The caller's :class:`CallSite` for files under ``package_root`` (paths made
+    relative to it).  Only reads the stack: frames, not the objects in them."""
+    frame: types.FrameType | None = sys._getframe(skip + 1)
+    innermost: types.FrameType | None = None
+    outermost: types.FrameType | None = None
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if innermost is None and package_root is not None and _under(path, package_root):
+            innermost = frame
+        if not path.endswith(("threading.py",)):
+            outermost = frame
+        frame = frame.f_back
+    entry = None
+    if threading.current_thread() is not threading.main_thread() and outermost is not None:
+        code = outermost.f_code
+        entry = f"{_qualname(code)} ({_relative(code.co_filename, package_root)}:" \
+                f"{code.co_firstlineno})"
+    if innermost is None:
+        return CallSite(None, None, None, entry)
+    return CallSite(_relative(innermost.f_code.co_filename, package_root), innermost.f_lineno,
+                    _qualname(innermost.f_code), entry)
+
+
+def _qualname(code: types.CodeType) -> str:
+    """The function's qualified name (``co_qualname`` from Python 3.11 on)."""
+    return str(getattr(code, "co_qualname", code.co_name))
+
+
+def _under(path: str, root: Path) -> bool:
+    return path.startswith(f"{root}/")
+
+
+def _relative(path: str, root: Path | None) -> str:
+    return path[len(str(root)) + 1:] if root is not None and _under(path, root) else path
+
+
+# -- wrapping the vendor classes when their modules load ---------------------------------
+
+
+def install_vendor_hooks(observe: Observe,
+                         calls: Sequence[VendorCall] = VENDOR_CALLS) -> None:
+    """Wrap each of ``calls`` with ``observe``: now for a module already imported, else
+    when it is imported.  Idempotent per method."""
+    modules = {call.module for call in calls}
+    for name in sorted(modules):
+        module = sys.modules.get(name)
+        if module is not None:
+            _wrap_module(module, calls, observe)
+    if not any(isinstance(finder, _VendorFinder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _VendorFinder(modules, calls, observe))
+
+
+def _wrap_module(module: types.ModuleType, calls: Sequence[VendorCall],
+                 observe: Observe) -> None:
+    for call in calls:
+        if call.module != module.__name__:
+            continue
+        owner = getattr(module, call.owner, None)
+        original = getattr(owner, call.method, None) if owner is not None else None
+        if original is None or getattr(original, "__initorch_vendor__", False):
+            continue
+        setattr(owner, call.method, _wrapped(original, call, observe))
+
+
+def wrap_vendor_function(original: Callable[..., Any], call: VendorCall,
+                         observe: Observe) -> Callable[..., Any]:
+    """``original`` recorded as ``call`` (for a function SGLang looks up in a table)."""
+    return _wrapped(original, call, observe)
+
+
+def _wrapped(original: Callable[..., Any], call: VendorCall,
+             observe: Observe) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def vendor_call(*args: Any, **kwargs: Any) -> Any:
+        with observe(call) as record:
+            result = original(*args, **kwargs)
+            record.returned(result)
+            return result
+
+    vendor_call.__initorch_vendor__ = True  # type: ignore[attr-defined]
+    return vendor_call
+
+
+class _Resolving(threading.local):
+    names: set[str]
+
+    def __init__(self) -> None:
+        self.names = set()
+
+
+class _VendorFinder(importlib.abc.MetaPathFinder):
+    """Finds a vendor module through the other finders (a simulation's among them), and
+    wraps its loader so that the classes are wrapped right after the module ran."""
+
+    def __init__(self, modules: set[str], calls: Sequence[VendorCall],
+                 observe: Observe) -> None:
+        self._modules, self._calls, self._observe = modules, tuple(calls), observe
+        self._resolving = _Resolving()
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self._modules or fullname in self._resolving.names:
+            return None
+        self._resolving.names.add(fullname)  # another finder may ask the meta path again
+        try:
+            spec = next(self._others(fullname, path, target), None)
+        finally:
+            self._resolving.names.discard(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _WrappingLoader(spec.loader, self._calls, self._observe)
+        return spec
+
+    def _others(self, fullname: str, path: Sequence[str] | None,
+                target: types.ModuleType | None) -> Iterator[importlib.machinery.ModuleSpec]:
+        for finder in list(sys.meta_path):
+            find_spec = getattr(finder, "find_spec", None)
+            if finder is self or find_spec is None:
+                continue
+            spec = find_spec(fullname, path, target)
+            if spec is not None:
+                yield spec
+
+
+class _WrappingLoader(importlib.abc.Loader):
+    def __init__(self, inner: importlib.abc.Loader, calls: Sequence[VendorCall],
+                 observe: Observe) -> None:
+        self._inner, self._calls, self._observe = inner, calls, observe
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self._inner.exec_module(module)
+        _wrap_module(module, self._calls, self._observe)
