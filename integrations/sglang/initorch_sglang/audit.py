@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from initorch_sglang.chains import MissingCall, locate_chain, order
+from initorch_sglang.chains import MissingCall, Site, locate_chain, order
 from initorch_sglang.follow import call_sites, find_function, resolve_call, resolve_target
 from initorch_sglang.layouts import Layout, recognise
 from initorch_sglang.source import SourceError, SourceTree
@@ -138,12 +138,11 @@ def _ascend_order(tree: SourceTree, layout: Layout, device: str) -> Finding:
     try:
         device_set = locate_chain(tree, layout.set_device)
     except MissingCall:
-        where = (str(engine[-1]),)
         return Finding(name, "hazard" if device in PER_THREAD else "clear",
                        "the shared Mooncake engine is initialised and set_device is never "
-                       "called before it", where)
+                       "called before it", _where(engine))
     found = order(device_set, engine)
-    where = (str(device_set[-1]), str(engine[-1]))
+    where = (*_where(device_set), *_where(engine))
     if found.verdict == "before":
         return Finding(name, "clear", f"set_device before the engine ({found.evidence})",
                        where)
@@ -154,6 +153,13 @@ def _ascend_order(tree: SourceTree, layout: Layout, device: str) -> Finding:
     reason = "" if device in PER_THREAD else f" (harmless on {device}: no per-thread device)"
     return Finding(name, state, f"the engine can be initialised before set_device "
                                 f"({found.evidence}){reason}", where)
+
+
+def _where(chain: list[Site]) -> tuple[str, ...]:
+    """The chain's last call, and the helper it goes through, if any."""
+    last = chain[-1]
+    first = min(last.sites, key=lambda site: site.line)
+    return (str(last), *(f"via {helper}" for helper in first.via[:1]))
 
 
 def _host_allocator(tree: SourceTree, layout: Layout, device: str) -> Finding:
