@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from initorch.location import SourceLocation
+from initorch.printable import shown
 
 __all__ = [
     "EXIT_INTERNAL_ERROR",
@@ -129,7 +130,8 @@ class UnknownStepError(InitorchError):
             "no loaded plugin registers it: load a launcher's own steps with --plugin "
             "MODULE or INITORCH_PLUGINS (Registry.with_plugins([...]) in code); "
             "'initorch steps' lists the registered ones")
-        message = f"unknown step {name!r}: {reason}" if reason else f"unknown step '{name}'"
+        message = (f"unknown step '{shown(name)}': {reason}" if reason
+                   else f"unknown step '{shown(name)}'")
         super().__init__(message, location=location,
                          hint="retype the name in ASCII" if reason else hint)
 

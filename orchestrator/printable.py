@@ -60,6 +60,25 @@ def printable(text: str, *, layout: bool = False) -> str:
     return pattern.sub(_escape, text) if pattern.search(text) else text
 
 
+SHOWN_LIMIT = 80
+"""The most characters of a user-supplied name a message quotes (see :func:`shown`)."""
+
+
+def shown(name: object, limit: int = SHOWN_LIMIT) -> str:
+    """A name the user supplied (a step, a profile, a setting key, a device) as a one-line
+    message quotes it: every control character escaped, a line break included (a step
+    name holding ``\\nrun: ok`` must not print a line of its own), and a name longer
+    than ``limit`` characters cut to its start and end with its length between (an
+    error about a 100 KB name is one readable line, not 100 KB).  Every message that
+    echoes what a user typed or wrote goes through here."""
+    text = name if isinstance(name, str) else str(name)
+    if len(text) <= limit:
+        return printable(text)
+    keep = max(limit - 30, 8)
+    head, tail = text[:keep * 3 // 4], text[-(keep // 4):]
+    return f"{printable(head)}...[{len(text)} characters]...{printable(tail)}"
+
+
 def printable_json(text: str) -> str:
     """JSON text from ``json.dumps`` (which escapes C0 controls itself) with the
     characters it leaves raw (DEL, C1, bidi marks, separators) written as

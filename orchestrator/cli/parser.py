@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import fields
-from typing import Any
+from typing import Any, NoReturn
 
 from initorch._version import __version__
 from initorch.cli.commands import (
@@ -31,6 +31,7 @@ from initorch.execution.executor_names import DEFAULT_MAX_WORKERS, EXECUTORS
 from initorch.execution.heartbeat import DEFAULT_INTERVAL_S
 from initorch.execution.launchers import LaunchArguments, option_name
 from initorch.plugins import Registry
+from initorch.printable import shown
 from initorch.reporting.graph_formats import GRAPH_FORMATS
 
 EPILOG = """exit codes: 0 ok, 1 a step failed at run time, 2 invalid input or usage,
@@ -97,10 +98,23 @@ def _seconds(text: str) -> float:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors quote what was typed the way every other
+    message does (:func:`~initorch.printable.shown`): ``unrecognized arguments: x\\ny``
+    stays one line, and a 100 KB argument does not fill the terminal.  Its sub-commands'
+    parsers are of this class too (``add_subparsers`` makes them with the parent's)."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(shown(message, MAX_USAGE_ERROR))
+
+
+MAX_USAGE_ERROR = 400  # characters of a usage error; it quotes the arguments it refuses
+
+
 def build_parser(with_extensions: bool = True) -> argparse.ArgumentParser:
     """The parser; ``with_extensions`` also declares the commands of installed packages
     (:data:`COMMANDS_GROUP`), which costs a scan of the installed distributions."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="initorch", epilog=EPILOG,
         description="Declarative start-up orchestration for LLM inference servers.",
         formatter_class=argparse.RawDescriptionHelpFormatter)

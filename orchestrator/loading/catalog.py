@@ -25,7 +25,7 @@ from initorch.errors import ProfileError
 from initorch.files import InputFileError, describe_os_error, read_input
 from initorch.loading.document import ProfileDocument, read_profile
 from initorch.location import SourceLocation, display_path
-from initorch.printable import printable
+from initorch.printable import printable, shown
 from initorch.suggest import closest
 
 PROFILE_SUFFIXES = (".yaml", ".yml")
@@ -119,11 +119,11 @@ class ProfileCatalog:
         if source is None:
             guess = closest(ref, self._named)
             hint = f"did you mean '{guess}'?" if guess else f"available: {', '.join(self.names())}"
-            raise ProfileError(f"unknown profile '{ref}'", location=location, hint=hint)
-        shown = display_path(str(source.file))
+            raise ProfileError(f"unknown profile '{shown(ref)}'", location=location, hint=hint)
+        file = display_path(str(source.file))
         if isinstance(source.file, Path):
-            return self._parse(shown, ref, _read(source.file, ref, location))
-        return self._parse(shown, ref, source.file.read_text("utf-8"))  # inside a package
+            return self._parse(file, ref, _read(source.file, ref, location))
+        return self._parse(file, ref, source.file.read_text("utf-8"))  # inside a package
 
     def _load_path(self, ref: str, relative_to: str | None,
                    location: SourceLocation | None) -> ProfileDocument:

@@ -32,6 +32,7 @@ from initorch.model.step import (
     OVERRIDABLE_FIELDS,
     EdgeKind,
 )
+from initorch.printable import shown
 from initorch.suggest import closest
 
 # "$schema" lets an editor's YAML language server find the JSON Schema.
@@ -168,7 +169,7 @@ class _Collector:
         allowed = tuple(allowed)
         guess = closest(key, allowed)
         self.add(
-            f"unknown key '{key}'",
+            f"unknown key '{shown(key)}'",
             self.doc.key_where(*path, key),
             f"did you mean '{guess}'?" if guess else f"allowed: {', '.join(allowed)}",
         )
@@ -353,7 +354,8 @@ def _parse_steps(out: _Collector, value: Any, source: str) -> tuple[StepEntry, .
         if not _is_step_name(out, name, where):
             continue
         if not isinstance(body, (dict, type(None))):
-            out.add(f"overrides of step '{name}' must be a mapping", out.doc.where("steps", name),
+            out.add(f"overrides of step '{shown(name)}' must be a mapping",
+                    out.doc.where("steps", name),
                     "write '{}' to include the step unchanged")
             continue
         entries.append(_parse_step_entry(out, name, body or {}, where, source))
@@ -553,7 +555,8 @@ def env_name_problem(name: object) -> tuple[str, str] | None:
     """Why ``name`` may not be set by a profile (or a saved plan), with a hint; ``None``
     if it may."""
     if not isinstance(name, str) or not ENV_NAME.match(name):
-        return f"'{name}' is not a valid environment variable name", "use letters, digits and _"
+        return (f"'{shown(name)}' is not a valid environment variable name",
+                "use letters, digits and _")
     if loads_code(name):
         return (f"env.{name} would make programs load code the profile names",
                 "a profile is data; set it in the launcher's own environment instead")

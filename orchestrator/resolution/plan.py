@@ -26,6 +26,7 @@ from initorch.loading.document import EnvEntry, Setting
 from initorch.model.devices import DeviceRef
 from initorch.model.settings import CORE_KEYS
 from initorch.model.step import Step
+from initorch.printable import shown
 from initorch.resolution.plangraph import Edge, PlanGraph
 from initorch.suggest import closest
 
@@ -146,10 +147,10 @@ class Plan:
         which planned step was probably meant."""
         skipped = self.skipped_step(name)
         if skipped is not None:
-            return ResolveError(f"step '{name}' is not in the plan: skipped "
+            return ResolveError(f"step '{shown(name)}' is not in the plan: skipped "
                                 f"({skipped.reason})")
         guess = closest(name, self.order)
-        return ResolveError(f"step '{name}' is not in the plan",
+        return ResolveError(f"step '{shown(name)}' is not in the plan",
                             hint=f"did you mean '{guess}'?" if guess
                             else f"planned steps: {', '.join(self.order)}")
 
