@@ -12,13 +12,13 @@ def sglang_registry() -> Registry:
     from initorch_sglang.registration import register
 
     registry = Registry.with_plugins()
-    if "load_model" not in registry.steps:
+    if "sglang_load_model" not in registry.steps:  # not installed as a plugin here
         register(registry)
     return registry
 
 
-def sglang_plan(*overlays: str, **settings: Any) -> Plan:
+def sglang_plan(*overlays: str, device: str = "cpu", **settings: Any) -> Plan:
     values = {"parallel.tp_size": 2, "memory.balance_check": True,
               "mooncake.master": "127.0.0.1:1"} | settings
-    return load_plan(["sglang", *overlays], device="cpu", settings=values,
+    return load_plan(["sglang", *overlays], device=device, settings=values,
                      registry=sglang_registry())

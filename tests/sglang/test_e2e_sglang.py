@@ -39,13 +39,27 @@ def assert_nothing_left(server: Server) -> None:
     assert port_is_free(server.port)
 
 
+@pytest.fixture(scope="module")
+def stock_tokens(tiny_model: Path, master: Master,
+                 tmp_path_factory: pytest.TempPathFactory) -> list[int]:
+    """Stock SGLang's greedy tokens on this launch line (initorch installed, not asked for)."""
+    log = tmp_path_factory.mktemp("stock") / "stock.log"
+    with running(tiny_model, master, {"INITORCH_TEST_STOCK_CPU_POOL": "1", **BIND},
+                 log) as stock:
+        stock.wait_ready()
+        tokens = stock.generate()
+    assert_nothing_left(stock)
+    assert "initorch-sglang" not in stock.text()  # not asked for: not there
+    return tokens
+
+
 def test_verify_mode_records_and_checks_a_real_start_that_serves(
-        tiny_model: Path, master: Master, tmp_path: Path) -> None:
+        tiny_model: Path, master: Master, tmp_path: Path, stock_tokens: list[int]) -> None:
     with running(tiny_model, master, {"INITORCH_SGLANG": "verify", **BIND, **outputs(tmp_path)},
                  tmp_path / "server.log") as server:
         server.wait_ready()
         tokens = server.generate()
-    assert len(tokens) == 8
+    assert tokens == stock_tokens
     assert_nothing_left(server)
     log = server.text()
     assert len(re.findall(r"initorch-sglang: verify ok: 11 of \d+ planned steps", log)) == 2
@@ -55,10 +69,26 @@ def test_verify_mode_records_and_checks_a_real_start_that_serves(
         calls = report["sglang"]["calls"]
         assert [call["step"] for call in calls] == SGLANG_ORDER
         assert {call["thread"] for call in calls} == {"MainThread"}
-        assert all(call["device"] == "cpu" for call in calls)
-        statuses = {step["step"]: step["status"] for step in report["steps"]}
-        assert all(statuses[name] == "succeeded" for name in SGLANG_ORDER)
-        assert statuses["rendezvous"] == "skipped"  # SGLang has no such call
+        # The device of a thread is what set_device was seen to bind there (no query).
+        assert [call["device"] for call in calls] == [None] + ["cpu:0"] * (len(calls) - 1)
+        # The vendor calls, where they are made: no shared engine in this launch (it needs
+        # SGLANG_HICACHE_MOONCAKE_REUSE_TE), the host pool, then the store.
+        vendor = report["sglang"]["vendor_calls"]
+        assert [made["call"] for made in vendor] == [
+            "host registration alloc_without_pinning", "Mooncake MooncakeDistributedStore.setup",
+            *["Mooncake MooncakeDistributedStore.register_buffer"] * (len(vendor) - 2)]
+        assert {(made["thread"], made["device"]) for made in vendor} == {("MainThread", "cpu:0")}
+        assert vendor[1]["called_from"].startswith(
+            "srt/mem_cache/storage/mooncake_store/mooncake_store.py:")
+        steps = {step["step"]: step for step in report["steps"]}
+        assert all(steps[name]["status"] == "succeeded" for name in SGLANG_ORDER
+                   if name != "init_shared_mooncake_transfer_engine")
+        idle = steps["init_shared_mooncake_transfer_engine"]
+        assert idle["status"] == "skipped"
+        assert idle["reason"] == ("called by SGLang, did nothing: it made no Mooncake "
+                                  "TransferEngine.initialize or Mooncake "
+                                  "TransferEngine.initialize_ext call")
+        assert steps["rendezvous"]["status"] == "skipped"  # SGLang has no such call
         assert report["sglang"]["violations"] == []
         assert report["sglang"]["host_allocator"] == {
             "device": "cpu", "allocator": "plain", "installed_by_initorch": True}
@@ -72,13 +102,7 @@ def test_verify_mode_records_and_checks_a_real_start_that_serves(
 
 
 def test_drive_mode_runs_the_parallel_runtime_and_gives_stock_tokens(
-        tiny_model: Path, master: Master, tmp_path: Path) -> None:
-    stock_env = {"INITORCH_TEST_STOCK_CPU_POOL": "1", **BIND}
-    with running(tiny_model, master, stock_env, tmp_path / "stock.log") as stock:
-        stock.wait_ready()
-        stock_tokens = stock.generate()
-    assert_nothing_left(stock)
-    assert "initorch-sglang" not in stock.text()  # not asked for: not there
+        tiny_model: Path, master: Master, tmp_path: Path, stock_tokens: list[int]) -> None:
     # No SGLANG_CPU_OMP_THREADS_BIND: drive mode fills it in from initorch's core split.
     with running(tiny_model, master, {"INITORCH_SGLANG": "drive", **outputs(tmp_path)},
                  tmp_path / "drive.log") as driven:

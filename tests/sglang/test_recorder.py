@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from initorch_sglang.recorder import OrderViolation, Recorder
+from initorch_sglang.vendor import VENDOR_CALLS, call_site
 from tests.sglang.helpers import sglang_plan
+
+ENGINE_INIT = next(call for call in VENDOR_CALLS if call.method == "initialize")
+PER_THREAD = {"device.context_per_thread": True}
 
 ORDER = ["bind_cpu_threads", "set_device", "init_shared_mooncake_transfer_engine",
          "init_torch_distributed", "init_model_parallel", "set_device", "memory_baseline",
@@ -17,8 +23,24 @@ ORDER = ["bind_cpu_threads", "set_device", "init_shared_mooncake_transfer_engine
 
 def record(recorder: Recorder, steps: list[str]) -> None:
     for step in steps:
-        with recorder.observe(step):
+        with recorder.observe(step, binds="cpu:0" if step == "set_device" else None):
             pass
+
+
+def on_thread(name: str, work: Callable[[], None], *, daemon: bool = False) -> list[BaseException]:
+    """Run ``work`` on a new thread; the errors it raised."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as error:  # noqa: BLE001 - handed back to the test
+            errors.append(error)
+
+    thread = threading.Thread(target=run, name=name, daemon=daemon)
+    thread.start()
+    thread.join()
+    return errors
 
 
 def test_sglangs_own_order_passes() -> None:
@@ -58,7 +80,7 @@ def test_a_step_that_starts_inside_its_predecessor_is_a_violation() -> None:
 
 
 def test_a_device_bound_call_on_a_thread_without_the_device_is_a_violation() -> None:
-    recorder = Recorder(sglang_plan())
+    recorder = Recorder(sglang_plan(**{"device.context_per_thread": True}))
     record(recorder, ["bind_cpu_threads", "set_device"])
     errors: list[BaseException] = []
 
@@ -79,3 +101,61 @@ def test_calls_outside_the_plan_are_recorded_not_checked() -> None:
     recorder = Recorder(sglang_plan("sglang-drive"))
     record(recorder, ["set_device", "sglang_load_model", "init_shared_mooncake_transfer_engine"])
     assert recorder.violations == []
+
+
+def test_on_a_host_device_a_helper_thread_is_no_hazard() -> None:
+    recorder = Recorder(sglang_plan())  # cpu: device.context_per_thread is false
+    record(recorder, ["bind_cpu_threads", "set_device"])
+    errors = on_thread("deadline-helper",
+                       lambda: record(recorder, ["init_shared_mooncake_transfer_engine"]))
+    assert errors == [] and recorder.violations == []
+
+
+def test_set_device_binds_the_device_it_was_given_to_its_thread_only() -> None:
+    recorder = Recorder(sglang_plan(**PER_THREAD))
+    record(recorder, ["bind_cpu_threads", "set_device", "init_shared_mooncake_transfer_engine"])
+    assert [call.device for call in recorder.calls] == [None, "cpu:0", "cpu:0"]
+    main = threading.main_thread().ident
+    assert recorder.bound == {main: ("MainThread", "cpu:0")}
+
+
+def vendor_call(recorder: Recorder) -> None:
+    with recorder.observe_vendor(ENGINE_INIT, call_site(Path(__file__).parent)) as made:
+        made.returned(0)
+
+
+def test_a_vendor_call_on_a_thread_without_the_device_names_the_call_the_thread_and_the_site(
+        ) -> None:
+    recorder = Recorder(sglang_plan(**PER_THREAD), engine="SGLang 0.5.23")
+    record(recorder, ["bind_cpu_threads", "set_device"])
+    errors = on_thread("Thread-1 (_target)", lambda: vendor_call(recorder), daemon=True)
+    assert len(errors) == 1 and isinstance(errors[0], OrderViolation)
+    message = str(errors[0])
+    assert message.startswith("SGLang 0.5.23 called Mooncake TransferEngine.initialize on "
+                              "daemon thread 'Thread-1 (_target)', started in ")
+    assert "where set_device never ran (it ran on MainThread (cpu:0))" in message
+    assert "the call is made at test_recorder.py:" in message  # the innermost frame here
+    assert "aclrtGetDevice, 107002 without a context" in message  # the vendor's reason
+    record_ = recorder.vendor_calls[0]
+    assert (record_.device, record_.daemon, record_.error) == (None, True, errors[0])
+    assert record_.to_dict()["thread_entry"].startswith("on_thread.<locals>.run (test_recorder.py:")
+
+
+def test_a_vendor_call_where_set_device_ran_is_recorded_with_that_device() -> None:
+    recorder = Recorder(sglang_plan(**PER_THREAD))
+
+    def bound_then_call() -> None:
+        record(recorder, ["set_device"])
+        vendor_call(recorder)
+
+    assert on_thread("bound-helper", bound_then_call) == []
+    assert recorder.violations == []
+    made = recorder.vendor_calls[0].to_dict()
+    assert (made["device"], made["thread"], made["returned"]) == ("cpu:0", "bound-helper", 0)
+
+
+def test_warn_mode_records_the_unbound_vendor_call_and_lets_it_run() -> None:
+    recorder = Recorder(sglang_plan(**PER_THREAD), stop_on_violation=False)
+    record(recorder, ["set_device"])
+    assert on_thread("helper", lambda: vendor_call(recorder)) == []
+    assert len(recorder.violations) == 1 and recorder.vendor_calls[0].result == 0

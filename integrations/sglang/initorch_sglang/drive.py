@@ -88,26 +88,44 @@ def bind_cpu_threads(ctx: StepContext) -> Any:
 
     sglang = _sglang()
     if sglang.device == "cpu" and OMP_BIND_ENV not in os.environ:
-        split = core_split(ctx.rank.local_world_size or ctx.rank.world_size)
+        split = core_split(ctx.rank.local_world_size or ctx.rank.world_size,
+                           base_gpu_id=int(getattr(sglang.server_args, "base_gpu_id", 0) or 0),
+                           gpu_id_step=int(getattr(sglang.server_args, "gpu_id_step", 1) or 1))
         if split is not None:
             os.environ[OMP_BIND_ENV] = split
             ctx.log.info("cpu_split_filled_in", variable=OMP_BIND_ENV, value=split)
     return bootstrap._bind_threads_if_cpu(device=sglang.device)
 
 
-def core_split(ranks: int) -> str | None:
+def core_split(ranks: int, *, base_gpu_id: int = 0, gpu_id_step: int = 1) -> str | None:
     """``SGLANG_CPU_OMP_THREADS_BIND`` for ``ranks`` ranks on this host's allowed cores,
-    split as initorch's ``bind_cpu_threads`` splits them; ``None`` when SGLang's own
-    default (one rank per NUMA node) fits."""
+    split as initorch's ``bind_cpu_threads`` splits them and indexed as SGLang reads it;
+    ``None`` when SGLang's own default (one rank per NUMA node) fits."""
     from sglang.srt.utils.numa_utils import get_cpu_ids_by_node
-
-    from initorch.steps.cpu_binding import plan_shares
-    from initorch.steps.topology import format_cpu_list
 
     if ranks <= len(get_cpu_ids_by_node()):
         return None
-    shares = plan_shares(ranks, sorted(os.sched_getaffinity(0)))
-    return "|".join(format_cpu_list(share.cpus) for share in shares)
+    return indexed_split(ranks, sorted(os.sched_getaffinity(0)), base_gpu_id=base_gpu_id,
+                         gpu_id_step=gpu_id_step)
+
+
+def indexed_split(ranks: int, cpus: list[int], *, base_gpu_id: int = 0,
+                  gpu_id_step: int = 1) -> str:
+    """The ``|``-separated groups SGLang indexes by a rank's ``gpu_id``
+    (``numa_utils.init_threads_binding`` reads entry ``numa_index=gpu_id``,
+    ``utils/numa_utils.py:484-492``), where local rank ``i`` has ``gpu_id = base_gpu_id +
+    i * gpu_id_step`` (``compute_local_gpu_id``, ``weight_cache/protocol.py:276-297``):
+    local rank ``i``'s cores sit at that index; an index no local rank has gets every
+    allowed core (SGLang reads only its own)."""
+    from initorch.steps.cpu_binding import plan_shares
+    from initorch.steps.topology import format_cpu_list
+
+    step = max(gpu_id_step, 1)
+    shares = plan_shares(ranks, cpus)
+    groups = [format_cpu_list(cpus)] * (base_gpu_id + (ranks - 1) * step + 1)
+    for index, share in enumerate(shares):
+        groups[base_gpu_id + index * step] = format_cpu_list(share.cpus)
+    return "|".join(groups)
 
 
 def set_device(ctx: StepContext) -> Callable[[], None]:
@@ -263,6 +281,21 @@ def drive_parallel_runtime(*, server_args: Any, device: str, dist_port: int) -> 
         binding()  # SGLang goes on on this thread: give it the device context
 
 
+def _keep_profile_environment(plan: Any) -> None:
+    """Set the plan's ``env:`` variables the process lacks, for the rest of the process.
+
+    A run restores its ``env:`` when it ends, but SGLang reads these variables after
+    the parallel runtime: the store takes ``MOONCAKE_PROTOCOL`` when the cache controller
+    builds it (``mooncake_store.py:219``), and it must agree with the engine's.  Set
+    here, before the run, they are the process's own, which the run keeps (the process
+    wins over profiles) and SGLang reads for as long as it lives."""
+    for name, entry in plan.env.items():
+        if entry.value is not None and name not in os.environ:
+            os.environ[name] = entry.value
+            logger.info("initorch-sglang drive: %s=%s from the profile, for SGLang's lifetime",
+                        name, entry.value)
+
+
 def _sglang_preamble(bootstrap: Any, device: str, parallel: Any) -> None:
     """SGLang's own first calls of ``init_parallel_runtime`` (bootstrap.py:116-127)."""
     from sglang.srt.utils import is_npu, monkey_patch_p2p_access_check
@@ -279,14 +312,28 @@ def _sglang_preamble(bootstrap: Any, device: str, parallel: Any) -> None:
 def _refuse_unmodelled(device: str, exec_args: Any, parallel: Any) -> None:
     """Drive mode runs only what its steps model: one tp x pp world per launch (data-
     parallel replicas each have a world of their own), without SGLang's CUDA warm-ups
-    (bootstrap.py:159-188)."""
+    (bootstrap.py:159-188).  The warm-ups are refused on the conditions SGLang would run
+    them under (wider ones for EPLB: refusing a launch SGLang would not warm is cheaper
+    than a plan that silently lacks a warm-up)."""
     if int(getattr(parallel, "dp_size", 1) or 1) > 1:
         raise DriveError("initorch-sglang drive mode runs one tp x pp world; with --dp-size "
                          "> 1 use INITORCH_SGLANG=verify")
     if exec_args.comm.pre_warm_nccl and device != "cpu":
         raise DriveError("initorch-sglang drive mode does not run SGLang's collective "
-                         "pre-warm (--pre-warm-nccl); use INITORCH_SGLANG=verify for this "
-                         "launch")
+                         "pre-warm (--pre-warm-nccl, bootstrap.py:161-164); use "
+                         "INITORCH_SGLANG=verify for this launch")
+    tp = int(parallel.tp_size)
+    if device == "cuda" and getattr(parallel, "enable_tp_lm_head_all_to_all", False) and tp > 1:
+        raise DriveError("initorch-sglang drive mode does not run SGLang's TP LM-head "
+                         "all-to-all warm-up (--enable-tp-lm-head-all-to-all, bootstrap.py:"
+                         "170-175), which SGLang measures before the memory baseline; use "
+                         "INITORCH_SGLANG=verify for this launch")
+    moe = exec_args.moe
+    if device == "cuda" and getattr(moe, "enable_eplb", False) \
+            and getattr(moe, "elastic_ep_backend", None) is None:
+        raise DriveError("initorch-sglang drive mode does not run SGLang's EPLB peer-to-peer "
+                         "warm-up (--enable-eplb, bootstrap.py:179-188); use "
+                         "INITORCH_SGLANG=verify for this launch")
 
 
 def _run(options: Options, server_args: Any, parallel: Any) -> Run:
@@ -294,6 +341,7 @@ def _run(options: Options, server_args: Any, parallel: Any) -> Run:
 
     registry = drive_registry()
     plan = selection_for(server_args, options).with_overlay(DRIVE_OVERLAY).plan(registry)
+    _keep_profile_environment(plan)
     world = int(parallel.tp_size * parallel.pp_size)
     rank = RankInfo(rank=int(parallel.tp_size * parallel.pp_rank + parallel.tp_rank),
                     local_rank=int(parallel.tp_rank), world_size=world,

@@ -19,11 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from initorch import RunReport
-    from initorch_sglang.recorder import Recorder
+    from initorch_sglang.recorder import Call, Recorder
 
 __all__ = ["build_report", "rank_path", "write_outputs"]
 
 NOT_CALLED = "not called by SGLang in this start-up"
+DID_NOTHING = "called by SGLang, did nothing"
+RETURNS_NONE_WHEN_IDLE = {
+    "bind_cpu_threads": "SGLang binds threads on device cpu only (distributed/bootstrap.py "
+                        "_bind_threads_if_cpu, :75-87 in 0.5.23)",
+}
+"""SGLang calls that return ``None`` when they did nothing, and why they would."""
 
 
 def build_report(recorder: Recorder, *, mode: str, rank: int, started_at: str,
@@ -47,6 +53,12 @@ def build_report(recorder: Recorder, *, mode: str, rank: int, started_at: str,
         if call is None:
             outcomes[name] = StepOutcome(name, status="skipped", reason=NOT_CALLED)
             continue
+        idle = _did_nothing(recorder, call)
+        if idle is not None:
+            outcomes[name] = StepOutcome(name, status="skipped", reason=idle,
+                                         started=call.started, finished=call.finished,
+                                         thread=call.thread, thread_id=call.thread_id)
+            continue
         calls = sum(1 for seen in recorder.calls if seen.step == name)
         outcomes[name] = StepOutcome(
             name, status="failed" if call.error is not None else "succeeded", attempts=calls,
@@ -58,6 +70,23 @@ def build_report(recorder: Recorder, *, mode: str, rank: int, started_at: str,
                                              reason=skipped.reason)
     return RunReport(plan=recorder.plan, executor=f"sglang-{mode}", rank=rank,
                      outcomes=outcomes, started_at=started_at, wall_time=recorder.elapsed())
+
+
+def _did_nothing(recorder: Recorder, call: Call) -> str | None:
+    """Why SGLang's call of a step did nothing (``None`` when it did something): a step
+    that works through vendor calls made none of them (the shared engine when nothing in
+    the launch needs Mooncake), or a call returned ``None`` where that means idle."""
+    from initorch_sglang.vendor import VENDOR_CALLS
+
+    if call.error is not None:
+        return None
+    vendor = sorted({v.label for v in VENDOR_CALLS if v.step == call.step})
+    if vendor and not any(made.call.step == call.step for made in recorder.vendor_calls):
+        return f"{DID_NOTHING}: it made no {' or '.join(vendor)} call"
+    why = RETURNS_NONE_WHEN_IDLE.get(call.step)
+    if why is not None and call.result is None:
+        return f"{DID_NOTHING}: {why}"
+    return None
 
 
 def now_iso() -> str:

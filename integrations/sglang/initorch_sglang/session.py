@@ -26,7 +26,13 @@ from initorch_sglang.options import Options
 from initorch_sglang.outputs import build_report, now_iso, rank_path, write_outputs
 from initorch_sglang.recorder import Recorder, VendorRecord
 from initorch_sglang.selection import selection_for
-from initorch_sglang.vendor import CallSite, VendorCall, call_site, wrap_vendor_function
+from initorch_sglang.vendor import (
+    CallSite,
+    VendorCall,
+    call_site,
+    install_vendor_hooks,
+    wrap_vendor_function,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -92,6 +98,7 @@ class Session:
         recorder = Recorder(plan, stop_on_violation=options.stop_on_violation,
                             engine=_engine())
         session = cls(options, plan, _world_rank(), recorder, now_iso())
+        install_vendor_hooks(observe_vendor)  # first on the meta path once plugins loaded
         session.extra["selection"] = selection.describe()
         apply({hook_target(call, module): (set_device_observer(module), "around")
                for call in CALLS if call.step == "set_device"})

@@ -143,14 +143,21 @@ def _relative(path: str, root: Path | None) -> str:
 def install_vendor_hooks(observe: Observe,
                          calls: Sequence[VendorCall] = VENDOR_CALLS) -> None:
     """Wrap each of ``calls`` with ``observe``: now for a module already imported, else
-    when it is imported.  Idempotent per method."""
+    when it is imported.  Idempotent per method.
+
+    The finder goes first on ``sys.meta_path`` (again, if another finder went before it
+    since): a finder consulted earlier may swap the class after the module ran (as the
+    simulated Ascend build does), and the outermost loader's class is the one SGLang
+    calls.  Calling this again when start-up begins keeps that true."""
     modules = {call.module for call in calls}
     for name in sorted(modules):
         module = sys.modules.get(name)
         if module is not None:
             _wrap_module(module, calls, observe)
-    if not any(isinstance(finder, _VendorFinder) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _VendorFinder(modules, calls, observe))
+    ours = [finder for finder in sys.meta_path if isinstance(finder, _VendorFinder)]
+    for finder in ours:
+        sys.meta_path.remove(finder)
+    sys.meta_path.insert(0, ours[0] if ours else _VendorFinder(modules, calls, observe))
 
 
 def _wrap_module(module: types.ModuleType, calls: Sequence[VendorCall],
