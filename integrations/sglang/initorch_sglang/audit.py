@@ -365,8 +365,8 @@ def render_table(audits: list[ReleaseAudit], device: str) -> str:
               for row in [head, *rows]]
     for audit in audits:
         name = audit.version or str(audit.origin)
-        if audit.error is not None:
-            lines.append(f"{name}: UNREADABLE: {audit.error}")
+        if audit.error is not None:  # the error names the file
+            lines.append(f"UNREADABLE: {audit.error}")
         for finding in audit.hazards:
             lines.append(f"{name}: {finding.hazard}: {finding.detail} "
                          f"[{', '.join(finding.where)}]")

@@ -109,7 +109,7 @@ LAYOUT = Layout(
     # (device_communicators/mooncake_transfer_engine.py:211-220; srt/utils/common.py:3755-3775).
     engine_init=EngineInit("srt/distributed/device_communicators/mooncake_transfer_engine.py",
                            "MooncakeTransferEngine.initialize"),
-    # mem_cache/pool_host/common.py:453-459.
+    # mem_cache/pool_host/common.py:453-460 (npu, musa, xpu; default cudaHostRegister).
     allocator=AllocatorTable(("srt/mem_cache/pool_host/common.py",
                               "srt/mem_cache/memory_pool_host.py")),
     parallel_runtime="sglang.srt.distributed.bootstrap.init_parallel_runtime",
