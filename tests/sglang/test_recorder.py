@@ -34,7 +34,7 @@ def on_thread(name: str, work: Callable[[], None], *, daemon: bool = False) -> l
     def run() -> None:
         try:
             work()
-        except BaseException as error:  # noqa: BLE001 - handed back to the test
+        except BaseException as error:  # handed back to the test
             errors.append(error)
 
     thread = threading.Thread(target=run, name=name, daemon=daemon)
