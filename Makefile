@@ -15,7 +15,7 @@ SGLANG_STAMP := $(SGLANG_VENV)/.installed
 SGLANG_PIN := sglang==0.5.23
 MOONCAKE_CPU_PIN := mooncake-transfer-engine-non-cuda==0.3.13.post1
 
-.PHONY: demo demo-sglang test lint typecheck unit coverage e2e perf pythons docs bench clean system-deps sglang-venv
+.PHONY: demo demo-sglang test lint typecheck unit coverage e2e perf pythons docs bench clean system-deps sglang-venv audit-table
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,12 @@ $(SGLANG_STAMP): pyproject.toml integrations/sglang/pyproject.toml
 	touch $(SGLANG_STAMP)
 
 sglang-venv: system-deps $(SGLANG_STAMP)
+
+# docs/sglang-releases.md: `initorch sglang audit` over every SGLang 0.5.x wheel (downloads
+# the missing ones into .cache/wheels, about 500 MB in all; the venv is only required to
+# exist, never rebuilt for it); not part of `make test`.
+audit-table: | $(SGLANG_STAMP)
+	$(SGLANG_VENV)/bin/python scripts/sglang_audit_table.py
 
 demo: system-deps $(STAMP)
 	$(BIN)/python examples/demo.py
