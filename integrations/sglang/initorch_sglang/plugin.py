@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import time
 
 # Only what deciding "off" needs: an SGLang that did not ask imports nothing more.
 from initorch_sglang.options import RENDEZVOUS_ENV, OptionsError, read_options
@@ -31,6 +32,7 @@ __all__ = ["load"]
 
 def load() -> None:
     """Entry point of the SGLang plugin."""
+    started = time.perf_counter()
     try:
         options = read_options()
         if not options.active:
@@ -69,3 +71,6 @@ def load() -> None:
         apply(hooks)
     except HookError as error:
         raise SystemExit(str(error)) from None
+    from initorch_sglang.cost import COST
+
+    COST.add("plugin load", time.perf_counter() - started)

@@ -128,6 +128,8 @@ class Recorder:
     violations: list[OrderViolation] = field(default_factory=list)
     bound: dict[int, tuple[str, str]] = field(default_factory=dict)
     """thread id -> (thread name, device) for each thread ``set_device`` was seen on."""
+    overhead: float = 0.0
+    """Seconds of the recorder's own bookkeeping, around the calls it recorded."""
     _origin: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -146,6 +148,7 @@ class Recorder:
     def observe(self, step: str, *, binds: str | None = None) -> Iterator[Call]:
         """Record the call that runs inside the block as one call of ``step``;
         ``binds``: the device the call sets on this thread (``set_device``)."""
+        entered = time.perf_counter()
         thread = threading.current_thread()
         ident = thread.ident or 0
         with self._lock:
@@ -160,6 +163,7 @@ class Recorder:
             if self.stop_on_violation:
                 call.finished, call.error = call.started, violation
                 raise violation
+        self._account(entered)
         try:
             yield call
         except BaseException as error:
@@ -170,12 +174,15 @@ class Recorder:
                 with self._lock:
                     self.bound[ident] = (thread.name, binds)
         finally:
+            resumed = time.perf_counter()
             call.finished = self.elapsed()
+            self._account(resumed)
 
     @contextmanager
     def observe_vendor(self, vendor: VendorCall, site: CallSite) -> Iterator[VendorRecord]:
         """Record one vendor call made inside the block, on this thread, and check that
         the thread has the device context the call needs."""
+        entered = time.perf_counter()
         thread = threading.current_thread()
         ident = thread.ident or 0
         with self._lock:
@@ -189,13 +196,21 @@ class Recorder:
             if self.stop_on_violation:
                 record.finished, record.error = record.started, violation
                 raise violation
+        self._account(entered)
         try:
             yield record
         except BaseException as error:
             record.error = error
             raise
         finally:
+            resumed = time.perf_counter()
             record.finished = self.elapsed()
+            self._account(resumed)
+
+    def _account(self, since: float) -> None:
+        spent = time.perf_counter() - since
+        with self._lock:
+            self.overhead += spent
 
     def first_calls(self) -> dict[str, Call]:
         """Each observed step's first call."""

@@ -13,6 +13,7 @@ and trace.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,11 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from initorch_sglang.allocator import AllocatorChoice, install_host_allocator
 from initorch_sglang.calls import CALLS, hook_target
+from initorch_sglang.cost import COST, process_age
 from initorch_sglang.hooks import HookKind, apply
 from initorch_sglang.options import Options
 from initorch_sglang.outputs import build_report, now_iso, rank_path, write_outputs
 from initorch_sglang.recorder import Recorder, VendorRecord
-from initorch_sglang.selection import selection_for
+from initorch_sglang.selection import Selection, selection_for
 from initorch_sglang.vendor import (
     CallSite,
     VendorCall,
@@ -37,7 +39,7 @@ from initorch_sglang.vendor import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from initorch import Plan, RunReport
+    from initorch import Plan, Registry, RunReport
 
 __all__ = ["Session", "active", "observe_vendor", "observer_hooks", "scheduler_hook"]
 
@@ -82,17 +84,16 @@ class Session:
         can be made for the launch: verify only observes, so a plan problem is reported
         in one line and SGLang starts as it would without initorch.  Drive mode needs
         the plan to run, so there the problem stops the launch."""
-        from initorch import InitorchError, Registry
+        with COST.timed("plan and hooks"):
+            return cls._begin(server_args, options)
+
+    @classmethod
+    def _begin(cls, server_args: Any, options: Options) -> Session | None:
+        from initorch import Registry
 
         selection = selection_for(server_args, options)
-        registry = Registry.with_plugins()
-        try:
-            plan = selection.plan(registry)
-        except InitorchError as error:
-            if options.mode == "drive":
-                raise
-            logger.error("initorch-sglang: verify is off for this rank: no plan for this launch "
-                         "(%s): %s", selection.describe(), str(error).splitlines()[0])
+        plan = plan_for(selection, Registry.with_plugins(), options)
+        if plan is None:
             return None
         module = str(plan.config()["device.torch_module"])
         recorder = Recorder(plan, stop_on_violation=options.stop_on_violation,
@@ -113,6 +114,9 @@ class Session:
         """Write the report and trace, and say how the start-up went against the plan."""
         from initorch.renderers import run_summary_text
 
+        up = process_age()
+        COST.add("recording", self.recorder.overhead)
+        reporting = time.perf_counter()
         report = build_report(self.recorder, mode=self.options.mode, rank=self.rank,
                               started_at=self.started_at, driven=self.driven,
                               driven_offset=self.driven_offset)
@@ -128,11 +132,14 @@ class Session:
                 "installed_by_initorch": self.allocator.installed},
             "error": None if error is None else f"{type(error).__name__}: {error}",
         }
+        COST.add("report", time.perf_counter() - reporting)  # its own write not counted
+        self.extra["cost"] = COST.to_dict(up)
         for warning in write_outputs(report, self.extra,
                                      report_path=rank_path(self.options.report, self.rank),
                                      trace_path=rank_path(self.options.trace, self.rank)):
             logger.warning(warning)
         logger.info("initorch-sglang: the start-up as initorch steps:\n%s", table)
+        logger.info("initorch-sglang: %s", COST.line(up))
         checked = sum(1 for name in self.plan.order if name in self.recorder.first_calls())
         if self.recorder.violations:
             for violation in self.recorder.violations:
@@ -142,6 +149,22 @@ class Session:
                         "order (profiles %s, fingerprint %s)", self.options.mode, checked,
                         len(self.plan.order), " + ".join(self.plan.profiles),
                         self.plan.fingerprint[:12])
+
+
+def plan_for(selection: Selection, registry: Registry, options: Options) -> Plan | None:
+    """The plan of ``selection``; ``None`` in verify mode when it cannot be made: verify
+    only observes, so a plan problem is reported in one line and SGLang starts as it
+    would without initorch.  Drive mode needs the plan to run: there it stops the launch."""
+    from initorch import InitorchError
+
+    try:
+        return selection.plan(registry)
+    except InitorchError as error:
+        if options.mode == "drive":
+            raise
+        logger.error("initorch-sglang: verify is off for this rank, no plan for this launch "
+                     "(%s): %s", selection.describe(), str(error).splitlines()[0])
+        return None
 
 
 def observer(step: str) -> Callable[..., Any]:
