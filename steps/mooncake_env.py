@@ -3,10 +3,10 @@
 A real SGLang deployment configures its Mooncake store through variables
 (``srt/environ.py:880-888``) read by ``MooncakeStoreConfig`` (``mem_cache/storage/
 mooncake_store/mooncake_store.py:104-270``): with ``SGLANG_HICACHE_MOONCAKE_CONFIG_PATH``
-set, from that JSON file (``from_file``, :138-185); otherwise from ``MOONCAKE_MASTER``,
+set, from that JSON file (``from_file``, :138-198); otherwise from ``MOONCAKE_MASTER``,
 ``MOONCAKE_PROTOCOL``, ``MOONCAKE_DEVICE``, ``MOONCAKE_TE_META_DATA_SERVER``,
 ``MOONCAKE_GLOBAL_SEGMENT_SIZE`` (plain bytes or ``<N>gb``, :80-93) and
-``MOONCAKE_LOCAL_HOSTNAME`` (``load_from_env``, :187-215).  The local hostname is
+``MOONCAKE_LOCAL_HOSTNAME`` (``load_from_env``, :199-230).  The local hostname is
 ``MOONCAKE_LOCAL_HOSTNAME``, then ``LOCAL_HOSTNAME``, then the file's
 (``_resolve_local_hostname``, :120-136).  ``SGLANG_HICACHE_MOONCAKE_REUSE_TE``
 (``environ.py:881``, read as ``EnvBool``, :143-150) decides whether the shared engine
@@ -136,13 +136,13 @@ def read_master(environ: Mapping[str, str]) -> tuple[Any, str] | None:
     standalone ``mooncake_client`` process; SGLang uses it only with
     ``MOONCAKE_STANDALONE_STORAGE`` (``standalone_storage``), where its store calls
     ``setup_dummy(size, buffer, client_server_address)`` and names no master
-    (``mooncake_store.py:498-509``).  So: a master beside a client is the master, as
+    (``mooncake_store.py:498-510``).  So: a master beside a client is the master, as
     in SGLang; a client without standalone storage and without a master is refused,
     since SGLang would call ``setup`` with no master (``master_server_address`` is
-    ``MOONCAKE_MASTER``'s default, None: :208-225, setup :566-580); and standalone
+    ``MOONCAKE_MASTER``'s default, None: :208-227, setup :567-580); and standalone
     storage is refused because initorch's ``init_mooncake_store`` has no
     ``setup_dummy`` path (the SGLang integration, whose store is SGLang's, passes the
-    address itself).  A config file with neither address SGLang refuses (:153-160).
+    address itself).  A config file with neither address SGLang refuses (:152-158).
     These refusals count only where the store is planned."""
     found = config_file(environ)
     if found is not None:
@@ -153,7 +153,7 @@ def read_master(environ: Mapping[str, str]) -> tuple[Any, str] | None:
         if master is None and client is None:
             raise ValueError(f"{label}: the file has neither master_server_address nor "
                              "client_server_address, which SGLang refuses "
-                             "(mooncake_store.py:153-160)")
+                             "(mooncake_store.py:152-158)")
     else:
         master, client = environ.get("MOONCAKE_MASTER"), environ.get("MOONCAKE_CLIENT")
         standalone = env_bool(environ.get(STANDALONE_VARIABLE, "false"), STANDALONE_VARIABLE)
@@ -163,12 +163,12 @@ def read_master(environ: Mapping[str, str]) -> tuple[Any, str] | None:
     if standalone:
         raise ValueError(f"{'standalone_storage' if found else STANDALONE_VARIABLE} asks "
                          f"for SGLang's standalone store client (setup_dummy against "
-                         f"{client!r}, mooncake_store.py:498-509), which initorch's "
+                         f"{client!r}, mooncake_store.py:498-510), which initorch's "
                          "init_mooncake_store does not run")
     if master is None:
         raise ValueError("MOONCAKE_CLIENT is set but no master: without standalone storage "
                          "SGLang's store calls setup with master None "
-                         "(mooncake_store.py:208-225, 566-580) and fails; set "
+                         "(mooncake_store.py:208-227, 567-580) and fails; set "
                          f"MOONCAKE_MASTER, or {STANDALONE_VARIABLE}=true")
     return _address(master, where), where
 

@@ -47,7 +47,7 @@ from initorch.steps.mooncake_env import (
     read_reuse_engine,
 )
 from initorch.steps.mooncake_master import MasterEndpoint
-from initorch.steps.network import is_ipv6, split_host_port
+from initorch.steps.network import ascii_address, is_ipv6, split_host_port
 from initorch.steps.shared_settings import (
     HICACHE_ENABLED,
     MOONCAKE_ENABLED,
@@ -281,6 +281,11 @@ def preview_mooncake_store(ctx: PreviewContext) -> list[str]:
                    "implementation initorch has not checked (only 'cpp': store.so in 0.3.13, "
                    "mooncake._store in 0.3.14)",
                    hint=f"unset {STORE_BACKEND_VARIABLE}, or set it to cpp")
+    for name in ("mooncake.store.metadata_server", "mooncake.store.hostname"):
+        try:
+            ascii_address(str(ctx.setting(name)), name)
+        except ValueError as problem:  # a look-alike letter: Mooncake reads bytes
+            ctx.reject(str(problem), setting=name, hint="retype it in ASCII")
     if ctx.setting("mooncake.store.metadata_server") == "master":
         return []  # the managed master's own HTTP metadata server, known at run time
     return check_metadata_plugin(ctx, "mooncake.store.metadata_server")

@@ -5,20 +5,28 @@ SGLang's own parser and resolver read the command line (``prepare_server_args``,
 result is mapped to initorch's selection (:mod:`initorch_sglang.selection`) and planned;
 then each check below asks the question that, on this machine, was answered by a crash
 after the weights loaded.  Each refusal is one line; any refusal is exit 2.
+
+Pre-flight, like ``initorch plan``, never runs model code and never downloads:
+SGLang's resolver runs with ``trust_remote_code`` off (the model's ``config.json`` is
+read as data), and only for a model folder on this machine.  What could not be judged
+so is said in one line each (:attr:`Preflight.notes`), not refused.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from initorch.plugin import MAX_WORLD_SIZE, NumberError, non_ascii_problem, parse_count
 from initorch_sglang.options import Options
 from initorch_sglang.selection import selection_for
+from initorch_sglang.store_config import store_source
 
 __all__ = ["CHECKS", "Preflight", "preflight"]
 
@@ -34,10 +42,13 @@ class Launch:
     args: Any
     environ: Mapping[str, str]
     options: Options
+    model_config: Path | None = None
+    """The model's ``config.json`` when it is on this machine (else nothing is judged
+    from the model)."""
 
     @property
     def world(self) -> int:
-        """SGLang's ranks: dp x tp x pp (``init_threads_binding``, bootstrap.py:79-86)."""
+        """SGLang's ranks: dp x tp x pp (``_bind_threads_if_cpu``, bootstrap.py:75-87)."""
         return int((self.args.dp_size or 1) * self.args.tp_size * (self.args.pp_size or 1))
 
     @property
@@ -50,10 +61,19 @@ Check = Callable[[Launch], "str | None"]
 
 
 def segment_size(launch: Launch) -> str | None:
-    """SGLang reads ``MOONCAKE_GLOBAL_SEGMENT_SIZE`` only when its store starts, after the
-    weights (``mooncake_store.py:80-93``); its own parser decides here."""
-    raw = launch.environ.get(SEGMENT_ENV)
-    if raw is None or not launch.uses_mooncake_store:
+    """SGLang reads the segment size only when its store starts, after the weights
+    (``mooncake_store.py:80-93``), from where its configuration comes from
+    (:mod:`initorch_sglang.store_config`: ``MOONCAKE_GLOBAL_SEGMENT_SIZE`` only when the
+    variables are the source); its own parser decides here."""
+    if not launch.uses_mooncake_store:
+        return None
+    source = store_source(launch.args, launch.environ)
+    if source.origin == "environment":
+        name, raw = SEGMENT_ENV, launch.environ.get(SEGMENT_ENV)
+    else:
+        name, raw = f"{source.origin} (global_segment_size)", \
+            (source.fields or {}).get("global_segment_size")
+    if raw is None:
         return None
     from sglang.srt.mem_cache.storage.mooncake_store.mooncake_store import (
         _parse_global_segment_size,
@@ -61,8 +81,8 @@ def segment_size(launch: Launch) -> str | None:
 
     try:
         _parse_global_segment_size(raw)
-    except ValueError as error:
-        return (f"{SEGMENT_ENV}={raw!r}: SGLang cannot parse it ({error}); give plain bytes "
+    except (TypeError, ValueError) as error:
+        return (f"{name}={raw!r}: SGLang cannot parse it ({error}); give plain bytes "
                 "or <N>gb, e.g. 4gb")
     return None
 
@@ -70,7 +90,13 @@ def segment_size(launch: Launch) -> str | None:
 def cpu_threads_bind(launch: Launch) -> str | None:
     """On ``--device cpu`` SGLang asserts one rank per NUMA node unless
     ``SGLANG_CPU_OMP_THREADS_BIND`` names each rank's cores (``numa_utils.py:454-497``);
-    drive mode fills it in from initorch's core split."""
+    drive mode fills it in from initorch's core split.
+
+    A rank reads entry ``gpu_id`` of the ``|``-separated list (``numa_index``,
+    ``numa_utils.py:484-492``; ``gpu_id = base_gpu_id + local rank x gpu_id_step``) and
+    hands that group to sgl-kernel's ``init_cpu_threads_env`` (``bootstrap.py:277-285``),
+    which parses it with libnuma's ``numa_parse_cpustring`` and fails on an empty or
+    unparsable group: so each group a rank reads must be there, and be a CPU list."""
     if launch.args.device != "cpu" or launch.options.mode == "drive":
         return None
     from sglang.srt.utils.numa_utils import get_cpu_ids_by_node
@@ -78,19 +104,46 @@ def cpu_threads_bind(launch: Launch) -> str | None:
     from initorch_sglang.drive import core_split  # the split drive mode would fill in
 
     nodes = len(get_cpu_ids_by_node())
+    base, step = int(launch.args.base_gpu_id or 0), int(launch.args.gpu_id_step or 1)
     bind = launch.environ.get(OMP_BIND_ENV)
     if bind is None:
         if launch.world > nodes:
+            split = core_split(launch.world, base_gpu_id=base, gpu_id_step=step)
             return (f"{launch.world} CPU ranks on {nodes} NUMA node(s) and no {OMP_BIND_ENV}: "
-                    f"SGLang would assert at start-up; set it (e.g. "
-                    f"{OMP_BIND_ENV}='{core_split(launch.world)}') or use "
-                    "INITORCH_SGLANG=drive, which fills it in")
+                    f"SGLang would assert at start-up; set it (e.g. {OMP_BIND_ENV}='{split}') "
+                    "or use INITORCH_SGLANG=drive, which fills it in")
         return None
     groups = bind.split("|")
-    if len(groups) < launch.world:
-        return (f"{OMP_BIND_ENV}={bind!r} names {len(groups)} core group(s) for "
-                f"{launch.world} ranks: SGLang would assert at start-up; give one "
-                "'|'-separated group per rank")
+    local_ranks = max(launch.world // int(launch.args.nnodes or 1), 1)
+    for rank in range(local_ranks):
+        index = base + rank * step
+        if index >= len(groups):
+            return (f"{OMP_BIND_ENV}={bind!r} names {len(groups)} core group(s), but rank "
+                    f"{rank} reads entry {index} (its gpu_id): SGLang would assert at "
+                    "start-up (numa_utils.py:485-492); give one '|'-separated group per rank")
+        problem = _cpu_group_problem(groups[index])
+        if problem is not None:
+            return (f"{OMP_BIND_ENV}={bind!r}: group {index} (rank {rank}'s) {problem}: "
+                    "sgl-kernel's init_cpu_threads_env would fail at start-up "
+                    "(bootstrap.py:277-285); write each group as a CPU list, e.g. 0-3,8")
+    return None
+
+
+_CPU_ITEM = r"\+?(?:[0-9]+(?:-[0-9]+)?(?::[0-9]+)?|all)"
+_CPU_LIST = re.compile(rf"!?{_CPU_ITEM}(?:,{_CPU_ITEM})*")
+"""libnuma's cpu string (``numa_parse_cpustring``, numa(3)): comma-separated CPUs and
+ranges (``0-3``, ``0-31:2``), ``all``, a leading ``!`` (inverse) or ``+`` (relative)."""
+
+
+def _cpu_group_problem(group: str) -> str | None:
+    """Why libnuma would not parse ``group`` as a CPU list; None when it would."""
+    if not group.strip():
+        return "is empty"
+    problem = non_ascii_problem(group, "group")
+    if problem is not None:
+        return problem.removeprefix(f"group {group!r} ")
+    if not _CPU_LIST.fullmatch(group.strip()):
+        return f"{group!r} is not a CPU list"
     return None
 
 
@@ -112,16 +165,13 @@ def host_allocator(launch: Launch) -> str | None:
 
 
 def world_split(launch: Launch) -> str | None:
-    """tp x pp ranks must split evenly over the nodes, and fit the devices a node has."""
+    """tp x pp ranks must split evenly over the nodes.  (``WORLD_SIZE`` is not read: SGLang
+    never reads it, and a Kubeflow or torchrun launcher exports its own count there.)"""
     ranks = int(launch.args.tp_size * (launch.args.pp_size or 1))
     nodes = int(launch.args.nnodes or 1)
     if ranks % nodes:
         return (f"tp {launch.args.tp_size} x pp {launch.args.pp_size} = {ranks} rank(s) do "
                 f"not split over --nnodes {nodes}; make tp x pp a multiple of the nodes")
-    expected = launch.environ.get("WORLD_SIZE")
-    if expected is not None and expected.isdigit() and int(expected) != ranks:
-        return (f"tp {launch.args.tp_size} x pp {launch.args.pp_size} = {ranks} rank(s), but "
-                f"the launcher's WORLD_SIZE is {expected}")
     return None
 
 
@@ -132,59 +182,95 @@ def store_layout(launch: Launch) -> str | None:
     (``mooncake_store.py:1318-1323``)."""
     if not launch.uses_mooncake_store or launch.args.hicache_mem_layout != "layer_first":
         return None
-    if _is_mla(Path(str(launch.args.model_path))):
-        return None
+    if launch.model_config is None or _is_mla(launch.model_config):
+        return None  # a model that is not local is not judged (said in the notes)
     return ("--hicache-mem-layout layer_first (as SGLang resolved it for io backend "
             f"{launch.args.hicache_io_backend}) with the mooncake backend and an MHA model: "
             "the store refuses it on the first transfer ('Mooncake layer_first multi-buffer "
             "is only supported for MLA host KV pool'); use page_first or page_first_direct")
 
 
-def _is_mla(model: Path) -> bool:
-    """Whether the checkpoint's config is an MLA model (DeepSeek's ``kv_lora_rank``)."""
+def _is_mla(config_file: Path) -> bool:
+    """Whether the checkpoint's config is an MLA model (DeepSeek's ``kv_lora_rank``),
+    read as data."""
     try:
-        config = json.loads((model / "config.json").read_text())
+        config = json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return bool(config.get("kv_lora_rank"))
+    return isinstance(config, dict) and bool(config.get("kv_lora_rank"))
 
 
 def master_reachable(launch: Launch) -> str | None:
-    """The store connects to ``MOONCAKE_MASTER`` after the weights load
-    (``mooncake_store.py:200-230``, setup :566-580)."""
+    """The store reads its configuration as SGLang's ``_load_config`` does
+    (``mooncake_store.py:324-344``: the extra-config flag, the config file, the
+    variables; :mod:`initorch_sglang.store_config`), and connects to the master (or,
+    with standalone storage, the standalone client) after the weights load (setup
+    :567-580, setup_dummy :498-510)."""
     if not launch.uses_mooncake_store:
         return None
-    address = launch.environ.get("MOONCAKE_MASTER")
-    if not address:
-        if launch.environ.get("MOONCAKE_CLIENT"):
-            return None
-        return ("MOONCAKE_MASTER is not set: SGLang's Mooncake Store needs a master "
-                "(HOST:PORT of mooncake_master's RPC port)")
+    source = store_source(launch.args, launch.environ)
+    if source.problem is not None:
+        return source.problem
+    address, name = str(source.address), source.address_name
+    problem = non_ascii_problem(address, name)
+    if problem is not None:
+        return f"{problem}: Mooncake resolves addresses as ASCII bytes; retype it"
     from initorch.plugin import split_host_port
 
     try:
-        host, port = split_host_port(address)
+        host, _ = split_host_port(address)
+        port = parse_count(address.rpartition(":")[2], "the port", minimum=1, maximum=65535)
     except ValueError as error:
-        return f"MOONCAKE_MASTER={address!r}: {error}"
+        return f"{name}={address!r}: {error}"
     try:
-        with socket.create_connection((host, port), timeout=MASTER_CONNECT_TIMEOUT_S):
+        with socket.create_connection((host.strip("[]"), port),
+                                      timeout=MASTER_CONNECT_TIMEOUT_S):
             return None
     except OSError as error:
-        return (f"MOONCAKE_MASTER={address}: the master does not answer "
-                f"({error.strerror or error}); start mooncake_master there first")
+        what = "standalone client" if source.standalone else "master"
+        return (f"{name}={address}: the {what} does not answer "
+                f"({error.strerror or error}); start "
+                f"{'mooncake_client' if source.standalone else 'mooncake_master'} there first")
 
 
 CHECKS: tuple[Check, ...] = (segment_size, cpu_threads_bind, host_allocator, world_split,
                              store_layout, master_reachable)
 
 
+COUNTS = ("tp_size", "pp_size", "dp_size", "nnodes")
+
+
+def counts_problem(args: Any) -> str | None:
+    """Every count bounded before any check uses one: ``--tp 10**30`` would otherwise
+    build a core split with one entry per rank.  The bound is the most ranks initorch
+    takes from any launcher (:data:`initorch.plugin.MAX_WORLD_SIZE`)."""
+    world = 1
+    for name in COUNTS:
+        value = getattr(args, name, 1)
+        value = 1 if value is None else value
+        try:
+            count = parse_count(str(value), f"--{name.removesuffix('_size')}", minimum=1,
+                                maximum=MAX_WORLD_SIZE)
+        except NumberError as error:
+            return f"{error} (initorch's bound on ranks)"
+        if name != "nnodes":
+            world *= count
+    if world > MAX_WORLD_SIZE:
+        return (f"dp x tp x pp = {world} ranks is larger than {MAX_WORLD_SIZE} (initorch's "
+                "bound on ranks)")
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Preflight:
-    """The plan for the launch (``None`` when it cannot be made) and every refusal."""
+    """The plan for the launch (``None`` when it cannot be made), every refusal, and
+    ``notes``: what pre-flight did not judge, one line each (a model that is not on this
+    machine, a config whose remote code it would have to run)."""
 
     selection: str
     plan: Any
     refusals: tuple[str, ...]
+    notes: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -193,7 +279,8 @@ class Preflight:
 
 def preflight(argv: list[str], options: Options,
               environ: Mapping[str, str] | None = None) -> Preflight:
-    """Parse and resolve ``argv`` as SGLang does, plan it, and run every check."""
+    """Parse and resolve ``argv`` as SGLang does (remote code off, nothing downloaded),
+    plan it, and run every check."""
     from sglang.srt.arg_groups.model_override_base import resolved_view
     from sglang.srt.server_args import prepare_server_args
 
@@ -201,13 +288,34 @@ def preflight(argv: list[str], options: Options,
 
     environ = os.environ if environ is None else environ
     raw = prepare_server_args(argv)
+    bound = counts_problem(raw)
+    if bound is not None:  # nothing below may size anything by these counts
+        return Preflight("(not planned)", None, (bound,))
     refusals: list[str] = []
-    try:
-        raw.resolve_once()
-    except Exception as error:  # SGLang's own refusal, in its own words
-        refusals.append(f"SGLang refuses the arguments: {type(error).__name__}: {error}")
+    notes: list[str] = []
+    model = str(raw.model_path)
+    config = Path(model) / "config.json"
+    local = config.is_file()
+    remote_code = bool(getattr(raw, "trust_remote_code", False))
+    auto_map = _auto_map(config) if local and remote_code else None
+    if not local:
+        notes.append(f"the model {model!r} is not a folder with a config.json on this "
+                     "machine: pre-flight does not download it, so SGLang's resolution and "
+                     "the checks that read the model were not run")
+    else:
+        raw.trust_remote_code = False  # pre-flight never imports the model's own code
+        try:
+            raw.resolve_once()
+        except Exception as error:  # SGLang's own refusal, in its own words
+            if auto_map:
+                notes.append(f"the model's config.json names remote code (auto_map: "
+                             f"{', '.join(sorted(auto_map))}); pre-flight does not run it, so "
+                             f"SGLang's resolution was not checked ({type(error).__name__})")
+            else:
+                refusals.append("SGLang refuses the arguments: "
+                                f"{type(error).__name__}: {_one_line(error)}")
     args = resolved_view(raw)  # what resolution decided (the layout it rewrote, ...)
-    launch = Launch(args, environ, options)
+    launch = Launch(args, environ, options, config if local else None)
     selection = selection_for(args, options, environ)
     checked = [problem for check in CHECKS if (problem := check(launch)) is not None]
     plan = None
@@ -219,4 +327,19 @@ def preflight(argv: list[str], options: Options,
         refusals.extend(f"initorch: {problem}" for problem in error.problems
                         if not any(f"{name}=" in str(problem) for name in named))
     refusals.extend(checked)
-    return Preflight(selection.describe(), plan, tuple(refusals))
+    return Preflight(selection.describe(), plan, tuple(refusals), tuple(notes))
+
+
+def _auto_map(config: Path) -> dict[str, Any] | None:
+    """The config's ``auto_map`` (the modules ``--trust-remote-code`` would import)."""
+    try:
+        loaded = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    found = loaded.get("auto_map") if isinstance(loaded, dict) else None
+    return found if isinstance(found, dict) and found else None
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return text if len(text) <= 300 else text[:300] + "..."
