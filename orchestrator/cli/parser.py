@@ -59,8 +59,21 @@ PLUGIN_HELP = ("load the plugin function MODULE:FUNCTION (default MODULE:registe
                "INITORCH_PLUGINS")
 
 
-def _selection_options() -> argparse.ArgumentParser:
-    parent = argparse.ArgumentParser(add_help=False)
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors quote what was typed the way every other
+    message does (:func:`~initorch.printable.shown`): ``unrecognized arguments: x\\ny``
+    stays one line, and a 100 KB argument does not fill the terminal.  Its sub-commands'
+    parsers are of this class too (``add_subparsers`` makes them with the parent's)."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(shown(message, MAX_USAGE_ERROR))
+
+
+MAX_USAGE_ERROR = 400  # characters of a usage error; it quotes the arguments it refuses
+
+
+def _selection_options() -> _Parser:
+    parent = _Parser(add_help=False)
     group = parent.add_argument_group("profile selection")
     group.add_argument("-p", "--profile", action="append", default=[], metavar="NAME|FILE",
                        help="profile to apply; repeat to layer later over earlier")
@@ -98,19 +111,6 @@ def _seconds(text: str) -> float:
     return value
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse's parser, whose usage errors quote what was typed the way every other
-    message does (:func:`~initorch.printable.shown`): ``unrecognized arguments: x\\ny``
-    stays one line, and a 100 KB argument does not fill the terminal.  Its sub-commands'
-    parsers are of this class too (``add_subparsers`` makes them with the parent's)."""
-
-    def error(self, message: str) -> NoReturn:
-        super().error(shown(message, MAX_USAGE_ERROR))
-
-
-MAX_USAGE_ERROR = 400  # characters of a usage error; it quotes the arguments it refuses
-
-
 def build_parser(with_extensions: bool = True) -> argparse.ArgumentParser:
     """The parser; ``with_extensions`` also declares the commands of installed packages
     (:data:`COMMANDS_GROUP`), which costs a scan of the installed distributions."""
@@ -118,7 +118,7 @@ def build_parser(with_extensions: bool = True) -> argparse.ArgumentParser:
         prog="initorch", epilog=EPILOG,
         description="Declarative start-up orchestration for LLM inference servers.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    debug = argparse.ArgumentParser(add_help=False)
+    debug = _Parser(add_help=False)
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show tracebacks for errors")
     debug.add_argument("--plugin", action="append", default=argparse.SUPPRESS,
@@ -130,7 +130,7 @@ def build_parser(with_extensions: bool = True) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     selection = _selection_options()
 
-    def add(name: str, handler: Command, help_text: str, *parents: argparse.ArgumentParser
+    def add(name: str, handler: Command, help_text: str, *parents: _Parser
             ) -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=help_text, description=help_text,
                                  parents=[*parents, debug], epilog=EPILOG)
