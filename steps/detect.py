@@ -18,20 +18,21 @@ check that fails:
 * the visible-devices variable: set to nothing (or ``-1``) it hides every device.
 
 A deep probe (``initorch detect --import``) also imports the package and asks
-the device module how many devices it sees.
+the device module how many devices it sees, in a child process (one per probe that
+passed its static checks) that it stops after ``Machine.import_timeout_s``, naming
+the package it was importing: a vendor import that never ends, even in native code
+that holds the interpreter, is a rejection, not a command that hangs.
 """
 
 from __future__ import annotations
 
 import glob
-import importlib
 import importlib.util
 import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from initorch.plugin import DeviceProbe, Machine, Verdict
 
@@ -81,7 +82,7 @@ class HardwareProbe:
             shown = ", ".join(nodes[:2]) + (f" (+{len(nodes) - 2})" if len(nodes) > 2 else "")
             found.append(f"device node {shown}")
         if deep:
-            return self._deep(found)
+            return self._deep(found, machine)
         return Verdict(True, tuple(found) or (f"this is {machine.system} {machine.arch}",))
 
     def _static_problems(self, machine: Machine) -> Iterator[str]:
@@ -111,31 +112,104 @@ class HardwareProbe:
                             for hit in glob.glob(str(machine.path(pattern))))
         return found
 
-    def _deep(self, found: list[str]) -> Verdict:
-        """Import the packages and count devices: the answer torch itself gives."""
-        for package in (*self.packages, "torch"):
-            try:
-                importlib.import_module(package)
-            except ImportError as exc:
-                return Verdict(False, (f"package {package} fails to import: {exc}",))
-        import torch
-
-        if self.build is not None and not _attribute(torch, self.build):
+    def _deep(self, found: list[str], machine: Machine) -> Verdict:
+        """Import the packages and count devices, in a child process given
+        ``machine.import_timeout_s``: the answer torch itself gives, without importing a
+        vendor stack into this process, and bounded even when the import hangs in
+        native code that holds the interpreter (a thread cannot be stopped, nor even
+        waited for then)."""
+        answer = import_in_child(self, machine)
+        if answer.problem is not None:
+            return Verdict(False, (answer.problem,))
+        if self.build is not None and not answer.build:
             return Verdict(False, (f"this torch is not that build ({self.build} is not set)",))
         if self.count is None:
             return Verdict(True, tuple(found))
-        devices = int(_attribute(torch, self.count)())
-        if devices < 1:
+        if not answer.devices:
             return Verdict(False, (f"no device visible: {self.count}() is 0",))
-        return Verdict(True, (*found, f"{devices} device(s) visible ({self.count})"))
+        return Verdict(True, (*found, f"{answer.devices} device(s) visible ({self.count})"))
 
 
-def _attribute(torch: object, dotted: str) -> Any:
-    """``torch.version.hip`` -> the attribute, from the torch module down."""
-    value: Any = torch
+# What the child of a deep probe runs: it says each package before importing it (on stdout
+# for the parent, which names the one that hangs; on stderr for whoever watches), then
+# answers one JSON line.  Arguments: a JSON object with the probe's device, packages,
+# build attribute and count function.
+_CHILD = """
+import importlib, json, sys
+spec = json.loads(sys.argv[1])
+def say(**answer):
+    sys.stdout.write(json.dumps(answer) + "\\n")
+    sys.stdout.flush()
+def attribute(dotted):
+    value = sys.modules["torch"]
     for name in dotted.split(".")[1:]:
         value = getattr(value, name, None)
     return value
+for name in spec["packages"]:
+    say(doing="importing " + name)
+    sys.stderr.write("initorch: detect: importing %s for %s\\n" % (name, spec["device"]))
+    sys.stderr.flush()
+    try:
+        importlib.import_module(name)
+    except ImportError as exc:
+        say(problem="package %s fails to import: %s" % (name, exc))
+        raise SystemExit(0)
+    except Exception as exc:
+        say(problem="package %s fails to import: %s: %s" % (name, type(exc).__name__, exc))
+        raise SystemExit(0)
+build = bool(attribute(spec["build"])) if spec["build"] else True
+devices = None
+if spec["count"] and build:
+    say(doing="calling " + spec["count"] + "()")
+    devices = int(attribute(spec["count"])())
+say(build=build, devices=devices)
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ChildAnswer:
+    """What a deep probe's child found: a problem that rejects the device, or whether
+    torch is the probe's build and how many devices it counts."""
+
+    problem: str | None = None
+    build: bool = False
+    devices: int | None = None
+
+
+def import_in_child(probe: HardwareProbe, machine: Machine) -> ChildAnswer:
+    """Run :data:`_CHILD` for ``probe`` with this interpreter and the machine's
+    environment, and stop it (SIGKILL) after ``machine.import_timeout_s``, naming what
+    it was doing."""
+    import json
+    import subprocess
+    import sys
+
+    spec = {"device": probe.device, "packages": [*probe.packages, "torch"],
+            "build": probe.build, "count": probe.count}
+    timeout = machine.import_timeout_s
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(spec)],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             env=dict(machine.environ), text=True)
+    try:
+        out, _ = child.communicate(timeout=timeout)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        child.kill()
+        out, _ = child.communicate()
+        timed_out = True
+    said = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    doing = next((line["doing"] for line in reversed(said) if "doing" in line), "starting")
+    if timed_out:
+        return ChildAnswer(f"{doing} did not finish within {timeout:g}s (stopped; a driver "
+                           "waiting for a device that is not there?)")
+    final = said[-1] if said else {}
+    if "problem" in final:
+        return ChildAnswer(str(final["problem"]))
+    if "build" not in final:
+        return ChildAnswer(f"{doing} ended the probe's process with status "
+                           f"{child.returncode} (its own lines are above)")
+    devices = final["devices"]
+    return ChildAnswer(None, bool(final["build"]), None if devices is None else int(devices))
 
 
 def package_installed(name: str) -> bool:

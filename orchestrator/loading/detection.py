@@ -16,6 +16,7 @@ packages and counts the devices it sees, up to the chosen candidate.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import sys
@@ -31,15 +32,27 @@ from initorch.errors import RunInterrupted
 Status = Literal["chosen", "rejected", "fits", "not probed"]
 
 
+DEEP_PROBE_TIMEOUT_S = 60.0
+"""How long a deep probe may take to import a candidate's packages and count its
+devices: a vendor package whose import never ends (a driver waiting for a device that
+is not there) is a rejection that says where it hung, not a command that waits for
+ever."""
+PROBE_GRACE_S = 2.0
+"""How much longer than that a deep probe's thread is waited for: a probe that bounds its
+own imports (the built-ins stop a child process) answers first, with what it knows."""
+
+
 @dataclass(frozen=True, slots=True)
 class Machine:
     """Where probes look: device nodes and libraries under ``root`` (``/``, or a host
-    mounted into a container, or a test's stand-in), this ``environ``, this OS."""
+    mounted into a container, or a test's stand-in), this ``environ``, this OS; and how
+    long a deep probe may spend importing (``detect`` sets it from its ``timeout_s``)."""
 
     root: Path = Path("/")
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     system: str = field(default_factory=lambda: platform.system().lower())
     arch: str = field(default_factory=lambda: platform.machine().lower())
+    import_timeout_s: float = DEEP_PROBE_TIMEOUT_S
 
     def path(self, absolute: str | os.PathLike[str]) -> Path:
         """``absolute`` (a path on the machine) as seen from here, under ``root``."""
@@ -141,13 +154,6 @@ class ProbeCatalog:
         return iter(sorted(self._probes.values(), key=lambda p: (p.priority, p.device)))
 
 
-DEEP_PROBE_TIMEOUT_S = 60.0
-"""How long a deep probe may take to import a candidate's packages and count its
-devices: a vendor package whose import never ends (a driver waiting for a device that
-is not there) is a rejection that says where it hung, not a command that waits for
-ever."""
-
-
 def detect(probes: ProbeCatalog, machine: Machine | None = None, *, deep: bool = False,
            timeout_s: float = DEEP_PROBE_TIMEOUT_S,
            announce: Callable[[str], None] | None = None) -> Detection:
@@ -159,14 +165,14 @@ def detect(probes: ProbeCatalog, machine: Machine | None = None, *, deep: bool =
     ``timeout_s``, and ``announce`` is told its device before it starts, so that a
     slow import is never silent.
     """
-    machine = machine or Machine()
+    machine = dataclasses.replace(machine or Machine(), import_timeout_s=timeout_s)
     candidates: list[Candidate] = []
     chosen: str | None = None
     for probe in probes:
         probe_deeply = deep and chosen is None
         if probe_deeply and announce is not None:
             announce(probe.device)
-        verdict = (_ask_bounded(probe, machine, timeout_s) if probe_deeply
+        verdict = (_ask_bounded(probe, machine, timeout_s + PROBE_GRACE_S) if probe_deeply
                    else _ask(probe, machine, deep=False))
         if not verdict.fits:
             status: Status = "rejected"
