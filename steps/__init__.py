@@ -6,7 +6,10 @@ Mooncake only inside the steps, so ``initorch plan`` never loads them.
 Besides ``register``, the package exports what a plugin that builds on the built-in
 steps reads (``examples/tiny_server`` does): the ``memory_baseline`` step's output
 (:class:`MemoryBaseline`, with its pool budget), the device's visibility setting and
-the device a rank's tensors live on.  Step modules themselves stay private.
+the device a rank's tensors live on; and what an engine integration reuses of them
+(``initorch-sglang`` does): a free loopback port, the CPU core split of
+``bind_cpu_threads`` and its list format, and SGLang's segment-size reading.  Step
+modules themselves stay private.
 """
 
 from __future__ import annotations
@@ -14,13 +17,18 @@ from __future__ import annotations
 from importlib.resources import files
 from typing import TYPE_CHECKING
 
+from initorch.steps.cpu_binding import plan_shares
 from initorch.steps.memory_baseline import MemoryBaseline
+from initorch.steps.mooncake_env import segment_mib
+from initorch.steps.network import free_port
 from initorch.steps.set_device import VISIBLE_DEVICES_ENV, tensor_device
+from initorch.steps.topology import format_cpu_list
 
 if TYPE_CHECKING:
     from initorch import Registry
 
-__all__ = ["VISIBLE_DEVICES_ENV", "MemoryBaseline", "register", "tensor_device"]
+__all__ = ["VISIBLE_DEVICES_ENV", "MemoryBaseline", "format_cpu_list", "free_port",
+           "plan_shares", "register", "segment_mib", "tensor_device"]
 
 
 def register(registry: Registry) -> None:

@@ -117,8 +117,7 @@ def indexed_split(ranks: int, cpus: list[int], *, base_gpu_id: int = 0,
     i * gpu_id_step`` (``compute_local_gpu_id``, ``weight_cache/protocol.py:276-297``):
     local rank ``i``'s cores sit at that index; an index no local rank has gets every
     allowed core (SGLang reads only its own)."""
-    from initorch.steps.cpu_binding import plan_shares
-    from initorch.steps.topology import format_cpu_list
+    from initorch.steps import format_cpu_list, plan_shares
 
     step = max(gpu_id_step, 1)
     shares = plan_shares(ranks, cpus)

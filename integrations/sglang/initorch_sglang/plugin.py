@@ -5,7 +5,8 @@ SGLang calls it in the launcher and again in every rank before the rank's
 ``managers/scheduler.py:6323``).  Without ``INITORCH_SGLANG`` it returns at once and
 SGLang starts exactly as without initorch.  With it:
 
-- it refuses an SGLang release it has not read, in one line;
+- on an SGLang release the audit does not prove (``version.py``), verify mode switches
+  itself off with one warning line and drive mode refuses the launch in one line;
 - in the launcher, drive mode picks where the ranks will meet (they inherit it);
 - in a rank, it hooks SGLang's start-up calls (verify and drive), the
   ``Scheduler.__init__`` that frames them, and in drive mode ``init_parallel_runtime``
@@ -25,7 +26,7 @@ import time
 
 # Only what deciding "off" needs: an SGLang that did not ask imports nothing more.
 from initorch_sglang.options import RENDEZVOUS_ENV, OptionsError, read_options
-from initorch_sglang.version import UnknownSGLangError, check_sglang_version
+from initorch_sglang.version import UnknownSGLangError, accept_installed_sglang
 
 __all__ = ["load"]
 
@@ -35,14 +36,14 @@ def load() -> None:
     started = time.perf_counter()
     try:
         options = read_options()
-        if not options.active:
+        if not options.active or not accept_installed_sglang(
+                options.mode, launcher=multiprocessing.parent_process() is None):
             return
-        check_sglang_version()
     except (OptionsError, UnknownSGLangError) as error:
         raise SystemExit(str(error)) from None
     if multiprocessing.parent_process() is None:  # the launcher: ranks come later
         if options.mode == "drive" and RENDEZVOUS_ENV not in os.environ:
-            from initorch.steps.network import free_port
+            from initorch.steps import free_port
 
             os.environ[RENDEZVOUS_ENV] = f"127.0.0.1:{free_port('127.0.0.1')}"
         return
