@@ -42,7 +42,7 @@ def ascii_address(text: str, what: str) -> str:
     error.  Refused where the value is read, naming the character and its position."""
     problem = non_ascii_problem(text, what)
     if problem is not None:
-        raise ValueError(problem)
+        raise ValueError(f"{what}={text!r}: " + problem.removeprefix(f"{what} {text!r} "))
     return text
 
 

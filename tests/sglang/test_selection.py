@@ -128,3 +128,13 @@ def test_a_look_alike_letter_in_a_set_address_is_refused_at_plan_time() -> None:
         chosen.plan(sglang_registry())
     assert "U+0420 CYRILLIC CAPITAL LETTER ER" in str(caught.value)
     assert "at position 1" in str(caught.value)
+
+
+def test_the_plan_ignores_the_outer_launchers_world_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Kubeflow pod exports WORLD_SIZE as the pod count; SGLang never reads it."""
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    chosen = selection_for(server_args(enable_hierarchical_cache=False), Options("verify"), {})
+    assert chosen.plan(sglang_registry()).settings["parallel.tp_size"].value == 2
+    import os
+
+    assert os.environ["WORLD_SIZE"] == "4"  # put back

@@ -214,7 +214,8 @@ def master_reachable(launch: Launch) -> str | None:
     address, name = str(source.address), source.address_name
     problem = non_ascii_problem(address, name)
     if problem is not None:
-        return f"{problem}: Mooncake resolves addresses as ASCII bytes; retype it"
+        return (f"{name}={address!r}: {problem.removeprefix(f'{name} {address!r} ')}; "
+                "the store would not resolve it (retype it in ASCII)")
     from initorch.plugin import split_host_port
 
     try:
@@ -304,16 +305,21 @@ def preflight(argv: list[str], options: Options,
                      "the checks that read the model were not run")
     else:
         raw.trust_remote_code = False  # pre-flight never imports the model's own code
+        failed: Exception | None = None
         try:
             raw.resolve_once()
         except Exception as error:  # SGLang's own refusal, in its own words
-            if auto_map:
-                notes.append(f"the model's config.json names remote code (auto_map: "
-                             f"{', '.join(sorted(auto_map))}); pre-flight does not run it, so "
-                             f"SGLang's resolution was not checked ({type(error).__name__})")
-            else:
-                refusals.append("SGLang refuses the arguments: "
-                                f"{type(error).__name__}: {_one_line(error)}")
+            failed = error
+        if auto_map:
+            unchecked = "" if failed is None else \
+                f"; SGLang's resolution failed without it ({type(failed).__name__})"
+            notes.append(f"the model's config.json names remote code (auto_map: "
+                         f"{', '.join(sorted(auto_map))}): pre-flight read config.json as "
+                         f"data and did not run that code, so what it would change was not "
+                         f"checked{unchecked}")
+        elif failed is not None:
+            refusals.append("SGLang refuses the arguments: "
+                            f"{type(failed).__name__}: {_one_line(failed)}")
     args = resolved_view(raw)  # what resolution decided (the layout it rewrote, ...)
     launch = Launch(args, environ, options, config if local else None)
     selection = selection_for(args, options, environ)

@@ -9,8 +9,8 @@ mapped; everything else stays SGLang's.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from contextlib import suppress
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,11 +44,16 @@ class Selection:
         return Selection((*self.profiles, overlay), self.device, self.settings)
 
     def plan(self, registry: Registry | None = None) -> Plan:
-        """The resolved plan (``initorch.load_plan``)."""
+        """The resolved plan (``initorch.load_plan``), previewed without the outer
+        launcher's ``WORLD_SIZE``: SGLang spawns its ranks itself (``entrypoints/
+        engine.py:1995``) and counts them as dp x tp x pp (``distributed/bootstrap.py:
+        75-87``), never reading ``WORLD_SIZE``, which a Kubeflow or torchrun pod
+        exports as its own count."""
         from initorch import load_plan
 
-        return load_plan(list(self.profiles), device=self.device, settings=dict(self.settings),
-                         registry=registry)
+        with _hidden(LAUNCHER_WORLD):
+            return load_plan(list(self.profiles), device=self.device,
+                             settings=dict(self.settings), registry=registry)
 
     def describe(self) -> str:
         """The equivalent ``initorch plan`` command line, for people."""
@@ -58,6 +63,20 @@ class Selection:
         parts += [f"-p {name}" for name in self.profiles]
         parts += [f"--set {key}={_yaml(value)}" for key, value in self.settings]
         return " ".join(parts)
+
+
+LAUNCHER_WORLD = ("WORLD_SIZE",)
+"""Variables an outer launcher sets that SGLang does not read (hidden while planning)."""
+
+
+@contextmanager
+def _hidden(names: tuple[str, ...]) -> Iterator[None]:
+    """``names`` removed from ``os.environ`` for the block, and put back after it."""
+    saved = {name: os.environ.pop(name) for name in names if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 def _yaml(value: Any) -> str:
