@@ -39,7 +39,7 @@ from initorch_sglang.layouts import Layout, recognise
 from initorch_sglang.source import SourceError, SourceTree
 
 __all__ = ["DEVICES", "HAZARDS", "Finding", "ReleaseAudit", "audit_path", "audit_tree",
-           "exit_code", "render_table", "version_key"]
+           "exit_code", "render_table", "support", "version_key"]
 
 HAZARDS = ("ascend-order", "host-allocator", "unbound-thread")
 DEVICES = ("cuda", "hip", "npu", "musa", "xpu", "mps", "cpu")
@@ -120,7 +120,7 @@ def audit_tree(tree: SourceTree, device: str) -> ReleaseAudit:
     try:
         findings = (_ascend_order(tree, layout, device), _host_allocator(tree, layout, device),
                     _unbound_thread(tree, layout, device))
-        supported, detail = _support(tree, layout)
+        supported, detail = support(tree, layout)
         differences = _differences(tree, layout)
     except MissingCall as missing:
         return ReleaseAudit(tree.origin, version, device, layout.name, error=(
@@ -308,7 +308,9 @@ def _name(node: ast.AST) -> str | None:
     return None
 
 
-def _support(tree: SourceTree, layout: Layout) -> tuple[bool, str]:
+def support(tree: SourceTree, layout: Layout) -> tuple[bool, str]:
+    """Whether the integration can hook ``tree``: SGLang's plugin registry is there and
+    every hook target of ``layout`` resolves; and, in one line, why not."""
     if not tree.has(layout.plugin_registry):
         return False, f"no SGLang plugin system ({layout.plugin_registry} is missing)"
     missing = [target for target in layout.hook_targets()

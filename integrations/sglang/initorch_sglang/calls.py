@@ -11,9 +11,7 @@ Without an installed SGLang, or with one of no known layout, the newest layout i
 
 from __future__ import annotations
 
-import importlib.util
 from functools import cache
-from pathlib import Path
 
 from initorch_sglang.layouts import (
     DEVICE_MODULE,
@@ -23,23 +21,13 @@ from initorch_sglang.layouts import (
     SGLangCall,
     recognise,
 )
+from initorch_sglang.version import installed_tree_path
 
 __all__ = ["CALLS", "DEVICE_MODULE", "Hop", "SGLangCall", "call_for", "hook_target",
            "installed_layout", "installed_tree_path"]
 
 CALLS: tuple[SGLangCall, ...]
 """The installed layout's calls (computed on first use, not at import)."""
-
-
-def installed_tree_path() -> Path | None:
-    """The installed ``sglang`` package's folder, found without importing it."""
-    try:
-        spec = importlib.util.find_spec("sglang")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
 
 
 @cache
