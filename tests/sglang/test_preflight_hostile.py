@@ -190,3 +190,32 @@ def test_the_store_configuration_is_read_as_sglangs_load_config_reads_it(
             continue
         assert (ours.master, ours.client, ours.standalone) == (
             sglang["master"], sglang["client"], sglang["standalone"]), given
+
+
+SEGMENT_SCRIPT = r'''
+import json, sys
+from sglang.srt.mem_cache.storage.mooncake_store.mooncake_store import (
+    _parse_global_segment_size,
+)
+answers = []
+for value in json.loads(sys.argv[1]):
+    try:
+        answers.append(_parse_global_segment_size(value))
+    except Exception as error:
+        answers.append(type(error).__name__)
+print(json.dumps(answers))
+'''
+
+
+def test_the_segment_size_is_parsed_as_sglang_parses_it() -> None:
+    """``initorch.steps.mooncake_env.segment_bytes`` against SGLang's own parser."""
+    from initorch.steps.mooncake_env import segment_bytes
+
+    values: list[object] = ["1000000000", "1gb", " 2GB ", "gb", "4 gigs", "1_000",
+                            "\u0663", 5, "-1", "1.5gb", 3.0e9, "0"]
+    for value, sglang in zip(values, ask(SEGMENT_SCRIPT, values), strict=True):
+        if isinstance(sglang, str):  # SGLang raises: initorch refuses it too
+            with pytest.raises(ValueError):
+                segment_bytes(value, "MOONCAKE_GLOBAL_SEGMENT_SIZE")
+        else:
+            assert segment_bytes(value, "MOONCAKE_GLOBAL_SEGMENT_SIZE") == sglang, value
