@@ -93,7 +93,7 @@ def cpu_threads_bind(launch: Launch) -> str | None:
     drive mode fills it in from initorch's core split.
 
     A rank reads entry ``gpu_id`` of the ``|``-separated list (``numa_index``,
-    ``numa_utils.py:484-492``; ``gpu_id = base_gpu_id + local rank x gpu_id_step``) and
+    ``numa_utils.py:484-497``; ``gpu_id = base_gpu_id + local rank x gpu_id_step``) and
     hands that group to sgl-kernel's ``init_cpu_threads_env`` (``bootstrap.py:277-285``),
     which parses it with libnuma's ``numa_parse_cpustring`` and fails on an empty or
     unparsable group: so each group a rank reads must be there, and be a CPU list."""
@@ -120,7 +120,7 @@ def cpu_threads_bind(launch: Launch) -> str | None:
         if index >= len(groups):
             return (f"{OMP_BIND_ENV}={bind!r} names {len(groups)} core group(s), but rank "
                     f"{rank} reads entry {index} (its gpu_id): SGLang would assert at "
-                    "start-up (numa_utils.py:485-492); give one '|'-separated group per rank")
+                    "start-up (numa_utils.py:492-496); give one '|'-separated group per rank")
         problem = _cpu_group_problem(groups[index])
         if problem is not None:
             return (f"{OMP_BIND_ENV}={bind!r}: group {index} (rank {rank}'s) {problem}: "
