@@ -29,6 +29,7 @@ plan, ``mooncake_master`` starts the master itself.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import socket
@@ -36,6 +37,7 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -283,14 +285,21 @@ def start_managed_master(ctx: StepContext, launched: ManagedMaster | None = None
 
 def spawn_master(ctx: StepContext) -> ManagedMaster:
     """Start the watchdog and the master behind it on free ports; do not wait for it."""
-    import subprocess
-    import tempfile
-
     host = master_host(ctx)
     ports = {"rpc": 0, "metadata": 0, "metrics": 0}
     while len(set(ports.values())) < len(ports):
         ports = {name: free_port(host) for name in ports}
-    grace = float(ctx.setting("mooncake.master_stop_grace_s"))
+    master = spawn_on(host, ports, float(ctx.setting("mooncake.master_stop_grace_s")))
+    ctx.log.info("mooncake_master_starting", pid=master.pid, host=host,
+                 **{f"{k}_port": v for k, v in ports.items()})
+    return master
+
+
+def spawn_on(host: str, ports: dict[str, int], grace: float) -> ManagedMaster:
+    """The watchdog and a master behind it on ``host`` and ``ports``, not waited for."""
+    import subprocess
+    import tempfile
+
     command = master_command(master_binary(), ports, host)  # may raise: before the log
     log_fd, log_path = tempfile.mkstemp(prefix="initorch-mooncake-master-", suffix=".log")
     # A session of its own: a signal sent to this rank's process group (torchrun ending
@@ -302,10 +311,7 @@ def spawn_master(ctx: StepContext) -> ManagedMaster:
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
     line = watchdog.stdout.readline().decode() if watchdog.stdout else ""
     pid = int(line.split()[1]) if line.startswith("pid ") else -1
-    master = ManagedMaster(watchdog, pid, host, ports, log_path, log_fd, grace)
-    ctx.log.info("mooncake_master_starting", pid=pid, host=host,
-                 **{f"{k}_port": v for k, v in ports.items()})
-    return master
+    return ManagedMaster(watchdog, pid, host, ports, log_path, log_fd, grace)
 
 
 def ready_master(ctx: StepContext, master: ManagedMaster) -> ManagedMaster:
@@ -339,7 +345,12 @@ def watch_master(ctx: StepContext, master: ManagedMaster) -> None:
 
 
 def wait_until_ready(ctx: StepContext, master: ManagedMaster) -> None:
-    deadline = time.monotonic() + float(ctx.setting("mooncake.master_start_timeout_s"))
+    serves_within(master, float(ctx.setting("mooncake.master_start_timeout_s")))
+
+
+def serves_within(master: ManagedMaster, timeout: float) -> None:
+    """Return once ``master`` serves; :class:`StepError` if it exits or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         code = master.watchdog.poll()
         if code is not None:
@@ -353,8 +364,7 @@ def wait_until_ready(ctx: StepContext, master: ManagedMaster) -> None:
                 rpc_problem(master.host, master.ports["rpc"], 1.0) is None:
             return
         time.sleep(0.1)
-    raise StepError("the managed mooncake_master did not become ready within "
-                    f"{ctx.setting('mooncake.master_start_timeout_s')}s",
+    raise StepError(f"the managed mooncake_master did not become ready within {timeout:g}s",
                     native_log=master.log_tail(),
                     hint="raise mooncake.master_start_timeout_s on a slow machine")
 
@@ -499,17 +509,58 @@ def stop_mooncake_master(ctx: StepContext, endpoint: MasterEndpoint) -> None:
         stop_master(ctx, endpoint.managed)
 
 
+STAND_IN_READY_S = 5.0  # how long a stand-in may take to serve before the store closes anyway
+
+
+@contextlib.contextmanager
+def stand_in_if_died(log: Any, endpoint: MasterEndpoint) -> Iterator[None]:
+    """While the body runs (a store client closing), a fresh master on the ports of the
+    managed master that died, stopped afterwards; nothing when it did not die.
+
+    A store client's close cannot skip the master: Mooncake 0.3.13's ``close`` holds
+    the interpreter while it joins its ping and task threads and unmounts its segment
+    (``Client::~Client``, ``mooncake-store/src/client_service.cpp``), each RPC to a dead
+    master failing only after the client pool's reconnect waits -- about 15 s once the
+    client has noticed the death, measured here (2 s right after it).  Against a master
+    that answers, the same close takes about 3 s after a 1.4 s start, and unmounts
+    cleanly.  If the ports are taken or it does not serve within
+    ``STAND_IN_READY_S``, the store closes as before."""
+    master = endpoint.managed
+    if master is None or master.died is None:
+        yield
+        return
+    fresh: ManagedMaster | None = None
+    try:
+        fresh = spawn_on(master.host, master.ports, master.grace)
+        serves_within(fresh, STAND_IN_READY_S)
+        log.info("mooncake_master_stand_in", pid=fresh.pid, died_pid=master.pid,
+                 why="the managed master died; the store clients close against a fresh one "
+                     "on its ports instead of waiting for Mooncake's RPC retries")
+    except StepError as exc:
+        log.warning("mooncake_master_stand_in_failed", error=str(exc))
+        if fresh is not None:
+            fresh.stop()
+            fresh = None
+    try:
+        yield
+    finally:
+        if fresh is not None:
+            fresh.stop()
+
+
 def stop_master(ctx: StepContext, master: ManagedMaster) -> None:
     """Stop it; a master that died during the run fails the teardown, so that the run
-    does not look healthy in its report and log."""
+    does not look healthy in its report and log (``mooncake_master_stopped`` is logged
+    either way, with ``died`` when it did)."""
     died, tail = master.died, master.log_tail() if master.died is not None else ""
     code = master.stop()
+    ctx.log.info("mooncake_master_stopped", pid=master.pid, status=code,
+                 **({"died": died} if died is not None else {}))
     if died is not None:
         raise StepError(f"the managed mooncake_master (pid {master.pid}) died during the run "
                         f"with status {died}", native_log=tail,
                         hint="read its log lines (mooncake_master_died); a status of 137 "
                              "is SIGKILL, often the OOM killer")
-    ctx.log.info("mooncake_master_stopped", pid=master.pid, status=code)
 
 
 STEPS = (mooncake_master, launch_mooncake_master)  # the first declares the shared settings

@@ -143,6 +143,29 @@ def test_a_run_whose_master_died_does_not_end_as_a_success(tmp_path: Path) -> No
                          "the run did not end clean"), last
 
 
+KILLED_AFTER_THE_STORE = KILLER_PLUGIN.replace(
+    'requires=["mooncake_master"]', 'requires=["mooncake_master", "init_mooncake_store"]')
+
+
+def test_the_store_closes_against_a_stand_in_when_the_managed_master_died(
+        tmp_path: Path) -> None:
+    # Mooncake's close holds the interpreter while its RPCs to the dead master fail
+    # through the client pool's reconnect waits (about 15 s once the client noticed);
+    # against a stand-in on the dead master's ports it unmounts cleanly (issue 27).
+    (tmp_path / "killer.py").write_text(KILLED_AFTER_THE_STORE, encoding="utf-8")
+    profile = tmp_path / "killed.yaml"
+    profile.write_text("extends: cpu\nsteps:\n  kill_the_master: {}\n", encoding="utf-8")
+    result = initorch_command("run", "-p", str(profile), "--plugin", "killer",
+                              "--log-level", "info",
+                              env={"PYTHONPATH": str(tmp_path), "TMPDIR": str(tmp_path)})
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "mooncake_master_stand_in" in result.stderr, result.stderr[-3000:]
+    assert "Failed to unmount segment" not in result.stderr, result.stderr[-3000:]
+    stopped = [line for line in result.stderr.splitlines() if "mooncake_master_stopped" in line]
+    assert any("died=137" in line for line in stopped), stopped  # the dead one, named
+    assert "died during the run with status 137" in result.stderr.splitlines()[-1]
+
+
 # -- the shared engine reused where SGLang reuses it ----------------------------------------
 
 def test_the_store_reuses_the_shared_engine_where_sglang_does() -> None:
