@@ -37,7 +37,8 @@ SIMULATED_ASCEND: dict[str, str | None] = {
     # What the npu profile gives SGLang's store and shared engine (mooncake_store.py:219,
     # mooncake_transfer_engine.py:206-209).
     "MOONCAKE_PROTOCOL": "ascend",
-    # HiCache gets the shared engine only with this (mooncake_transfer_engine.py:315-340).
+    # HiCache gets the shared engine with this (mooncake_transfer_engine.py:315-340); it is
+    # SGLang 0.5.23's default (environ.py:881), set so that a later default cannot hide it.
     "SGLANG_HICACHE_MOONCAKE_REUSE_TE": "1",
 }
 """A launch where SGLang 0.5.23 builds the shared Mooncake engine, on the test vehicle

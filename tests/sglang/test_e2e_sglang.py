@@ -71,23 +71,23 @@ def test_verify_mode_records_and_checks_a_real_start_that_serves(
         assert {call["thread"] for call in calls} == {"MainThread"}
         # The device of a thread is what set_device was seen to bind there (no query).
         assert [call["device"] for call in calls] == [None] + ["cpu:0"] * (len(calls) - 1)
-        # The vendor calls, where they are made: no shared engine in this launch (it needs
-        # SGLANG_HICACHE_MOONCAKE_REUSE_TE), the host pool, then the store.
+        # The vendor calls, where they are made: the shared engine on run_with_deadline's
+        # daemon thread, where set_device never ran (no hazard on a CPU: its context is
+        # not per thread), then the host pool and the store on the main thread.
         vendor = report["sglang"]["vendor_calls"]
         assert [made["call"] for made in vendor] == [
-            "host registration alloc_without_pinning", "Mooncake MooncakeDistributedStore.setup",
-            *["Mooncake MooncakeDistributedStore.register_buffer"] * (len(vendor) - 2)]
-        assert {(made["thread"], made["device"]) for made in vendor} == {("MainThread", "cpu:0")}
-        assert vendor[1]["called_from"].startswith(
+            "Mooncake TransferEngine.initialize", "host registration alloc_without_pinning",
+            "Mooncake MooncakeDistributedStore.setup",
+            *["Mooncake MooncakeDistributedStore.register_buffer"] * (len(vendor) - 3)]
+        engine, *rest = vendor
+        assert (engine["device"], engine["daemon"], engine["returned"]) == (None, True, 0)
+        assert engine["thread_entry"] == ("run_with_deadline.<locals>._target "
+                                          "(srt/utils/common.py:3759)")
+        assert {(made["thread"], made["device"]) for made in rest} == {("MainThread", "cpu:0")}
+        assert rest[1]["called_from"].startswith(
             "srt/mem_cache/storage/mooncake_store/mooncake_store.py:")
         steps = {step["step"]: step for step in report["steps"]}
-        assert all(steps[name]["status"] == "succeeded" for name in SGLANG_ORDER
-                   if name != "init_shared_mooncake_transfer_engine")
-        idle = steps["init_shared_mooncake_transfer_engine"]
-        assert idle["status"] == "skipped"
-        assert idle["reason"] == ("called by SGLang, did nothing: it made no Mooncake "
-                                  "TransferEngine.initialize or Mooncake "
-                                  "TransferEngine.initialize_ext call")
+        assert all(steps[name]["status"] == "succeeded" for name in SGLANG_ORDER)
         assert steps["rendezvous"]["status"] == "skipped"  # SGLang has no such call
         assert report["sglang"]["violations"] == []
         assert report["sglang"]["host_allocator"] == {

@@ -159,3 +159,23 @@ def test_warn_mode_records_the_unbound_vendor_call_and_lets_it_run() -> None:
     record(recorder, ["set_device"])
     assert on_thread("helper", lambda: vendor_call(recorder)) == []
     assert len(recorder.violations) == 1 and recorder.vendor_calls[0].result == 0
+
+
+def test_a_call_that_made_none_of_its_vendor_calls_did_nothing() -> None:
+    from initorch_sglang.outputs import build_report
+
+    recorder = Recorder(sglang_plan())
+    with recorder.observe("bind_cpu_threads") as bind:
+        bind.result = None  # _bind_threads_if_cpu off the CPU
+    record(recorder, ["set_device", "init_shared_mooncake_transfer_engine"])
+    with recorder.observe("init_mooncake_store"):
+        vendor_call(recorder)  # made while the store's call runs: the store's
+    outcomes = build_report(recorder, mode="verify", rank=0, started_at="now").outcomes
+    engine = outcomes["init_shared_mooncake_transfer_engine"]
+    assert (engine.status, engine.reason) == (
+        "skipped", "called by SGLang, did nothing: it made no Mooncake "
+                   "TransferEngine.initialize or Mooncake TransferEngine.initialize_ext call")
+    assert outcomes["bind_cpu_threads"].reason.startswith(
+        "called by SGLang, did nothing: SGLang binds threads on device cpu only")
+    assert outcomes["init_mooncake_store"].status == "succeeded"
+    assert outcomes["set_device"].status == "succeeded"

@@ -81,7 +81,7 @@ def _did_nothing(recorder: Recorder, call: Call) -> str | None:
     if call.error is not None:
         return None
     vendor = sorted({v.label for v in VENDOR_CALLS if v.step == call.step})
-    if vendor and not any(made.call.step == call.step for made in recorder.vendor_calls):
+    if vendor and not any(made.step == call.step for made in recorder.vendor_calls):
         return f"{DID_NOTHING}: it made no {' or '.join(vendor)} call"
     why = RETURNS_NONE_WHEN_IDLE.get(call.step)
     if why is not None and call.result is None:

@@ -68,10 +68,10 @@ def load() -> None:
     if options.mode == "drive":
         hooks[INIT_PARALLEL_RUNTIME] = (drive_parallel_runtime, "replace")
         hooks[DEADLINE_HELPER] = (bind_deadline_thread, "around")
+    from initorch_sglang.cost import COST
+
+    COST.add("plugin load", time.perf_counter() - started)  # "hooks" has the rest
     try:
         apply(hooks)
     except HookError as error:
         raise SystemExit(str(error)) from None
-    from initorch_sglang.cost import COST
-
-    COST.add("plugin load", time.perf_counter() - started)

@@ -211,6 +211,11 @@ def master_reachable(launch: Launch) -> str | None:
     source = store_source(launch.args, launch.environ)
     if source.problem is not None:
         return source.problem
+    if source.standalone and not _has_mooncake_allocator():
+        return ("standalone storage needs Mooncake's MooncakeHostMemAllocator, which the "
+                "installed Mooncake lacks: SGLang falls back to its plain allocator "
+                "(pool_host/common.py:78-92) and the store refuses it "
+                "(mooncake_store.py:498-503); upgrade Mooncake, or give a master")
     address, name = str(source.address), source.address_name
     problem = non_ascii_problem(address, name)
     if problem is not None:
@@ -236,6 +241,14 @@ def master_reachable(launch: Launch) -> str | None:
 
 CHECKS: tuple[Check, ...] = (segment_size, cpu_threads_bind, host_allocator, world_split,
                              store_layout, master_reachable)
+
+
+def _has_mooncake_allocator() -> bool:
+    try:
+        from mooncake.store import MooncakeHostMemAllocator  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 COUNTS = ("tp_size", "pp_size", "dp_size", "nnodes")

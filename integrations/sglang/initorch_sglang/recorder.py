@@ -73,6 +73,10 @@ class VendorRecord:
     with which device bound there (``None``: ``set_device`` never ran on it), from where."""
 
     call: VendorCall
+    step: str
+    """The step SGLang was performing when the call was made (the innermost of its calls
+    still running, on any thread: the deadline thread's caller waits on another), else
+    the call's own step."""
     started: float
     thread_id: int
     thread: str
@@ -88,7 +92,7 @@ class VendorRecord:
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
-            "call": self.call.label, "step": self.call.step,
+            "call": self.call.label, "step": self.step,
             "start_offset_s": round(self.started, 6),
             "duration_s": None if self.finished is None
             else round(self.finished - self.started, 6),
@@ -187,7 +191,9 @@ class Recorder:
         ident = thread.ident or 0
         with self._lock:
             known = self.bound.get(ident)
-            record = VendorRecord(vendor, self.elapsed(), ident, thread.name, thread.daemon,
+            running = [call for call in self.calls if call.finished is None]
+            record = VendorRecord(vendor, running[-1].step if running else vendor.step,
+                                  self.elapsed(), ident, thread.name, thread.daemon,
                                   None if known is None else known[1], site)
             self.vendor_calls.append(record)
         violation = self._unbound_vendor_call(record)
@@ -279,6 +285,6 @@ class Recorder:
             f"where set_device never ran (it ran on {self._bound_elsewhere()}); the call is "
             f"made at {record.site.where()}. Device context is per host thread, so the "
             f"vendor call fails there: {record.call.why}",
-            step=record.call.step,
+            step=record.step,
             hint=f"set the device on that thread before {record.call.label} (INITORCH_SGLANG="
                  f"drive does), and report it upstream with this line")

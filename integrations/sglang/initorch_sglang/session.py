@@ -24,17 +24,12 @@ from initorch_sglang.allocator import AllocatorChoice, install_host_allocator
 from initorch_sglang.calls import CALLS, hook_target
 from initorch_sglang.cost import COST, process_age
 from initorch_sglang.hooks import HookKind, apply
+from initorch_sglang.imports import go_first
 from initorch_sglang.options import Options
 from initorch_sglang.outputs import build_report, now_iso, rank_path, write_outputs
 from initorch_sglang.recorder import Recorder, VendorRecord
 from initorch_sglang.selection import Selection, selection_for
-from initorch_sglang.vendor import (
-    CallSite,
-    VendorCall,
-    call_site,
-    install_vendor_hooks,
-    wrap_vendor_function,
-)
+from initorch_sglang.vendor import CallSite, VendorCall, call_site, wrap_vendor_function
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -84,8 +79,13 @@ class Session:
         can be made for the launch: verify only observes, so a plan problem is reported
         in one line and SGLang starts as it would without initorch.  Drive mode needs
         the plan to run, so there the problem stops the launch."""
-        with COST.timed("plan and hooks"):
-            return cls._begin(server_args, options)
+        with COST.timed("plan"):
+            session = cls._begin(server_args, options)
+        if session is not None:  # "hooks" times itself
+            module = str(session.plan.config()["device.torch_module"])
+            apply({hook_target(call, module): (set_device_observer(module), "around")
+                   for call in CALLS if call.step == "set_device"})
+        return session
 
     @classmethod
     def _begin(cls, server_args: Any, options: Options) -> Session | None:
@@ -95,14 +95,11 @@ class Session:
         plan = plan_for(selection, Registry.with_plugins(), options)
         if plan is None:
             return None
-        module = str(plan.config()["device.torch_module"])
         recorder = Recorder(plan, stop_on_violation=options.stop_on_violation,
                             engine=_engine())
         session = cls(options, plan, _world_rank(), recorder, now_iso())
-        install_vendor_hooks(observe_vendor)  # first on the meta path once plugins loaded
+        go_first()  # once every plugin loaded, the integration's import hooks run last
         session.extra["selection"] = selection.describe()
-        apply({hook_target(call, module): (set_device_observer(module), "around")
-               for call in CALLS if call.step == "set_device"})
         if plan.config().get("hicache.enabled") and server_args.enable_hierarchical_cache:
             session.allocator = install_host_allocator(
                 str(server_args.device), str(plan.config()["device.host_allocator"]))

@@ -14,8 +14,8 @@ Two rules keep this an observation:
 
 - **No import.**  A vendor module is never imported here: importing ``mooncake.engine``
   before ``set_device`` aborts an NPU worker (``../shared/CONTEXT.md``, field reports).
-  A class is wrapped when SGLang imports its module (a ``sys.meta_path`` hook that runs
-  the real loader first), or at once if it was already imported.
+  A class is wrapped when SGLang imports its module (:mod:`initorch_sglang.imports`),
+  or at once if it was already imported.
 - **No device query.**  Which device a thread has bound is what the recorder saw
   ``set_device`` do on it; nothing here asks the runtime (torch_npu's current-device query
   binds device 0 on a thread without a context).
@@ -24,16 +24,16 @@ Two rules keep this an observation:
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
 import sys
 import threading
 import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from initorch_sglang.imports import after_import
 
 __all__ = ["VENDOR_CALLS", "CallSite", "VendorCall", "call_site", "install_vendor_hooks",
            "wrap_vendor_function"]
@@ -143,21 +143,11 @@ def _relative(path: str, root: Path | None) -> str:
 def install_vendor_hooks(observe: Observe,
                          calls: Sequence[VendorCall] = VENDOR_CALLS) -> None:
     """Wrap each of ``calls`` with ``observe``: now for a module already imported, else
-    when it is imported.  Idempotent per method.
-
-    The finder goes first on ``sys.meta_path`` (again, if another finder went before it
-    since): a finder consulted earlier may swap the class after the module ran (as the
-    simulated Ascend build does), and the outermost loader's class is the one SGLang
-    calls.  Calling this again when start-up begins keeps that true."""
-    modules = {call.module for call in calls}
-    for name in sorted(modules):
-        module = sys.modules.get(name)
-        if module is not None:
-            _wrap_module(module, calls, observe)
-    ours = [finder for finder in sys.meta_path if isinstance(finder, _VendorFinder)]
-    for finder in ours:
-        sys.meta_path.remove(finder)
-    sys.meta_path.insert(0, ours[0] if ours else _VendorFinder(modules, calls, observe))
+    right after SGLang imports it (:func:`initorch_sglang.imports.after_import`, whose
+    finder goes first so that a class swapped by a later finder is the one wrapped).
+    Idempotent per method."""
+    for name in sorted({call.module for call in calls}):
+        after_import(name, lambda module: _wrap_module(module, calls, observe))
 
 
 def _wrap_module(module: types.ModuleType, calls: Sequence[VendorCall],
@@ -189,56 +179,3 @@ def _wrapped(original: Callable[..., Any], call: VendorCall,
 
     vendor_call.__initorch_vendor__ = True  # type: ignore[attr-defined]
     return vendor_call
-
-
-class _Resolving(threading.local):
-    names: set[str]
-
-    def __init__(self) -> None:
-        self.names = set()
-
-
-class _VendorFinder(importlib.abc.MetaPathFinder):
-    """Finds a vendor module through the other finders (a simulation's among them), and
-    wraps its loader so that the classes are wrapped right after the module ran."""
-
-    def __init__(self, modules: set[str], calls: Sequence[VendorCall],
-                 observe: Observe) -> None:
-        self._modules, self._calls, self._observe = modules, tuple(calls), observe
-        self._resolving = _Resolving()
-
-    def find_spec(self, fullname: str, path: Sequence[str] | None,
-                  target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in self._modules or fullname in self._resolving.names:
-            return None
-        self._resolving.names.add(fullname)  # another finder may ask the meta path again
-        try:
-            spec = next(self._others(fullname, path, target), None)
-        finally:
-            self._resolving.names.discard(fullname)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _WrappingLoader(spec.loader, self._calls, self._observe)
-        return spec
-
-    def _others(self, fullname: str, path: Sequence[str] | None,
-                target: types.ModuleType | None) -> Iterator[importlib.machinery.ModuleSpec]:
-        for finder in list(sys.meta_path):
-            find_spec = getattr(finder, "find_spec", None)
-            if finder is self or find_spec is None:
-                continue
-            spec = find_spec(fullname, path, target)
-            if spec is not None:
-                yield spec
-
-
-class _WrappingLoader(importlib.abc.Loader):
-    def __init__(self, inner: importlib.abc.Loader, calls: Sequence[VendorCall],
-                 observe: Observe) -> None:
-        self._inner, self._calls, self._observe = inner, calls, observe
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        self._inner.exec_module(module)
-        _wrap_module(module, self._calls, self._observe)

@@ -48,11 +48,12 @@ class SGLangCall:
 
 @dataclass(frozen=True, slots=True)
 class Marker:
-    """``file`` defines ``function`` (qualified within the file) at module or class level:
-    how a layout is recognised from the tree itself, without importing it."""
+    """``file`` defines ``function`` (qualified within the file) at module or class level,
+    or, with ``function`` empty, ``file`` exists: how a layout is recognised from the tree
+    itself, without importing it."""
 
     file: str
-    function: str
+    function: str = ""
 
 
 @dataclass(frozen=True, slots=True)

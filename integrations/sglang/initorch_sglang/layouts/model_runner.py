@@ -3,7 +3,7 @@ starts the parallel runtime through its own ``init_torch_distributed`` method.
 
 Read in the 0.5.15.post1 and 0.5.10.post1 wheels (line numbers are 0.5.15.post1's unless
 named).  Recognised by ``ModelRunner.init_torch_distributed`` with no
-``srt/distributed/bootstrap.py`` beside it.  Facts of the stretch, each re-read by
+``srt/distributed/bootstrap.py`` at all.  Facts of the stretch, each re-read by
 ``initorch sglang audit``:
 
 - up to 0.5.10.post1 ``ModelRunner.__init__`` initialises the shared Mooncake engine
@@ -51,8 +51,7 @@ LAYOUT = Layout(
     name="model_runner",
     releases="0.5.1-0.5.15.post1 (read in 0.5.10.post1 and 0.5.15.post1)",
     markers=(Marker(_RUNNER, "ModelRunner.init_torch_distributed"),),
-    absent=(Marker(_BOOTSTRAP, "init_torch_distributed"),
-            Marker(_BOOTSTRAP, "init_parallel_runtime")),
+    absent=(Marker(_BOOTSTRAP),),
     calls=(
         SGLangCall("bind_cpu_threads",
                    "sglang.srt.model_executor.model_runner.ModelRunner.init_threads_binding",

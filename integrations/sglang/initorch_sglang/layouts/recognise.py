@@ -22,6 +22,8 @@ LAYOUTS: tuple[Layout, ...] = (model_runner.LAYOUT, runner_bootstrap.LAYOUT, boo
 def _defines(tree: SourceTree, marker: Marker) -> bool:
     if not tree.has(marker.file):
         return False
+    if not marker.function:
+        return True
     module = tree.module(marker.file)
     return module is not None and find_function(module, marker.function) is not None
 
