@@ -109,12 +109,15 @@ def test_preflight_refuses_only_what_sglang_would_fail_on(tiny_model: Path,
                            MOONCAKE_GLOBAL_SEGMENT_SIZE="1000000000"),
         # D6: a look-alike letter in the master's host.
         "look_alike": case(launch(tiny_model), MOONCAKE_MASTER=f"l{CYRILLIC_O}calhost:1"),
+        # C: SGLang's standalone client (setup_dummy against MOONCAKE_CLIENT).
+        "standalone": case(launch(tiny_model), MOONCAKE_CLIENT=master,
+                           MOONCAKE_STANDALONE_STORAGE="true"),
         # C: a client without a master and without standalone storage fails in setup.
         "client_only": case(launch(tiny_model), MOONCAKE_CLIENT=master),
     }
     answers = dict(zip(cases, ask(PREFLIGHT_SCRIPT, list(cases.values())), strict=True))
     for name in ("world_size", "hub", "remote_code", "extra_config", "config_file",
-                 "segment_off", "segment_on"):
+                 "segment_off", "segment_on", "standalone"):
         assert answers[name]["refusals"] == [], (name, answers[name])
         assert answers[name]["planned"], name
     assert answers["hub"]["notes"] == [
