@@ -96,12 +96,13 @@ def load_settings(
 
     Unlike :func:`load_plan` it resolves no steps, so an overlay or an abstract
     profile (no device type) works too.  Raises :class:`ProfileError` listing
-    every format or settings problem.
+    every format or settings problem, a variable a setting's reader refuses
+    included (without a plan, no step is known not to read it).
     """
     registry = registry or Registry.with_plugins()
     composed, _ = _compose(registry, profiles, device, settings)
     settled = settle(composed, registry.settings)
-    problems = [*composed.problems, *settled.problems]
+    problems = [*composed.problems, *settled.problems, *settled.unread.values()]
     if problems:
         raise ProfileError(f"{len(problems)} problem(s) in the selected profiles",
                            problems=problems)

@@ -90,3 +90,11 @@ def test_mooncake_client_is_read_as_sglang_reads_it(tmp_path: Path) -> None:
                                          "client_server_address"):
         read_master({"SGLANG_HICACHE_MOONCAKE_CONFIG_PATH": str(config)})
     assert read_master({}) is None  # the profile's master ("local")
+
+
+def test_settings_without_a_plan_still_refuse_a_variable_they_cannot_read(
+        run_cli: RunCli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``initorch settings`` plans no steps, so no step is known not to read it."""
+    monkeypatch.setenv("MOONCAKE_GLOBAL_SEGMENT_SIZE", "lots")
+    code, _, err = run_cli("settings", "-p", "cpu", *NO_STORE)
+    assert code == 2 and "MOONCAKE_GLOBAL_SEGMENT_SIZE='lots'" in err
