@@ -118,3 +118,114 @@ def test_the_cli_exits_1_on_drift(unpacked: Path, tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "MISSING  bind_cpu_threads" in result.stdout
     assert result.stdout.rstrip().endswith("drift: SGLang's code no longer matches the profile")
+
+
+def mutated(unpacked: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    tree = tmp_path / "sglang"
+    shutil.copytree(unpacked, tree)
+    return tree
+
+
+def after_groups(tree: Path, call: str) -> None:
+    """Put ``call`` right after ``init_parallel_runtime``'s ``_init_parallel_groups(...)``."""
+    path = tree / BOOTSTRAP
+    text = path.read_text()
+    groups = re.search(r"\n    _init_parallel_groups\(\n(?:        .*\n)+    \)\n", text)
+    assert groups is not None
+    path.write_text(text[:groups.end()] + call + text[groups.end():])
+
+
+def engine_verdict(tree: Path) -> tuple[str, str]:
+    report = check_drift(SourceTree.open(tree), sglang_plan())
+    (check,) = [c for c in report.checks if (c.edge.source, c.edge.target) ==
+                ("init_shared_mooncake_transfer_engine", "init_torch_distributed")]
+    return check.verdict, check.evidence
+
+
+def test_a_guarded_early_call_cannot_hide_the_real_one_moved_after_the_groups(
+        unpacked: Path, tmp_path: Path) -> None:
+    tree = mutated(unpacked, tmp_path)
+    edit(tree, BOOTSTRAP, ENGINE_CALL, "    if os.environ.get('EARLY_ENGINE'):\n    " +
+         ENGINE_CALL)
+    after_groups(tree, ENGINE_CALL)
+    verdict, evidence = engine_verdict(tree)
+    assert verdict == "drift"
+    assert "maybe_init_shared_mooncake_transfer_engine at :144?, :" in evidence
+
+
+def test_a_nested_def_that_is_never_called_is_not_read(unpacked: Path, tmp_path: Path) -> None:
+    """A helper defined (not called) before the engine, calling the groups early."""
+    tree = mutated(unpacked, tmp_path)
+    edit(tree, BOOTSTRAP, ENGINE_CALL, "    def _unused():\n        _init_parallel_groups("
+         "backend=None, dist_init_method=None, server_args=None, gpu_id=0)\n\n" + ENGINE_CALL)
+    assert engine_verdict(tree)[0] == "ok"
+    # Called before the engine, the same nested def puts the groups first: drift.
+    edit(tree, BOOTSTRAP, ENGINE_CALL, "    _unused()\n" + ENGINE_CALL)
+    assert engine_verdict(tree)[0] == "drift"
+
+
+def test_a_helper_refactor_is_followed_not_reported(unpacked: Path, tmp_path: Path) -> None:
+    """The engine call moved into a new helper of bootstrap.py, called where it was."""
+    tree = mutated(unpacked, tmp_path)
+    edit(tree, BOOTSTRAP, ENGINE_CALL, "    _start_engine()\n")
+    path = tree / BOOTSTRAP
+    path.write_text(path.read_text() + "\n\ndef _start_engine():\n" + ENGINE_CALL)
+    report = check_drift(SourceTree.open(tree), sglang_plan())
+    assert not report.drifted, report.missing
+    verdict, evidence = engine_verdict(tree)
+    assert verdict == "ok" and "maybe_init_shared_mooncake_transfer_engine at :143," in evidence
+
+
+def test_the_definition_python_keeps_is_the_one_judged(unpacked: Path, tmp_path: Path) -> None:
+    """A second ``init_parallel_runtime`` later in the file replaces the first."""
+    tree = mutated(unpacked, tmp_path)
+    path = tree / BOOTSTRAP
+    text = path.read_text()
+    start = text.index("def init_parallel_runtime(")
+    end = text.index("\ndef ", start + 1)
+    second = text[start:end].replace(ENGINE_CALL, "")
+    groups = re.search(r"\n    _init_parallel_groups\(\n(?:        .*\n)+    \)\n", second)
+    assert groups is not None
+    second = second[:groups.end()] + ENGINE_CALL + second[groups.end():]
+    path.write_text(text + "\n\n" + second)
+    assert engine_verdict(tree)[0] == "drift"
+
+
+def test_a_hook_target_gone_from_the_tree_is_drift(unpacked: Path, tmp_path: Path) -> None:
+    """The definition renamed, its call left: the chain still finds the call, the hook
+    (and SGLang, with a NameError) would not find the function."""
+    tree = mutated(unpacked, tmp_path)
+    edit(tree, BOOTSTRAP, "def _bind_threads_if_cpu(", "def _bind_threads(")
+    report = check_drift(SourceTree.open(tree), sglang_plan())
+    assert report.drifted
+    assert report.missing == ("hook target sglang.srt.distributed.bootstrap."
+                              "_bind_threads_if_cpu is not defined in this tree",)
+
+
+def test_a_tree_of_no_known_layout_is_all_drift(unpacked: Path, tmp_path: Path) -> None:
+    tree = mutated(unpacked, tmp_path)
+    edit(tree, BOOTSTRAP, "def init_parallel_runtime(", "def start_parallel_runtime(")
+    report = check_drift(SourceTree.open(tree), sglang_plan())
+    assert report.drifted and report.checks == ()
+    assert report.missing == (
+        "layout: no known call map fits this tree (see initorch_sglang/layouts)",)
+
+
+@pytest.mark.parametrize(("version", "layout"), [("0.5.17", "runner_bootstrap"),
+                                                 ("0.5.20", "runner_bootstrap")])
+def test_older_layouts_the_audit_proves_have_no_drift(version: str, layout: str) -> None:
+    from tests.support.wheels import wheel
+
+    report = check_drift(SourceTree.open(wheel("sglang", version).path), sglang_plan())
+    assert report.layout == layout and not report.drifted, report.missing
+
+
+def test_the_process_group_first_order_of_0_5_11_is_drift_against_the_profile() -> None:
+    from tests.support.wheels import wheel
+
+    report = check_drift(SourceTree.open(wheel("sglang", "0.5.11").path), sglang_plan())
+    drifted = [(c.edge.source, c.edge.target) for c in report.checks if c.verdict == "drift"]
+    assert report.layout == "model_runner" and drifted == [
+        ("init_shared_mooncake_transfer_engine", "init_torch_distributed")]
