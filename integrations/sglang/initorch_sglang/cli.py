@@ -118,7 +118,10 @@ def cmd_drift(args: argparse.Namespace, registry: Registry) -> int:
     except (SourceError, OSError) as error:
         raise UsageError(f"initorch sglang drift: {error}") from None
     plan = load_plan(list(OVERLAYS), device=args.device, registry=registry)
-    report = check_drift(tree, plan)
+    try:
+        report = check_drift(tree, plan)
+    except SourceError as error:  # a file of the tree that cannot be read as Python
+        raise UsageError(f"initorch sglang drift: {error}") from None
     print(report.text(plan))
     return EXIT_DRIFT if report.drifted else EXIT_OK
 
