@@ -247,6 +247,21 @@ def test_the_host_pool_comes_after_the_memory_baseline_as_in_sglang(device: str)
     assert order.index("memory_baseline") < order.index("alloc_host_mem_pool")
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda", "npu", "musa", "rocm", "xpu"])
+def test_the_host_pool_is_built_before_its_store_as_in_sglang(device: str) -> None:
+    # SGLang 0.5.23: the KV cache, host pool included, is built first
+    # (managers/scheduler.py:568-575), then the store over it (cache_controller.py:614-617).
+    # Without the edge the store came a wave before the pool, and the parallel executor
+    # set it up before the pool existed (issue 26).
+    plan = load_plan(["server"], device=device)
+    chain = plan.explain("alloc_host_mem_pool", "init_mooncake_store")
+    assert [(edge.source, edge.target) for edge in chain] == [
+        ("alloc_host_mem_pool", "init_mooncake_store")]
+    assert "managers/cache_controller.py:614-617" in str(chain[0].reason)
+    wave = {p.name: p.wave for p in plan.steps}
+    assert wave["alloc_host_mem_pool"] < wave["init_mooncake_store"]
+
+
 class CudaLike:
     """The few torch.cuda calls the query makes, with an integrated or a discrete GPU."""
 
