@@ -8,6 +8,9 @@ so that the simulation cannot drift into what initorch believes.
 from __future__ import annotations
 
 import importlib.util
+import re
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -21,12 +24,15 @@ from initorch.steps.mooncake_build import (
     scan_binary,
 )
 from tests.support.wheels import (
+    CACHE,
     MOONCAKE_CPU,
     MOONCAKE_CUDA12,
     MOONCAKE_CUDA13,
     MOONCAKE_NPU,
     MOONCAKE_ROCM,
     MOONCAKE_WHEELS,
+    Wheel,
+    cache_lock,
     wheel,
 )
 
@@ -191,3 +197,61 @@ def test_every_published_wheel_ships_the_master_binary_the_step_starts(dist: tup
         assert "mooncake_master = mooncake.cli:main" in scripts
         cli = published.read("mooncake/cli.py").decode()
         assert 'bin_path = locate("mooncake_master")' in cli and "os.execv(bin_path" in cli
+
+
+# -- the MUSA wheel: published for CPython 3.10 only, read all the same ----------------------
+
+MOONCAKE_MUSA = ("mooncake-transfer-engine-musa", "0.3.13.post1")
+MUSA_TARGET = ("3.10", "cp310", "manylinux_2_35_x86_64")  # the only wheel PyPI has
+
+
+def foreign_wheel(dist: str, version: str, target: tuple[str, str, str]) -> Wheel:
+    """``dist==version`` built for another interpreter and platform (``target``: Python
+    version, ABI, platform tag), fetched into the same cache as :func:`wheel` and read in
+    place like the others (nothing of it is imported or installed)."""
+    python, abi, platform = target
+    stem = f"{re.sub(r'[-_.]+', '_', dist)}-{version}-{abi}-{abi}-{platform}"
+    with cache_lock():
+        found = sorted(CACHE.glob(f"{stem}.whl"))
+        if not found:
+            done = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                 "--disable-pip-version-check", "-q", "--python-version", python,
+                 "--implementation", "cp", "--abi", abi, "--platform", platform,
+                 "-d", str(CACHE), f"{dist}=={version}"],
+                check=False, capture_output=True, text=True)
+            found = sorted(CACHE.glob(f"{stem}.whl"))
+            if done.returncode != 0 or not found:
+                pytest.fail(f"cannot download the real wheel {dist}=={version} ({platform}, "
+                            f"{abi}) into {CACHE}: {(done.stderr or done.stdout)[-600:]}",
+                            pytrace=False)
+    return Wheel(dist, version, found[-1])
+
+
+@pytest.fixture(scope="module")
+def musa() -> Wheel:
+    return foreign_wheel(*MOONCAKE_MUSA, MUSA_TARGET)
+
+
+def test_the_musa_build_is_read_from_its_binaries(musa: Wheel) -> None:
+    # MusaTransport beside rdma and tcp, and the nvlink transport's classes (compiled for
+    # MUSA in this build); no Ascend transport.
+    build = installed_build(str(musa.unpack("mooncake") / "engine.so"))
+    assert (build.ascend, set(build.protocols)) == (None, {"musa", "nvlink", "rdma", "tcp"})
+
+
+def test_the_musa_build_needs_the_musa_driver_and_runtime(musa: Wheel) -> None:
+    for member in ("mooncake/engine.so", "mooncake/store.so"):
+        assert {"libmusa.so.1", "libmusart.so.5", "libibverbs.so.1"} <= set(
+            musa.needed(member)), member
+    assert "libmusa.so.1" in musa.needed("mooncake/nvlink_allocator.so")
+    assert needed(musa.file("mooncake/engine.so")) == musa.needed("mooncake/engine.so")
+
+
+def test_the_musa_wheel_ships_the_master_but_no_process_group(musa: Wheel) -> None:
+    # mooncake/pg.py imports mooncake.pg_<torch version>, which this wheel does not ship:
+    # no `mooncake` torch.distributed backend on MUSA from it.
+    assert "mooncake/mooncake_master" in musa.members
+    assert "mooncake/pg.py" in musa.members
+    assert not [m for m in musa.members if "/pg_" in m or "libmooncake_pg" in m]
+    assert not [m for m in musa.members if m.endswith(".so") and "cpython-311" in m]
