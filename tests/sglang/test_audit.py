@@ -180,3 +180,22 @@ def test_the_command_is_wired_and_reads_without_importing() -> None:
     assert result.returncode == 1, result.stderr
     assert "0.5.23: unbound-thread: TransferEngine.initialize runs on the thread " \
            "run_with_deadline starts" in result.stdout
+
+
+def test_the_layout_data_names_the_deadline_helper_and_the_table_where_they_are() -> None:
+    """What other modules read from a layout: the names resolve in the releases' trees."""
+    from initorch_sglang.follow import resolve_target
+    from initorch_sglang.layouts import layout_named
+    from initorch_sglang.source import SourceTree
+
+    for version, layout in ((FIRST_DEADLINE_THREAD, "runner_bootstrap"), (CURRENT, "bootstrap")):
+        helper = layout_named(layout).deadline_helper
+        assert helper == "sglang.srt.utils.common.run_with_deadline"
+        assert resolve_target(SourceTree.open(release(version)), helper) is not None
+    assert resolve_target(SourceTree.open(release(LAST_DIRECT_INIT)),
+                          "sglang.srt.utils.common.run_with_deadline") is None
+    assert layout_named("model_runner").deadline_helper is None
+    table = layout_named("bootstrap").allocator.dotted()[0]
+    assert table == "sglang.srt.mem_cache.pool_host.common.ALLOC_MEMORY_FUNCS"
+    assert finding(CURRENT, "musa", "host-allocator")[1][0].startswith(
+        table.removeprefix("sglang.").rsplit(".", 1)[0].replace(".", "/") + ".py:")

@@ -113,4 +113,6 @@ LAYOUT = Layout(
     allocator=AllocatorTable(("srt/mem_cache/pool_host/common.py",
                               "srt/mem_cache/memory_pool_host.py")),
     parallel_runtime="sglang.srt.distributed.bootstrap.init_parallel_runtime",
+    # srt/utils/common.py:3755-3775 (0.5.23): a daemon threading.Thread, no set_device.
+    deadline_helper="sglang.srt.utils.common.run_with_deadline",
 )

@@ -67,6 +67,12 @@ class AllocatorTable:
     name: str = "ALLOC_MEMORY_FUNCS"
     register_call: str = "cudaHostRegister"
 
+    def dotted(self) -> tuple[str, ...]:
+        """The table's dotted names, one per candidate file, for code that patches it
+        (``sglang.srt.mem_cache.pool_host.common.ALLOC_MEMORY_FUNCS``)."""
+        return tuple("sglang." + file.removesuffix(".py").replace("/", ".") + "." + self.name
+                     for file in self.files)
+
 
 @dataclass(frozen=True, slots=True)
 class EngineInit:
@@ -101,6 +107,7 @@ class Layout:
     allocator: AllocatorTable
     scheduler_init: str = "sglang.srt.managers.scheduler.Scheduler.__init__"
     parallel_runtime: str | None = None
+    deadline_helper: str | None = None
     plugin_registry: str = "srt/plugins/hook_registry.py"
     notes: tuple[str, ...] = ()
 

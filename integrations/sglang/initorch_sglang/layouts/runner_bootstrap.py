@@ -92,5 +92,7 @@ LAYOUT = Layout(
                            "MooncakeTransferEngine.initialize"),
     allocator=AllocatorTable(("srt/mem_cache/pool_host/common.py",
                               "srt/mem_cache/memory_pool_host.py")),
+    # 0.5.20 only (srt/utils/common.py:3494-3514); 0.5.16-0.5.19 have no such helper.
+    deadline_helper="sglang.srt.utils.common.run_with_deadline",
     notes=("drive mode needs init_parallel_runtime (0.5.21 on); verify mode only",),
 )
