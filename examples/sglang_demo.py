@@ -10,6 +10,12 @@
 4. Drive mode: initorch runs SGLang's parallel runtime as steps (the ranks agree on the
    plan first, and initorch fills in the CPU core split); the same request gives the
    same tokens.
+5. The bug SGLang 0.5.23 still has, on the SIMULATED Ascend device context of the test
+   vehicle (``set_device`` binds the calling thread; Mooncake is the simulated
+   ascend-direct build): the shared engine's ``TransferEngine.initialize`` runs on
+   ``run_with_deadline``'s daemon thread, which never set the device.  Stock SGLang
+   fails as on an Ascend machine; verify mode stops it naming the vendor call, the
+   thread and SGLang's line; drive mode binds that thread and the server serves.
 
 SGLang runs from ``.venv-sglang`` with the test-vehicle CPU platform of
 ``tests/sglang/site`` (SGLang has no CPU kernels on PyPI; see tests/sglang/site) and a
@@ -29,6 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.sglang.server import (  # noqa: E402
+    SIMULATED_ASCEND,
     Master,
     launch_arguments,
     managed_master,
@@ -74,6 +81,35 @@ def serve(mode: str, model: Path, master: Master, work: Path) -> list[int]:
     return tokens
 
 
+def simulated_ascend(model: Path, master: Master, work: Path) -> bool:
+    """Part 5: stock, verify and drive on the simulated Ascend device context; whether
+    each did what it should (stock fails, verify stops, drive serves)."""
+    print("\n--- SGLang 0.5.23 on the SIMULATED Ascend device context (test vehicle) ---")
+    base = {**SIMULATED_ASCEND, "SGLANG_CPU_OMP_THREADS_BIND": "0|1"}
+    profile = str(REPO / "tests" / "sglang" / "simulated-ascend.yaml")
+    outcomes = []
+    for mode in ("stock", "verify", "drive"):
+        extra = dict(base) | ({"INITORCH_TEST_STOCK_CPU_POOL": "1"} if mode == "stock" else
+                              {"INITORCH_SGLANG": mode, "INITORCH_SGLANG_PROFILE": profile})
+        show(["python", "-m", "sglang.launch_server", "..."],
+             {key: value for key, value in extra.items() if value is not None})
+        with running(model, master, extra, work / f"ascend-{mode}.log") as server:
+            if mode == "drive":
+                server.wait_ready()
+                tokens = server.generate()
+                print(f"drive mode serves: POST /generate 'w1 w2 w3' -> {tokens}")
+                outcomes.append(True)
+                continue
+            code = server.wait_exit()
+        lines = server.text().splitlines()
+        wanted = ("Call acl failed", "RuntimeError: Mooncake") if mode == "stock" else \
+            ("initorch-sglang: order violation",)
+        shown = [line for line in lines if any(word in line for word in wanted)][:3]
+        print("\n".join(shown) + f"\n{mode}: exit {code}")
+        outcomes.append(code != 0 and bool(shown))
+    return all(outcomes)
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="initorch-sglang-demo-") as folder:
         work = Path(folder)
@@ -92,9 +128,13 @@ def main() -> int:
                 return 1
             verified = serve("verify", model, master, work)
             driven = serve("drive", model, master, work)
+            ascend = simulated_ascend(model, master, work)
         same = "the same tokens" if verified == driven else "DIFFERENT tokens"
-        print(f"\nverify and drive mode gave {same}; the master is stopped")
-        return 0 if verified == driven else 1
+        story = "stock failed, verify stopped it, drive served" if ascend else \
+            "something DID NOT behave as expected"
+        print(f"\nverify and drive mode gave {same}; on the simulated Ascend context {story}; "
+              "the master is stopped")
+        return 0 if verified == driven and ascend else 1
 
 
 if __name__ == "__main__":
