@@ -211,14 +211,19 @@ print(json.dumps(answers))
 
 
 def test_the_segment_size_is_parsed_as_sglang_parses_it() -> None:
-    """``initorch.steps.mooncake_env.segment_bytes`` against SGLang's own parser."""
-    from initorch.steps.mooncake_env import segment_bytes
+    """The core's reading (``initorch.steps.mooncake_env.segment_bytes``) and the
+    integration's (``store_config.segment_bytes``) against SGLang's own parser."""
+    from initorch.steps.mooncake_env import segment_bytes as core_segment_bytes
+    from initorch_sglang.store_config import segment_bytes
 
     values: list[object] = ["1000000000", "1gb", " 2GB ", "gb", "4 gigs", "1_000",
                             "\u0663", 5, "-1", "1.5gb", 3.0e9, "0"]
     for value, sglang in zip(values, ask(SEGMENT_SCRIPT, values), strict=True):
         if isinstance(sglang, str):  # SGLang raises: initorch refuses it too
             with pytest.raises(ValueError):
-                segment_bytes(value, "MOONCAKE_GLOBAL_SEGMENT_SIZE")
+                core_segment_bytes(value, "MOONCAKE_GLOBAL_SEGMENT_SIZE")
+            with pytest.raises(ValueError):
+                segment_bytes(value)
         else:
-            assert segment_bytes(value, "MOONCAKE_GLOBAL_SEGMENT_SIZE") == sglang, value
+            assert core_segment_bytes(value, "MOONCAKE_GLOBAL_SEGMENT_SIZE") == sglang, value
+            assert segment_bytes(value) == sglang, value
