@@ -211,19 +211,15 @@ print(json.dumps(answers))
 
 
 def test_the_segment_size_is_parsed_as_sglang_parses_it() -> None:
-    """The core's reading (``initorch.steps.mooncake_env.segment_bytes``) and the
-    integration's (``store_config.segment_bytes``) against SGLang's own parser."""
-    from initorch.steps.mooncake_env import segment_bytes as core_segment_bytes
-    from initorch_sglang.store_config import segment_bytes
+    """initorch's reading (``initorch.steps.mooncake_env.segment_bytes``, which the
+    integration uses through ``initorch.steps.segment_mib``) against SGLang's own parser."""
+    from initorch.steps.mooncake_env import segment_bytes
 
     values: list[object] = ["1000000000", "1gb", " 2GB ", "gb", "4 gigs", "1_000",
                             "\u0663", 5, "-1", "1.5gb", 3.0e9, "0"]
     for value, sglang in zip(values, ask(SEGMENT_SCRIPT, values), strict=True):
         if isinstance(sglang, str):  # SGLang raises: initorch refuses it too
             with pytest.raises(ValueError):
-                core_segment_bytes(value, "MOONCAKE_GLOBAL_SEGMENT_SIZE")
-            with pytest.raises(ValueError):
-                segment_bytes(value)
+                segment_bytes(value, "MOONCAKE_GLOBAL_SEGMENT_SIZE")
         else:
-            assert core_segment_bytes(value, "MOONCAKE_GLOBAL_SEGMENT_SIZE") == sglang, value
-            assert segment_bytes(value) == sglang, value
+            assert segment_bytes(value, "MOONCAKE_GLOBAL_SEGMENT_SIZE") == sglang, value

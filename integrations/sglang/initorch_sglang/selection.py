@@ -137,16 +137,15 @@ def _store_settings(args: Any, environ: Mapping[str, str]) -> dict[str, Any]:
         settings["mooncake.master"] = source.address
     if source.origin != EXTRA_CONFIG_FLAG or source.fields is None:
         return settings
-    from initorch_sglang.store_config import segment_bytes
+    from initorch.steps import segment_mib
 
     fields = source.fields
     settings["mooncake.store.metadata_server"] = str(fields.get("metadata_server",
                                                                 "P2PHANDSHAKE"))
     settings["mooncake.store.device_name"] = str(fields.get("device_name", ""))
     with suppress(ValueError):  # SGLang would refuse it: pre-flight's segment check says so
-        # in whole MiB, rounded down, as initorch reads the variable (mooncake_env.segment_mib)
-        settings["mooncake.store.global_segment_mb"] = max(
-            segment_bytes(fields.get("global_segment_size", "4gb")) // 2**20, 1)
+        settings["mooncake.store.global_segment_mb"] = segment_mib(
+            fields.get("global_segment_size", "4gb"), f"{EXTRA_CONFIG_FLAG} global_segment_size")
     hostname = fields.get("local_hostname")
     if hostname and not environ.get("MOONCAKE_LOCAL_HOSTNAME") \
             and not environ.get("LOCAL_HOSTNAME"):  # the variables win (mooncake_store.py:120-136)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CONFIG_PATH_ENV", "StoreSource", "segment_bytes", "store_source"]
+__all__ = ["CONFIG_PATH_ENV", "StoreSource", "store_source"]
 
 CONFIG_PATH_ENV = "SGLANG_HICACHE_MOONCAKE_CONFIG_PATH"
 EXTRA_CONFIG_FLAG = "--hicache-storage-backend-extra-config"
@@ -110,26 +110,6 @@ def store_source(args: Any, environ: Mapping[str, str]) -> StoreSource:
                              "needs a master (HOST:PORT of mooncake_master's RPC port), or "
                              "MOONCAKE_CLIENT (mooncake_store.py:208-211)")
     return _checked(source)
-
-
-def segment_bytes(value: object) -> int:
-    """SGLang's ``_parse_global_segment_size`` (``mooncake_store.py:80-93``): an int as it
-    is, ``<N>gb`` as N GiB, else ``int()`` of the stripped text; ValueError otherwise.
-    (``initorch.steps.mooncake_env`` reads the variable the same way for the core; the
-    integration imports only initorch's public tiers, and the oracle test checks both
-    against SGLang's own function.)"""
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value)
-    if not isinstance(value, str):
-        raise ValueError(f"{value!r} is neither bytes nor <N>gb")
-    text = value.strip().lower()
-    if text.endswith("gb"):
-        if not text[:-2].strip():
-            raise ValueError("missing number before 'gb'")
-        return int(text[:-2].strip()) * 2**30
-    return int(text)
 
 
 def _extra_config(flag: str) -> dict[str, Any]:
