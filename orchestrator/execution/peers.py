@@ -21,6 +21,7 @@ last moved), never by comparing clocks across hosts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -37,6 +38,7 @@ from initorch.resolution.plan import Plan
 
 POLL_START_S = 0.02
 POLL_MAX_S = 0.5
+DISAGREEMENT_LINGER_S = 4 * POLL_MAX_S  # a rank between two polls reads the store by then
 
 
 @runtime_checkable
@@ -190,11 +192,29 @@ class JobPeers:
         if error is not None:
             self.log.error("plan_disagreement", ranks=list(error.ranks),
                            differences=list(error.details))
+            self._linger_until_named()
             raise error
         self.log.info("plan_agreed", world_size=self.rank.world_size,
                       fingerprint=plan.fingerprint, store=self.job.address,
                       hosts=sorted({m["host"] for m in self.manifests.values()}))
         self.states(self.others)  # seen once at least: who serves the store, if it goes
+
+    def _linger_until_named(self) -> None:
+        """Before this rank fails on a disagreement, wait (``DISAGREEMENT_LINGER_S`` at
+        most) until every other rank has read the plans and said so too.  A launcher
+        ends the whole job when its first rank fails (torchrun's agent sends SIGTERM): a
+        rank still between two polls of the store would be ended before it read the
+        last plan, and its last line would not name what differs.  Only the ranks whose
+        plans were read are waited for, and not one that is gone or failed."""
+        self._store.set(f"disagreed/{self.rank.rank}", b"1")
+
+        def silent() -> list[int]:
+            return [r for r in sorted(self.manifests) if r != self.rank.rank
+                    and not self._store.check([f"disagreed/{r}"])]
+
+        with contextlib.suppress(PeerError):
+            self._wait(lambda: not silent(), silent, "name the disagreement",
+                       DISAGREEMENT_LINGER_S, joining=True)
 
     def _collect_plans(self) -> bool:
         """Read the plans published so far; True once all are in, or once one of them

@@ -98,6 +98,39 @@ def test_the_survivor_of_a_rank_that_fails_at_once_acts_on_torchruns_sigterm(tmp
     assert not any(e["event"] == "teardown_failed" for e in events)
 
 
+SET_ON_RANK_1 = """\
+import os, sys
+script = sys.argv[1]
+extra = ["--set", "checks.verify_transfer=true"] if os.environ["RANK"] == "1" else []
+os.execv(script, [script, "run", "-p", "cpu", "--log-format", "json", *extra])
+"""
+
+
+def test_a_setting_given_to_one_rank_is_named_with_both_values_on_every_rank(
+        tmp_path: Path) -> None:
+    # Issue 27: torchrun ends the job at its first failed rank; every rank still names
+    # the key and both values (the first to find it waits until the others read it).
+    import subprocess
+
+    bin_dir = Path(sys.executable).parent
+    dispatch = tmp_path / "dispatch.py"
+    dispatch.write_text(SET_ON_RANK_1, encoding="utf-8")
+    result = subprocess.run(
+        [str(bin_dir / "torchrun"), "--nproc-per-node=2", f"--master-port={free_port()}",
+         "--monitor-interval=0.1", "--no-python", sys.executable, str(dispatch),
+         str(bin_dir / "initorch")],
+        capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
+    assert result.returncode != 0
+    events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    failed = {e["rank"]: e for e in events if e["event"] == "run_failed"}
+    assert sorted(failed) == [0, 1], result.stderr[-6000:]
+    for rank, event in failed.items():
+        assert event["text"].startswith(f"initorch: error: rank {rank}: the ranks' plans "
+                                        "differ"), event["text"]
+        assert "  checks.verify_transfer: false on rank 0; true on rank 1" in \
+            event["text"].splitlines()
+
+
 def torchrun_with_a_dying_rank(tmp_path: Path, *die: str) -> list[dict]:
     """Two ranks under torchrun with the test plugin; rank 1 dies by SIGKILL where the
     ``die`` settings say, torchrun then SIGTERMs rank 0 and SIGKILLs it 30 s later if it

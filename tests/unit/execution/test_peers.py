@@ -209,6 +209,45 @@ def test_a_different_world_size_stops_both_sides_without_waiting_for_the_missing
         assert error.details[0] == "world size: 2 on rank 0; 3 on rank 1"
 
 
+def test_the_rank_that_finds_the_disagreement_first_waits_until_every_rank_named_it():
+    # Under torchrun the first rank to fail makes the agent SIGTERM the others: a rank
+    # still sleeping between two polls of the store was ended before it had read the
+    # last plan, and its last line said nothing of the setting that differs (issue 27).
+    import time
+
+    usual = load_plan(["cpu"])
+    other = load_plan(["cpu"], settings={"checks.verify_transfer": True})
+    store = MemoryStore()
+    waiting = threading.Event()
+
+    def slow_sleep(seconds: float) -> None:  # rank 1 between two polls, for real
+        waiting.set()
+        time.sleep(0.3)
+
+    late = JobPeers(Job(store), RankInfo(1, 0, 2), _Quiet(), sleep=slow_sleep)
+    outcome: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: outcome.setdefault("late", _raised(late, other)))
+    thread.start()
+    assert waiting.wait(WAIT)  # rank 1 published its plan and sleeps between two polls
+    first = peers_of(store, 0, 2)
+    with pytest.raises(PeerError) as caught:
+        first.agree(usual)
+    named_by_rank_1 = [e for e in late.log.events if e[1] == "plan_disagreement"]
+    thread.join(WAIT)
+    assert named_by_rank_1, "rank 0 left before rank 1 had read its plan"
+    for error in (caught.value, outcome["late"]):
+        assert isinstance(error, PeerError)
+        assert "checks.verify_transfer: false on rank 0; true on rank 1" in error.details
+
+
+def _raised(peers: JobPeers, plan: Any) -> BaseException | None:
+    try:
+        peers.agree(plan)
+    except PeerError as error:
+        return error
+    return None
+
+
 def test_two_processes_claiming_one_rank_are_refused():
     store = MemoryStore()
     plan = load_plan(["cpu"])
