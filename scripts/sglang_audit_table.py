@@ -16,6 +16,7 @@ from pathlib import Path
 
 from initorch_sglang.audit import ReleaseAudit, audit_tree, version_key
 from initorch_sglang.source import SourceError, SourceTree
+from initorch_sglang.version import prove
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "wheels"
@@ -45,6 +46,7 @@ def wheel(version: str) -> Path:
 def main() -> int:
     CACHE.mkdir(parents=True, exist_ok=True)
     audits: dict[str, dict[str, ReleaseAudit]] = {}
+    accepted: dict[str, str] = {}
     for version in releases():
         path = wheel(version)
         try:
@@ -53,12 +55,17 @@ def main() -> int:
         except SourceError as error:
             audits[version] = {device: ReleaseAudit(path, version, device, error=str(error))
                                for device in DEVICES}
-        print(version, audits[version]["npu"].layout, file=sys.stderr)
-    PAGE.write_text(render(audits))
+        accepted[version] = "no"
+        if audits[version][DEVICES[0]].supported:
+            verdict = prove(path, version)
+            accepted[version] = ("verify, drive" if verdict.drive else "verify") \
+                if verdict.accepted else "no (drift)"
+        print(version, audits[version]["npu"].layout, accepted[version], file=sys.stderr)
+    PAGE.write_text(render(audits, accepted))
     return 0
 
 
-def render(audits: dict[str, dict[str, ReleaseAudit]]) -> str:
+def render(audits: dict[str, dict[str, ReleaseAudit]], accepted: dict[str, str]) -> str:
     cell = {"hazard": "**HAZARD**", "clear": "-", "n/a": "n/a"}
     lines = [
         "# SGLang releases, audited",
@@ -72,17 +79,19 @@ def render(audits: dict[str, dict[str, ReleaseAudit]]) -> str:
         "0.5.9, no allocator table before 0.5.6.post1).  The hazards and what fails are "
         "described in [SGLang: audit](sglang.md#auditing-sglang-releases).  *Supported*: "
         "the release's layout has a call map, SGLang's plugin system is there (0.5.11 on) "
-        "and every hook target resolves.",
+        "and every hook target resolves.  *Plugin*: what the plugin accepts on that "
+        "release (`initorch_sglang/version.py`): supported and no drift against the "
+        "`sglang` profile; drive mode also needs `init_parallel_runtime` (0.5.21 on).",
         "",
-        "| release | layout | supported | " + " | ".join(
+        "| release | layout | supported | plugin | " + " | ".join(
             f"{device}: order / allocator / thread" for device in DEVICES) + " |",
-        "|---|---|---|" + "---|" * len(DEVICES),
+        "|---|---|---|---|" + "---|" * len(DEVICES),
     ]
     for version, by_device in audits.items():
         first = by_device[DEVICES[0]]
         if first.error is not None:
             lines.append(f"| {version} | not audited: {first.error} |" + " |" * (
-                len(DEVICES) + 1))
+                len(DEVICES) + 2))
             continue
         cells = []
         for device in DEVICES:
@@ -90,7 +99,7 @@ def render(audits: dict[str, dict[str, ReleaseAudit]]) -> str:
             cells.append(" / ".join(states[name] for name in
                                     ("ascend-order", "host-allocator", "unbound-thread")))
         lines.append(f"| {version} | {first.layout} | {'yes' if first.supported else 'no'} | "
-                     + " | ".join(cells) + " |")
+                     f"{accepted[version]} | " + " | ".join(cells) + " |")
     lines += ["", "## Where each hazard starts and ends", ""]
     for hazard, device in (("ascend-order", "npu"), ("host-allocator", "musa"),
                            ("unbound-thread", "cuda")):
