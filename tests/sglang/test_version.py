@@ -120,3 +120,22 @@ def test_unverified_allow_tries_anyway(drifted: Path, tmp_path: Path) -> None:
     code, out, err = load_plugin(drifted, "0.5.23+moved", tmp_path, INITORCH_SGLANG="verify",
                                  INITORCH_SGLANG_UNVERIFIED="allow")
     assert code == 0 and out.strip() == "went on" and err.strip() == ""
+
+
+def test_the_call_map_is_the_installed_releases_layout(tmp_path: Path) -> None:
+    """With 0.5.20 installed, verify mode hooks runner_bootstrap's targets, and drive mode
+    (which replaces init_parallel_runtime, 0.5.21 on) refuses."""
+    release = wheel("sglang", "0.5.20").path
+    code = (installed_as(release, "0.5.20") +
+            "import json\nfrom initorch_sglang.calls import CALLS, installed_layout\n"
+            "print(json.dumps([installed_layout().name,\n"
+            "                  [c.target for c in CALLS if c.step == 'bind_cpu_threads']]))\n")
+    result = run_in_sglang(code, XDG_CACHE_HOME=str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == [
+        "runner_bootstrap",
+        ["sglang.srt.model_executor.model_runner.ModelRunner.init_threads_binding"]]
+    code, _, err = load_plugin(release, "0.5.20", tmp_path, INITORCH_SGLANG="drive")
+    assert code == 1 and err.strip() == (
+        "initorch-sglang: SGLang 0.5.20 (layout runner_bootstrap) has no init_parallel_runtime "
+        "for drive mode to replace; use INITORCH_SGLANG=verify")

@@ -2,9 +2,10 @@
 
 The maps themselves are data, one module per code layout (:mod:`initorch_sglang.layouts`);
 this module picks the one the installed ``sglang`` package has, recognised from its files
-(read, never imported: SGLang imports torch), and exports it under the names the rest of
-the integration reads: verify mode hooks each ``target`` to record the call as the step's
-event; drive mode knows which steps it performs itself; drift follows each ``chain``.
+(read, never imported: SGLang imports torch; the audit's cached verdict names it), and
+exports it under the names the rest of the integration reads: verify mode hooks each
+``target`` to record the call as the step's event; drive mode knows which steps it
+performs itself; drift follows each ``chain``.
 Without an installed SGLang, or with one of no known layout, the newest layout is used
 (what :mod:`initorch_sglang.version` accepts is decided apart, by the audit).
 """
@@ -19,12 +20,11 @@ from initorch_sglang.layouts import (
     Hop,
     Layout,
     SGLangCall,
-    recognise,
+    layout_named,
 )
-from initorch_sglang.version import installed_tree_path
 
 __all__ = ["CALLS", "DEVICE_MODULE", "Hop", "SGLangCall", "call_for", "hook_target",
-           "installed_layout", "installed_tree_path"]
+           "installed_layout"]
 
 CALLS: tuple[SGLangCall, ...]
 """The installed layout's calls (computed on first use, not at import)."""
@@ -32,17 +32,19 @@ CALLS: tuple[SGLangCall, ...]
 
 @cache
 def installed_layout() -> Layout:
-    """The installed SGLang's layout; the newest when none is installed or it fits none."""
-    from initorch_sglang.source import SourceError, SourceTree
+    """The installed SGLang's layout; the newest when none is installed or it fits none.
 
-    path = installed_tree_path()
-    if path is not None:
+    Taken from the installed release's cached verdict (:func:`~initorch_sglang.version.
+    sglang_verdict`, a file read once it is cached) rather than re-recognised in every rank
+    (about 0.2 s of ``ast`` for 0.5.23)."""
+    from initorch_sglang.version import sglang_verdict
+
+    verdict = sglang_verdict()
+    if verdict.layout is not None:
         try:
-            found = recognise(SourceTree.open(path))
-        except (SourceError, OSError):
-            found = None
-        if found is not None:
-            return found
+            return layout_named(verdict.layout)
+        except KeyError:  # a cache written by another version of this integration
+            pass
     return LAYOUTS[-1]
 
 
