@@ -26,6 +26,7 @@ from initorch.plugin import (
     StepContext,
     StepError,
     capture_native_stderr,
+    non_ascii_problem,
     setting,
     step,
 )
@@ -168,7 +169,12 @@ def malformed_metadata_server(value: str) -> tuple[str, str] | None:
     value without ``://`` as etcd endpoints (``parseConnectionString``,
     ``transfer_metadata_plugin.cpp:525-543``, 0.3.13), so ``p2phandshake`` or
     ``etcd:/host`` would become an etcd client that never connects, and the engine fails
-    15 s later with an unrelated RDMA diagnosis."""
+    15 s later with an unrelated RDMA diagnosis; a non-ASCII look-alike (``Р2PHANDSHAKE``
+    with a Cyrillic ER) is misread the same way."""
+    foreign = non_ascii_problem(value, "the metadata server")
+    if foreign is not None:
+        return (foreign.removeprefix(f"the metadata server {value!r} "),
+                "type it in ASCII: P2PHANDSHAKE, or a scheme:// URL")
     if value != "P2PHANDSHAKE" and value.upper() == "P2PHANDSHAKE":
         return ("is not Mooncake's literal: it compares P2PHANDSHAKE case-sensitively and "
                 "would take this value as an etcd host", "did you mean 'P2PHANDSHAKE'?")

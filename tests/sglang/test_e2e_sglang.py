@@ -134,7 +134,7 @@ def test_verify_mode_stops_an_engine_built_after_the_process_group(
     assert code != 0
     assert_nothing_left(server)
     log = server.text()
-    assert ("order violation: SGLang called init_shared_mooncake_transfer_engine but "
+    assert ("order violation: SGLang 0.5.23 called init_shared_mooncake_transfer_engine but "
             "init_torch_distributed had already run") in log
     assert ("the shared Mooncake engine, then _init_parallel_groups "
             "(init_distributed_environment)") in log  # the profile's reason

@@ -37,19 +37,38 @@ def test_an_unknown_sglang_stops_the_launch_in_one_line() -> None:
         "sglang==0.5.23, or unset INITORCH_SGLANG to start SGLang without initorch")
 
 
+RANK_LOAD = LOAD + (
+    "import multiprocessing, pkgutil\n"
+    "multiprocessing.parent_process = lambda: object()  # as in a rank\n"
+    "before = set(sys.modules)\n"
+    "load_plugins()\n"
+    "imported = sorted(name for name in set(sys.modules) - before\n"
+    "                  if getattr(sys.modules[name], '__file__', None))  # ran code\n"
+    "def hooked(target):\n"
+    "    return getattr(pkgutil.resolve_name(target), '__initorch_hook__', False)\n"
+    "store = 'sglang.srt.mem_cache.storage.mooncake_store.mooncake_store'\n"
+    "pending = store not in sys.modules\n"
+    "now = [hooked(t) for t in ('sglang.srt.managers.scheduler.Scheduler.__init__',\n"
+    "    'sglang.srt.distributed.bootstrap.init_parallel_runtime',\n"
+    "    'sglang.srt.distributed.parallel_state.init_distributed_environment',\n"
+    "    store + '.MooncakeStore.register_mem_pool_host')]  # imported by SGLang now\n"
+    "print(json.dumps({'imported': imported, 'now': now, 'pending': pending}))\n")
+
+
 def test_a_rank_hooks_every_call_and_checks_that_they_took() -> None:
-    code = LOAD + ("import multiprocessing\n"
-                   "multiprocessing.parent_process = lambda: object()  # as in a rank\n"
-                   "load_plugins()\n"
-                   "print(json.dumps(sorted(HookRegistry._patched)))\n")
-    result = run_in_sglang(code, INITORCH_SGLANG="drive")
-    assert result.returncode == 0, result.stderr
-    patched = set(json.loads(result.stdout.strip().splitlines()[-1]))
-    assert {"sglang.srt.managers.scheduler.Scheduler.__init__",
-            "sglang.srt.distributed.bootstrap.init_parallel_runtime",
-            "sglang.srt.distributed.parallel_state.init_distributed_environment",
-            "sglang.srt.mem_cache.storage.mooncake_store.mooncake_store.MooncakeStore."
-            "register_mem_pool_host"} <= patched
+    outcomes = {}
+    for mode in ("off", "drive"):
+        result = run_in_sglang(RANK_LOAD, INITORCH_SGLANG=mode)
+        assert result.returncode == 0, result.stderr
+        outcomes[mode] = json.loads(result.stdout.strip().splitlines()[-1])
+    # The plugin makes SGLang import no module it would not have imported anyway (its
+    # own load_plugins imports the server arguments): a target whose module SGLang has
+    # not imported yet is hooked right after SGLang imports it.
+    assert set(outcomes["drive"]["imported"]) - set(outcomes["off"]["imported"]) <= {
+        name for name in outcomes["drive"]["imported"] if name.startswith("initorch")}
+    assert outcomes["drive"]["pending"] is True
+    assert outcomes["drive"]["now"] == [True, True, True, True]
+    assert outcomes["off"]["now"] == [False, False, False, False]
 
 
 def test_a_missing_hook_target_stops_start_up_naming_it() -> None:
@@ -57,6 +76,7 @@ def test_a_missing_hook_target_stops_start_up_naming_it() -> None:
             "try:\n"
             "    apply({'sglang.srt.distributed.bootstrap.init_parallel_runtime_v2':\n"
             "           (lambda original, *a, **k: original(*a, **k), 'around')})\n"
+            "    import sglang.srt.distributed.bootstrap  # the hook applies on import\n"
             "except HookError as error:\n"
             "    print(error)\n")
     result = run_in_sglang(code)
@@ -65,3 +85,16 @@ def test_a_missing_hook_target_stops_start_up_naming_it() -> None:
         "initorch-sglang: hook target sglang.srt.distributed.bootstrap."
         "init_parallel_runtime_v2 is missing: sglang.srt.distributed.bootstrap has no "
         "attribute 'init_parallel_runtime_v2' (SGLang 0.5.23)")
+
+
+def test_a_hook_target_whose_module_is_gone_stops_at_plugin_load() -> None:
+    code = ("from initorch_sglang.hooks import HookError, apply\n"
+            "try:\n"
+            "    apply({'sglang.srt.no_such_package.no_module.function':\n"
+            "           (lambda original, *a, **k: original(*a, **k), 'around')})\n"
+            "except HookError as error:\n"
+            "    print(error)\n")
+    result = run_in_sglang(code)
+    assert result.returncode == 0, result.stderr
+    assert "hook target sglang.srt.no_such_package.no_module.function is missing" in \
+        result.stdout.strip().splitlines()[-1]

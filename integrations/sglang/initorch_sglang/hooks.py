@@ -1,24 +1,31 @@
-"""Hooks into SGLang through its own registry, each checked once applied.
+"""Hooks on SGLang's functions, each applied when its module is imported and checked.
 
-SGLang's ``HookRegistry`` (``srt/plugins/hook_registry.py``) patches any dotted target,
-re-points stale ``from X import Y`` bindings (:320-347), and is idempotent: applying
-again patches only new targets.  But a target that is missing is only logged
-(:162-166), and so is a plugin that fails (``plugins/__init__.py:79-84``): a start-up
-would go on unobserved.  So every hook here is checked once applied: the target
-resolves, the registry counts it as patched, and the attribute now is a wrapper.  A hook
-that did not take is a :class:`HookError`, which the plugin turns into an exit.
+A hook wraps a dotted target (``around``: ``function(original, *args, **kwargs)``;
+``replace``: ``function(*args, **kwargs)``) and re-points the stale ``from X import Y``
+bindings other modules hold, as SGLang's own ``HookRegistry`` does
+(``srt/plugins/hook_registry.py:320-347``).  It is not SGLang's registry that applies
+them: the registry walks every loaded module once per target, which measured about two
+seconds of each rank's start-up for initorch's dozen targets; here one walk serves all
+the targets applied together, and none is needed for a module that was just imported
+(nobody has bound its names yet).  A missing target or a hook that did not take is a
+:class:`HookError`, which the plugin turns into an exit: SGLang's registry would only
+log it (:162-166), and a start-up would go on unobserved.
 
 A hook is applied when its module is imported: at once for a module SGLang already
-imported, else right after SGLang imports it (:mod:`initorch_sglang.imports`).  Resolving
-a target imports its module; done at plugin load for every target, that moved seconds
-of SGLang's own imports (``ModelRunner``, ``TpModelWorker``) into the plugin and imported
-the Mooncake store's module into launches that never use it.  That a target's module
-exists is checked at once, without running it.
+imported, else right after SGLang imports it (:mod:`initorch_sglang.imports`).
+Resolving a target imports its module; done at plugin load for every target, that moved
+seconds of SGLang's own imports (``ModelRunner``, ``TpModelWorker``) into the plugin and
+imported the Mooncake store's module into launches that never use it.  That a target's
+module exists is checked at once, without running it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import pkgutil
+import sys
+import types
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -35,9 +42,7 @@ class HookError(RuntimeError):
 
 
 def apply(hooks: dict[str, tuple[Callable[..., Any], HookKind]]) -> None:
-    """Register every hook (``around``: ``function(original, *args, **kwargs)``;
-    ``replace``: ``function(*args, **kwargs)``) when its module is imported, and check
-    each target once applied."""
+    """Apply every hook when its module is imported, and check each once applied."""
     by_module: dict[str, dict[str, tuple[Callable[..., Any], HookKind]]] = {}
     for target, hook in hooks.items():
         module = module_of(target)
@@ -46,43 +51,77 @@ def apply(hooks: dict[str, tuple[Callable[..., Any], HookKind]]) -> None:
                             f"it can be found ({_sglang()})")
         by_module.setdefault(module, {})[target] = hook
     for module, group in by_module.items():
-        after_import(module, lambda _module, group=group: _apply_now(group))
+        imported = module in sys.modules
+        after_import(module, lambda _module, group=group, imported=imported:
+                     _apply_now(group, repoint=imported))
 
 
-def _apply_now(hooks: dict[str, tuple[Callable[..., Any], HookKind]]) -> None:
-    """Register and apply ``hooks`` (their modules are imported), and check each."""
+def _apply_now(hooks: dict[str, tuple[Callable[..., Any], HookKind]], *, repoint: bool) -> None:
+    """Wrap each target of ``hooks`` (their modules are imported); with ``repoint``, also
+    the bindings other modules already took of a wrapped module-level function."""
     with COST.timed("hooks"):
-        _register_and_check(hooks)
+        stale: dict[int, tuple[Any, Callable[..., Any]]] = {}
+        for target, (function, kind) in hooks.items():
+            owner, attribute = _owner(target)
+            original = getattr(owner, attribute)
+            if getattr(original, "__initorch_hook__", False):
+                continue  # applied before (a second Scheduler in one process)
+            wrapper = _wrapped(original, function, kind)
+            setattr(owner, attribute, wrapper)
+            if isinstance(owner, types.ModuleType):
+                stale[id(original)] = (original, wrapper)
+        if repoint and stale:
+            _repoint(stale)
+        for target in hooks:
+            owner, attribute = _owner(target)
+            if not getattr(getattr(owner, attribute), "__initorch_hook__", False):
+                raise HookError(f"initorch-sglang: the hook on {target} did not apply "
+                                f"({_sglang()})")
 
 
-def _register_and_check(hooks: dict[str, tuple[Callable[..., Any], HookKind]]) -> None:
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    for target in hooks:
-        _resolve(target)  # a precise message before SGLang's own logged failure
-    for target, (function, kind) in hooks.items():
-        HookRegistry.register(target, function,
-                              HookType.AROUND if kind == "around" else HookType.REPLACE)
-    HookRegistry.apply_hooks()
-    for target in hooks:
-        patched = _resolve(target)
-        if target not in HookRegistry._patched or getattr(patched, "__wrapped__", None) is None:
-            raise HookError(f"initorch-sglang: the hook on {target} did not apply "
-                            f"({_sglang()}; see SGLang's 'Failed to apply hooks' log line)")
+def _wrapped(original: Callable[..., Any], function: Callable[..., Any],
+             kind: HookKind) -> Callable[..., Any]:
+    if kind == "around":
+        def hooked(*args: Any, **kwargs: Any) -> Any:
+            return function(original, *args, **kwargs)
+    else:
+        def hooked(*args: Any, **kwargs: Any) -> Any:
+            return function(*args, **kwargs)
+    functools.update_wrapper(hooked, original)  # __wrapped__ is the original
+    hooked.__initorch_hook__ = True  # type: ignore[attr-defined]
+    return hooked
 
 
-def _resolve(target: str) -> Any:
+def _repoint(stale: dict[int, tuple[Any, Callable[..., Any]]]) -> None:
+    """One walk over the loaded modules: a name bound to a wrapped original (``from X
+    import f`` before the hook) is bound to its wrapper."""
+    for module in list(sys.modules.values()):
+        try:
+            names = list(vars(module).items())
+        except TypeError:
+            continue
+        for name, value in names:
+            found = stale.get(id(value))
+            if found is not None and found[0] is value:
+                with contextlib.suppress(AttributeError, TypeError):
+                    setattr(module, name, found[1])
+
+
+def _owner(target: str) -> tuple[Any, str]:
     owner, _, attribute = target.rpartition(".")
-    try:
-        parent = pkgutil.resolve_name(owner)
-    except (ImportError, AttributeError, ValueError) as error:
-        raise HookError(f"initorch-sglang: hook target {target} is missing: cannot "
-                        f"resolve {owner} ({type(error).__name__}: {error}; "
-                        f"{_sglang()})") from error
+    parent = _resolve(owner, target)
     if not hasattr(parent, attribute):
         raise HookError(f"initorch-sglang: hook target {target} is missing: {owner} has "
                         f"no attribute {attribute!r} ({_sglang()})")
-    return getattr(parent, attribute)
+    return parent, attribute
+
+
+def _resolve(name: str, target: str) -> Any:
+    try:
+        return pkgutil.resolve_name(name)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise HookError(f"initorch-sglang: hook target {target} is missing: cannot resolve "
+                        f"{name} ({type(error).__name__}: {error}; {_sglang()})") from error
 
 
 def _sglang() -> str:

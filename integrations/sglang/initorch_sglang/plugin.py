@@ -42,6 +42,12 @@ def load() -> None:
     except (OptionsError, UnknownSGLangError) as error:
         raise SystemExit(str(error)) from None
     if multiprocessing.parent_process() is None:  # the launcher: ranks come later
+        from initorch_sglang.selection import validate_launch_settings
+
+        try:  # refused here in one line, not in every rank after its imports
+            validate_launch_settings(options)
+        except OptionsError as error:
+            raise SystemExit(str(error)) from None
         if options.mode == "drive" and RENDEZVOUS_ENV not in os.environ:
             from initorch.steps import free_port
 

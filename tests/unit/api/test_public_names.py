@@ -88,6 +88,14 @@ def test_the_built_in_steps_import_only_the_public_tiers():
     assert found == []
 
 
+def test_the_engine_integrations_import_only_the_public_tiers():
+    # An integration is a plugin of initorch's like any third party's: it may reuse the
+    # built-in steps' exports, never a private module (import-linter cannot see it).
+    found = [problem for label, code in python_files(REPO / "integrations")
+             for problem in non_public_imports(code, label)]
+    assert found == []
+
+
 def test_the_import_policy_sees_what_it_must_refuse():
     code = ("from initorch.execution.run import Run\nimport initorch.model.step\n"
             "from initorch import StepError\nfrom initorch.steps import register\n")
