@@ -155,7 +155,7 @@ def test_a_metadata_server_mooncake_would_abort_on_is_refused_at_plan_time(run_c
     ("http:/m:8080/metadata", "has no '://' after http:", "'http://m:8080/metadata'"),
     ("p2phandshake", "is not Mooncake's literal", "did you mean 'P2PHANDSHAKE'?"),
     ("m:8080/metadata", "has a path but no scheme", "http://HOST:PORT/metadata"),
-    ("\u04202PHANDSHAKE", "contains the non-ASCII character 'Р' (U+0420 CYRILLIC CAPITAL "
+    ("\u04202PHANDSHAKE", "contains the non-ASCII character '\u0420' (U+0420 CYRILLIC CAPITAL "
      "LETTER ER) at position 1", "type it in ASCII: P2PHANDSHAKE"),
 ])
 def test_a_malformed_metadata_server_is_refused_at_its_profile_line(run_cli, tmp_path, value,

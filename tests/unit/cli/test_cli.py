@@ -39,8 +39,9 @@ def test_plan_text_shows_order_waves_reasons_skips_and_fingerprint(run_cli):
     assert lines[1] == "device:   npu"
     assert lines[2] == f"plan:     {len(plan.order)} steps in {len(plan.waves)} waves, 1 skipped"
     assert lines[3] == ("hardware: backend_package=torch_npu collective_backend=hccl "
-                        "host_allocator=pin_memory mooncake_protocol=ascend "
-                        "torch_module=torch.npu visible_devices_env=ASCEND_RT_VISIBLE_DEVICES")
+                        "context_per_thread=True host_allocator=pin_memory "
+                        "mooncake_protocol=ascend torch_module=torch.npu "
+                        "visible_devices_env=ASCEND_RT_VISIBLE_DEVICES")
     table = lines[6:6 + len(plan.order)]
     rows = [re.match(r"^\s+(\d+)\s+(\d+)\s+(\w+)\s+(.+)$", line) for line in table]
     assert all(rows), table
