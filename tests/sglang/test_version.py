@@ -139,3 +139,22 @@ def test_the_call_map_is_the_installed_releases_layout(tmp_path: Path) -> None:
     assert code == 1 and err.strip() == (
         "initorch-sglang: SGLang 0.5.20 (layout runner_bootstrap) has no init_parallel_runtime "
         "for drive mode to replace; use INITORCH_SGLANG=verify")
+
+
+def test_an_audit_that_cannot_run_leaves_sglang_stock_and_is_not_cached(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Simulated: the profiles fail to load (another cause than the release itself)."""
+    import initorch
+    import initorch_sglang.version as version
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("profile sglang.yaml: half written")
+
+    release = wheel("sglang", "0.5.20").path
+    monkeypatch.setattr(initorch, "load_plan", broken)
+    monkeypatch.setattr(version, "installed_tree_path", lambda: release)
+    monkeypatch.setattr(version, "installed_sglang", lambda: "0.5.20")
+    verdict = version.sglang_verdict(cache_dir=tmp_path)
+    assert not verdict.accepted and verdict.reason == (
+        "the audit could not run: RuntimeError: profile sglang.yaml: half written")
+    assert list(tmp_path.iterdir()) == []

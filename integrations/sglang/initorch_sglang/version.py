@@ -36,6 +36,9 @@ KNOWN_SGLANG = ("0.5.23",)
 the others from their code."""
 
 UNVERIFIED_ENV = "INITORCH_SGLANG_UNVERIFIED"
+_NOT_RUN = "the audit could not run"
+"""A verdict's reason when reading failed for a reason of this machine's, not of the
+release (a profile that does not load): such a verdict is not cached."""
 _PACKAGE = Path(__file__).resolve().parent
 
 
@@ -100,6 +103,9 @@ def prove(tree_path: Path, found: str | None) -> SGLangVerdict:
                              layout)
     except (SourceError, OSError) as error:
         return SGLangVerdict(found, False, False, None, str(error).splitlines()[0])
+    except Exception as error:  # the plugin must leave SGLang stock, never crash its start
+        return SGLangVerdict(found, False, False, None, f"{_NOT_RUN}: {type(error).__name__}: "
+                             f"{(str(error).splitlines() or [''])[0]}")
     if report.drifted:
         first = next((f"{c.edge.source} before {c.edge.target}" for c in report.checks
                       if c.verdict == "drift"), report.missing[0] if report.missing else "")
@@ -140,6 +146,8 @@ def sglang_verdict(cache_dir: Path | None = None) -> SGLangVerdict:
     except (OSError, ValueError, TypeError):
         pass
     verdict = prove(tree_path, found)
+    if verdict.reason.startswith(_NOT_RUN):
+        return verdict
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=cache.parent, delete=False,
