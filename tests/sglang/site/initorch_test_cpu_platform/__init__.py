@@ -114,3 +114,126 @@ def simulated_ascend() -> None:
     set_device.__initorch_simulated__ = True  # type: ignore[attr-defined]
     torch.cpu.set_device = set_device
     install_simulated_ascend_transport()
+
+
+def no_pynccl_before_capabilities() -> None:
+    """TEST VEHICLE (``sglang.srt.plugins`` entry point) for SGLang releases older than
+    ``PlatformCapabilities`` (0.5.17 here): give the out-of-tree platform no PyNccl, as
+    0.5.23 does for every out-of-tree platform that does not declare ``supports_pynccl``
+    (``srt/distributed/parallel_state.py:2180-2185``; the default,
+    ``srt/platforms/interface.py:73``).
+
+    0.5.17 gives every group a ``PyNcclCommunicator`` unless the device is NPU or XPU
+    (``init_model_parallel_group``, ``srt/distributed/parallel_state.py:1851-1855``); with the
+    CUDA torch its pin brings (torch 2.11.0, NCCL found), the communicator then enters
+    ``torch.cuda.device(device)`` on ``cpu`` and fails
+    (``srt/distributed/device_communicators/pynccl.py:113``: "Expected a cuda device, but
+    got: cpu").  On a release with ``PlatformCapabilities`` this does nothing, and so it
+    does without this platform selected.
+    """
+    import os
+
+    if os.environ.get("SGLANG_PLATFORM") != "initorch_test_cpu":
+        return
+    from sglang.srt.platforms import interface
+
+    if hasattr(interface, "PlatformCapabilities"):
+        return
+    import functools
+
+    from sglang.srt.distributed import parallel_state
+
+    original = parallel_state.init_model_parallel_group
+    if getattr(original, "__initorch_test_vehicle__", False):
+        return
+
+    @functools.wraps(original)
+    def init_model_parallel_group(*args, use_pynccl=None, **kwargs):  # type: ignore[no-untyped-def]
+        return original(*args, use_pynccl=False if use_pynccl is None else use_pynccl,
+                        **kwargs)
+
+    init_model_parallel_group.__initorch_test_vehicle__ = True  # type: ignore[attr-defined]
+    parallel_state.init_model_parallel_group = init_model_parallel_group
+
+
+def _native_paged_allocator() -> type:
+    """SGLang 0.5.17's paged KV allocator with its two Triton kernels in pure torch, for the
+    releases before ``PlatformCapabilities``: 0.5.17 asks an out-of-tree platform for its
+    allocator class (``srt/mem_cache/kv_cache_configurator.py:1468-1476``) and its own
+    ``PagedTokenToKVPoolAllocator`` always launches ``alloc_extend_kernel`` and
+    ``alloc_decode_kernel`` (``srt/mem_cache/allocator/paged.py:197, 238``), which cannot
+    run on CPU tensors.  0.5.23 takes the same torch path itself when the platform does
+    not declare ``supports_triton`` (``srt/mem_cache/allocator/paged.py:155, 232-250,
+    303-320``); the extend path is 0.5.17's own ``alloc_extend_naive`` (paged.py:45), the
+    decode path the one of 0.5.17's NPU allocator (``hardware_backend/npu/allocator_npu.py``).
+    """
+    import torch
+    from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, alloc_extend_naive
+    from sglang.srt.utils import get_num_new_pages
+
+    class NativePagedTokenToKVPoolAllocator(PagedTokenToKVPoolAllocator):  # type: ignore[misc]
+        def alloc_extend(self, prefix_lens, prefix_lens_cpu, seq_lens,  # type: ignore[no-untyped-def]
+                         seq_lens_cpu, last_loc, extend_num_tokens, num_new_pages=None):
+            if num_new_pages is None:
+                num_new_pages = get_num_new_pages(seq_lens=seq_lens_cpu,
+                                                  page_size=self.page_size,
+                                                  prefix_lens=prefix_lens_cpu)
+            if num_new_pages > len(self.free_pages):
+                self.merge_and_sort_free()
+            if num_new_pages > len(self.free_pages):
+                return None
+            out_indices = torch.empty((extend_num_tokens,), dtype=torch.int64,
+                                      device=self.device)
+            alloc_extend_naive(prefix_lens, seq_lens, last_loc, self.free_pages, out_indices,
+                               self.page_size, self.device)
+            self.free_pages = self.free_pages[num_new_pages:]
+            return out_indices
+
+        def alloc_decode(self, seq_lens, seq_lens_cpu, last_loc):  # type: ignore[no-untyped-def]
+            num_new_pages = get_num_new_pages(seq_lens=seq_lens_cpu, page_size=self.page_size,
+                                              decode=True)
+            if num_new_pages > len(self.free_pages):
+                self.merge_and_sort_free()
+            if num_new_pages > len(self.free_pages):
+                return None
+            need = (seq_lens % self.page_size == 1).to(torch.int64)
+            if num_new_pages == 0:
+                out_indices = (last_loc + 1).to(torch.int64)
+            else:
+                start = (torch.cumsum(need, 0) - need).clamp(max=num_new_pages - 1)
+                out_indices = torch.where(need.bool(), self.free_pages[start] * self.page_size,
+                                          last_loc + 1).to(torch.int64)
+            self.free_pages = self.free_pages[num_new_pages:]
+            return out_indices
+
+    return NativePagedTokenToKVPoolAllocator
+
+
+def _before_capabilities() -> None:
+    """TEST VEHICLE, for SGLang releases older than ``PlatformCapabilities`` (0.5.17 here),
+    which ask an out-of-tree platform for its KV pool and paged allocator classes and have
+    no default (``srt/platforms/interface.py:63-65`` and ``:75-77`` raise
+    ``NotImplementedError``; called at ``srt/mem_cache/kv_cache_configurator.py:1080`` and
+    ``:1469``): the in-tree ``MHATokenToKVPool``, which allocates on any torch device, as
+    0.5.23's default does (``get_kv_pool_cls`` -> ``None``, interface.py:130-142), and the
+    torch-only paged allocator above.  Nothing changes on a release that has
+    ``PlatformCapabilities`` (0.5.23 would warn about the removed ``get_mha_kv_pool_cls``)."""
+    from sglang.srt.platforms import interface
+
+    if hasattr(interface, "PlatformCapabilities"):
+        return
+
+    def get_mha_kv_pool_cls(self: TestVehicleCpuPlatform) -> type:
+        from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+
+        return MHATokenToKVPool  # type: ignore[no-any-return]
+
+    def get_paged_allocator_cls(self: TestVehicleCpuPlatform) -> type:
+        return _native_paged_allocator()
+
+    TestVehicleCpuPlatform.get_mha_kv_pool_cls = get_mha_kv_pool_cls  # type: ignore[method-assign]
+    TestVehicleCpuPlatform.get_paged_allocator_cls = (  # type: ignore[method-assign]
+        get_paged_allocator_cls)
+
+
+_before_capabilities()
