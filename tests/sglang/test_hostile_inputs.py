@@ -147,3 +147,15 @@ def test_drift_names_the_broken_file_and_exits_2(tmp_path: Path) -> None:
     result = initorch_in_sglang("sglang", "drift", str(package))
     assert result.returncode == 2, result.stderr
     assert f"initorch sglang drift: {package / BOOTSTRAP}: not valid Python (" in result.stderr
+
+
+def test_an_unforeseen_failure_is_one_line_and_exit_2_not_70(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Metadata beside the package that is not text: no reading of ours expects it."""
+    package = tree_with(tmp_path, b"def init_parallel_runtime():\n    pass\n")
+    (tmp_path / "sglang-9.9.dist-info").mkdir()
+    (tmp_path / "sglang-9.9.dist-info" / "METADATA").write_bytes(b"Version: \xff\xfe\n")
+    code, lines = audit(package, capsys)
+    assert code == 2
+    (line,) = lines
+    assert line.startswith(f"UNREADABLE: {package}: cannot be audited (UnicodeDecodeError: ")

@@ -99,14 +99,18 @@ class ReleaseAudit:
 
 
 def audit_path(path: Path, device: str) -> ReleaseAudit:
-    """Audit the wheel or tree at ``path``; an unreadable one comes back with ``error``."""
+    """Audit the wheel or tree at ``path``; an unreadable one comes back with ``error``
+    (one line naming the file), so that no input ends the command as an internal error."""
     try:
         return audit_tree(SourceTree.open(path), device)
     except (SourceError, OSError, RecursionError, MemoryError) as error:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        if not message.startswith(str(path)):
-            message = f"{path}: {message}"
-        return ReleaseAudit(path, None, device, error=message)
+    except Exception as error:  # a release no reading foresaw: not audited, never exit 70
+        message = f"cannot be audited ({type(error).__name__}: " \
+                  f"{(str(error).splitlines() or [''])[0]})"
+    if not message.startswith(str(path)):
+        message = f"{path}: {message}"
+    return ReleaseAudit(path, None, device, error=message)
 
 
 def audit_tree(tree: SourceTree, device: str) -> ReleaseAudit:
