@@ -70,7 +70,7 @@ def test_verify_mode_records_and_checks_a_real_start_that_serves(
         assert [call["step"] for call in calls] == SGLANG_ORDER
         assert {call["thread"] for call in calls} == {"MainThread"}
         # The device of a thread is what set_device was seen to bind there (no query).
-        assert [call["device"] for call in calls] == [None] + ["cpu:0"] * (len(calls) - 1)
+        assert [call["device"] for call in calls] == [None] + [f"cpu:{rank}"] * (len(calls) - 1)
         # The vendor calls, where they are made: the shared engine on run_with_deadline's
         # daemon thread, where set_device never ran (no hazard on a CPU: its context is
         # not per thread), then the host pool and the store on the main thread.
@@ -83,7 +83,8 @@ def test_verify_mode_records_and_checks_a_real_start_that_serves(
         assert (engine["device"], engine["daemon"], engine["returned"]) == (None, True, 0)
         assert engine["thread_entry"] == ("run_with_deadline.<locals>._target "
                                           "(srt/utils/common.py:3759)")
-        assert {(made["thread"], made["device"]) for made in rest} == {("MainThread", "cpu:0")}
+        assert {(made["thread"], made["device"]) for made in rest} == {
+            ("MainThread", f"cpu:{rank}")}
         assert rest[1]["called_from"].startswith(
             "srt/mem_cache/storage/mooncake_store/mooncake_store.py:")
         steps = {step["step"]: step for step in report["steps"]}
