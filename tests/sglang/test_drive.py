@@ -103,3 +103,15 @@ def test_drive_refuses_sglangs_cuda_warm_ups_in_one_line(flag: str, option: str)
 def test_drive_runs_launches_without_cuda_warm_ups() -> None:
     drive._refuse_unmodelled("cuda", *sglang_state())
     drive._refuse_unmodelled("cpu", *sglang_state(enable_tp_lm_head_all_to_all=True))
+
+
+def test_drive_counts_its_own_steps_as_initorchs_cost() -> None:
+    from initorch_sglang.cost import COST
+
+    outcomes = {name: SimpleNamespace(started=1.0, duration=duration)
+                for name, duration in (("rendezvous", 0.25), ("init_torch_distributed", 9.0))}
+    before = dict(COST.phases)
+    drive._account_own_steps(SimpleNamespace(outcomes=outcomes))
+    added = {name: COST.phases[name] - before.get(name, 0.0) for name in COST.phases
+             if COST.phases[name] != before.get(name)}
+    assert added == {"drive rendezvous": 0.25}  # SGLang's own groups are not initorch's

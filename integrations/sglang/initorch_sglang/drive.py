@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from initorch import StepFailedError
+from initorch_sglang.cost import COST
 from initorch_sglang.options import Options, read_options
 from initorch_sglang.selection import DRIVE_OVERLAY, selection_for
 from initorch_sglang.session import active
@@ -263,12 +264,14 @@ def drive_parallel_runtime(*, server_args: Any, device: str, dist_port: int) -> 
         bootstrap._resolve_dist_init_method(dist_port=dist_port))
     session = active()
     try:
-        run = _run(read_options(), server_args, get_parallel())
+        with COST.timed("drive plan"):
+            run = _run(read_options(), server_args, get_parallel())
         offset = session.recorder.elapsed() if session is not None else 0.0
         try:
             with run:
                 binding = run.outputs.get("set_device")
         finally:
+            _account_own_steps(run.report)
             if session is not None:
                 session.adopt_drive(run.report, offset)
     except StepFailedError as failure:  # the diagnosis first; SGLang's error path follows
@@ -278,6 +281,19 @@ def drive_parallel_runtime(*, server_args: Any, device: str, dist_port: int) -> 
         _Current.context, _Current.binding = None, None
     if callable(binding):
         binding()  # SGLang goes on on this thread: give it the device context
+
+
+OWN_STEPS = ("import_backend", "rendezvous")
+"""The driven plan's steps that are initorch's work, not SGLang's function under a step
+name: their time is initorch's cost in the rank (the rendezvous includes waiting for the
+other ranks to agree on the plan)."""
+
+
+def _account_own_steps(report: Any) -> None:
+    for name in OWN_STEPS:
+        outcome = report.outcomes.get(name)
+        if outcome is not None and outcome.started is not None:
+            COST.add(f"drive {name}", outcome.duration)
 
 
 def _keep_profile_environment(plan: Any) -> None:
