@@ -229,3 +229,16 @@ def test_the_process_group_first_order_of_0_5_11_is_drift_against_the_profile() 
     drifted = [(c.edge.source, c.edge.target) for c in report.checks if c.verdict == "drift"]
     assert report.layout == "model_runner" and drifted == [
         ("init_shared_mooncake_transfer_engine", "init_torch_distributed")]
+
+
+def test_the_store_is_ordered_from_scheduler_init(sglang_wheel: Path) -> None:
+    """The store chain starts where SGLang's start-up does, so what Scheduler.__init__
+    runs before build_kv_cache orders against it; the host pool, built inside
+    build_kv_cache behind a registry of cache classes, stays run-time."""
+    report = check_drift(SourceTree.open(sglang_wheel), sglang_plan())
+    verdicts = {(c.edge.source, c.edge.target): (c.verdict, c.evidence) for c in report.checks}
+    assert verdicts[("set_device", "init_mooncake_store")] == (
+        "ok", "srt/managers/scheduler.py Scheduler.__init__: init_parallel_runtime at :536, "
+              "build_kv_cache at :575")
+    assert verdicts[("init_shared_mooncake_transfer_engine", "init_mooncake_store")][0] == "ok"
+    assert verdicts[("alloc_host_mem_pool", "init_mooncake_store")][0] == "undecidable"

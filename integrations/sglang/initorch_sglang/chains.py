@@ -69,14 +69,23 @@ class Order:
 
 def order(first: list[Site], second: list[Site]) -> Order:
     """Whether the call at the end of ``first`` always comes before ``second``'s."""
+    shared = 0
     for a, b in zip(first, second, strict=False):
         if (a.hop.file, a.hop.function) != (b.hop.file, b.hop.function):
             break
         if a.hop.calls == b.hop.calls:
+            shared += 1
             continue
         where = (f"{a.hop.file} {a.hop.function}: {a.hop.calls} at {_lines(a)}, "
                  f"{b.hop.calls} at {_lines(b)}")
         return Order("before" if a.latest_first < b.first else "not-before", where)
+    if shared:
+        through = first[shared - 1]
+        rest = [f"{chain[shared].hop.function} ({chain[shared]})" if len(chain) > shared
+                else f"{through.hop.calls} itself" for chain in (first, second)]
+        return Order("separate", f"both go through {through.hop.function} -> "
+                                 f"{through.hop.calls} ({through}); from there {rest[0]} and "
+                                 f"{rest[1]} are separate call chains")
     return Order("separate", f"{first[0].hop.function} ({first[0]}) and "
                              f"{second[0].hop.function} ({second[0]}) are separate call chains")
 

@@ -48,6 +48,16 @@ _POOLS = (
 # after init_model_worker; its storage backend and registration in one controller method.
 _KV_CACHE = (Hop(_SCHEDULER, "Scheduler.__init__", "build_kv_cache"),)
 _ATTACH = "HiCacheController.attach_storage_backend"
+# The store: build_kv_cache (scheduler.py:575) -> create_tree_cache (kv_cache_builder.py:461)
+# picks the HiCache tree class from a registry (mem_cache/registry.py:223), whose
+# constructor builds the HiCacheController; its __init__ attaches the storage backend given
+# at start-up (cache_controller.py:385), which creates the store and registers the host
+# pool (:614, :617).  Each hop is checked in the source; the registry's step between the
+# second and third is not, so the store orders against what Scheduler.__init__ runs before
+# build_kv_cache (the device, the engine), not against the host pool built inside it.
+_STORE = (*_KV_CACHE, Hop("srt/mem_cache/kv_cache_builder.py", "build_kv_cache",
+                          "create_tree_cache"),
+          Hop(_CONTROLLER, "HiCacheController.__init__", "attach_storage_backend"))
 
 _SET_DEVICE = (*_PARALLEL, Hop(_BOOTSTRAP, "init_parallel_runtime", "set_device"))
 _ENGINE = (*_PARALLEL, Hop(_BOOTSTRAP, "init_parallel_runtime",
@@ -96,11 +106,11 @@ LAYOUT = Layout(
         SGLangCall("init_mooncake_store",
                    "sglang.srt.mem_cache.storage.mooncake_store.mooncake_store."
                    "MooncakeStore.__init__",
-                   (Hop(_CONTROLLER, _ATTACH, "create_backend"),)),
+                   (*_STORE, Hop(_CONTROLLER, _ATTACH, "create_backend"))),
         SGLangCall("register_mem_pool_host",
                    "sglang.srt.mem_cache.storage.mooncake_store.mooncake_store."
                    "MooncakeStore.register_mem_pool_host",
-                   (Hop(_CONTROLLER, _ATTACH, "register_mem_pool_host"),)),
+                   (*_STORE, Hop(_CONTROLLER, _ATTACH, "register_mem_pool_host"))),
     ),
     set_device=_SET_DEVICE,
     engine=_ENGINE,
