@@ -50,3 +50,18 @@ def test_the_cost_is_a_share_of_the_process_time_to_up() -> None:
 def test_the_process_age_counts_from_the_process_start() -> None:
     age = process_age()
     assert age is not None and age > 0
+
+
+def test_the_rank_comes_from_the_constructors_arguments_where_it_takes_them() -> None:
+    from types import SimpleNamespace
+
+    from initorch_sglang.session import world_rank
+
+    def scheduler_init(self, server_args, port_args, gpu_id, tp_rank, moe_ep_rank,  # type: ignore[no-untyped-def]
+                       pp_rank, dp_rank):
+        """Scheduler.__init__ as SGLang 0.5.19 declares it."""
+
+    args = SimpleNamespace(tp_size=2)
+    assert world_rank(scheduler_init, object(), args, None, 1, 1, 0, 1, None) == 3
+    assert world_rank(scheduler_init, object(), args, None, 0, tp_rank=0, moe_ep_rank=0,
+                      pp_rank=0, dp_rank=None) == 0

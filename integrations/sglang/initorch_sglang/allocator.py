@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AllocatorChoice", "install_host_allocator"]
+__all__ = ["AllocatorChoice", "allocator_table", "install_host_allocator"]
 
 # The profile's allocator names, as SGLang's own functions where SGLang has one.
 _SGLANG_FUNCTIONS = {
@@ -56,12 +56,30 @@ class AllocatorChoice:
                 "entry and would fall through to cudaHostRegister)")
 
 
+def allocator_table() -> tuple[Any, Any]:
+    """SGLang's allocator table and the module that holds it, where the installed
+    release's layout says (``pool_host/common.py`` from 0.5.14, ``memory_pool_host.py``
+    before: :data:`initorch_sglang.layouts.model.AllocatorTable`)."""
+    import pkgutil
+
+    from initorch_sglang.calls import installed_layout
+
+    candidates = installed_layout().allocator.dotted()
+    for dotted in candidates:
+        owner, _, name = dotted.rpartition(".")
+        try:
+            module = pkgutil.resolve_name(owner)
+        except (ImportError, AttributeError, ValueError):
+            continue
+        if hasattr(module, name):
+            return getattr(module, name), module
+    raise LookupError(f"none of {', '.join(candidates)} is in the installed SGLang")
+
+
 def install_host_allocator(device_type: str, allocator: str) -> AllocatorChoice:
     """Fill ``ALLOC_MEMORY_FUNCS[device_type]`` with ``allocator`` unless SGLang has
     an entry for it."""
-    from sglang.srt.mem_cache.pool_host import common
-
-    table = common.ALLOC_MEMORY_FUNCS
+    table, common = allocator_table()
     if device_type in table:  # membership does not call a defaultdict's factory
         return AllocatorChoice(device_type, table[device_type].__name__, installed=False)
     function: Callable[..., Any] = (

@@ -41,11 +41,6 @@ __all__ = ["DRIVEN_STEPS", "DriveError", "drive_parallel_runtime", "drive_regist
 
 logger = logging.getLogger("initorch_sglang")
 
-INIT_PARALLEL_RUNTIME = "sglang.srt.distributed.bootstrap.init_parallel_runtime"
-DEADLINE_HELPER = "sglang.srt.utils.common.run_with_deadline"
-"""SGLang 0.5.23 runs Mooncake's ``TransferEngine.initialize`` through this helper, on a
-new daemon thread (``srt/utils/common.py:3755-3775``, called from
-``srt/distributed/device_communicators/mooncake_transfer_engine.py:211-220``)."""
 OMP_BIND_ENV = "SGLANG_CPU_OMP_THREADS_BIND"
 
 

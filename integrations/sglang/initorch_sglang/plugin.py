@@ -53,27 +53,20 @@ def load() -> None:
 
             os.environ[RENDEZVOUS_ENV] = f"127.0.0.1:{free_port('127.0.0.1')}"
         return
-    from initorch_sglang.drive import (
-        DEADLINE_HELPER,
-        INIT_PARALLEL_RUNTIME,
-        bind_deadline_thread,
-        drive_parallel_runtime,
-    )
+    from initorch_sglang.calls import installed_layout
+    from initorch_sglang.drive import bind_deadline_thread, drive_parallel_runtime
     from initorch_sglang.hooks import HookError, apply
-    from initorch_sglang.session import (
-        SCHEDULER_INIT,
-        observe_vendor,
-        observer_hooks,
-        scheduler_hook,
-    )
+    from initorch_sglang.session import observe_vendor, observer_hooks, scheduler_hook
     from initorch_sglang.vendor import install_vendor_hooks
 
+    layout = installed_layout()  # every upstream name below is the layout's
     install_vendor_hooks(observe_vendor)
     hooks = observer_hooks()
-    hooks[SCHEDULER_INIT] = (scheduler_hook(options), "around")
-    if options.mode == "drive":
-        hooks[INIT_PARALLEL_RUNTIME] = (drive_parallel_runtime, "replace")
-        hooks[DEADLINE_HELPER] = (bind_deadline_thread, "around")
+    hooks[layout.scheduler_init] = (scheduler_hook(options), "around")
+    if options.mode == "drive" and layout.parallel_runtime is not None:
+        hooks[layout.parallel_runtime] = (drive_parallel_runtime, "replace")
+        if layout.deadline_helper is not None:  # SGLang's engine init thread (0.5.20 on)
+            hooks[layout.deadline_helper] = (bind_deadline_thread, "around")
     from initorch_sglang.cost import COST
 
     COST.add("plugin load", time.perf_counter() - started)  # "hooks" has the rest

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from initorch_sglang.allocator import AllocatorChoice, install_host_allocator
+from initorch_sglang.allocator import AllocatorChoice, allocator_table, install_host_allocator
 from initorch_sglang.calls import CALLS, hook_target
 from initorch_sglang.cost import COST, process_age
 from initorch_sglang.hooks import HookKind, apply
@@ -36,11 +36,11 @@ if TYPE_CHECKING:
 
     from initorch import Plan, Registry, RunReport
 
-__all__ = ["Session", "active", "observe_vendor", "observer_hooks", "scheduler_hook"]
+__all__ = ["Session", "active", "observe_vendor", "observer_hooks", "scheduler_hook",
+           "world_rank"]
 
 logger = logging.getLogger("initorch_sglang")
 
-SCHEDULER_INIT = "sglang.srt.managers.scheduler.Scheduler.__init__"
 
 class _Current:
     """The session of this process's start-up, while ``Scheduler.__init__`` runs (one
@@ -74,13 +74,13 @@ class Session:
         self.extra["drive"] = report.to_dict()
 
     @classmethod
-    def begin(cls, server_args: Any, options: Options) -> Session | None:
+    def begin(cls, server_args: Any, options: Options, rank: int) -> Session | None:
         """The session for SGLang's ``server_args``; ``None`` (verify mode) when no plan
         can be made for the launch: verify only observes, so a plan problem is reported
         in one line and SGLang starts as it would without initorch.  Drive mode needs
         the plan to run, so there the problem stops the launch."""
         with COST.timed("plan"):
-            session = cls._begin(server_args, options)
+            session = cls._begin(server_args, options, rank)
         if session is not None:  # "hooks" times itself
             module = str(session.plan.config()["device.torch_module"])
             apply({hook_target(call, module): (set_device_observer(module), "around")
@@ -88,7 +88,7 @@ class Session:
         return session
 
     @classmethod
-    def _begin(cls, server_args: Any, options: Options) -> Session | None:
+    def _begin(cls, server_args: Any, options: Options, rank: int) -> Session | None:
         from initorch import Registry
 
         selection = selection_for(server_args, options)
@@ -97,7 +97,7 @@ class Session:
             return None
         recorder = Recorder(plan, stop_on_violation=options.stop_on_violation,
                             engine=_engine())
-        session = cls(options, plan, _world_rank(), recorder, now_iso())
+        session = cls(options, plan, rank, recorder, now_iso())
         go_first()  # once every plugin loaded, the integration's import hooks run last
         session.extra["selection"] = selection.describe()
         if plan.config().get("hicache.enabled") and server_args.enable_hierarchical_cache:
@@ -227,14 +227,12 @@ _HOST_REGISTRATION = "host registration"
 def _record_host_allocation(device: str) -> None:
     """Record the host pool's allocation function for ``device`` (cudaHostRegister or
     pinning: the vendor call that needs the device context) as a vendor call."""
-    from sglang.srt.mem_cache.pool_host import common
-
-    table = common.ALLOC_MEMORY_FUNCS
+    table, holder = allocator_table()
     function = table[device]
     if getattr(function, "__initorch_vendor__", False):
         return
     name = getattr(function, "__name__", "allocator")
-    call = VendorCall("sglang.srt.mem_cache.pool_host.common", "ALLOC_MEMORY_FUNCS", device,
+    call = VendorCall(holder.__name__, "ALLOC_MEMORY_FUNCS", device,
                       "alloc_host_mem_pool",
                       "pinning host memory (cudaHostRegister, pin_memory) registers it with "
                       "the calling thread's device context",
@@ -254,7 +252,8 @@ def scheduler_hook(options: Options) -> Callable[..., Any]:
 
     def run_session(original: Callable[..., Any], scheduler: Any, server_args: Any,
                     *args: Any, **kwargs: Any) -> Any:
-        session = _Current.session = Session.begin(server_args, options)
+        rank = world_rank(original, scheduler, server_args, *args, **kwargs)
+        session = _Current.session = Session.begin(server_args, options, rank)
         if session is None:
             return original(scheduler, server_args, *args, **kwargs)
         try:
@@ -271,8 +270,18 @@ def scheduler_hook(options: Options) -> Callable[..., Any]:
     return run_session
 
 
-def _world_rank() -> int:
-    """This rank in SGLang's world (``_init_parallel_groups``: tp_size * pp_rank + tp_rank)."""
+def world_rank(scheduler_init: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
+    """This rank in SGLang's world (``_init_parallel_groups``: tp_size * pp_rank +
+    tp_rank), from what ``Scheduler.__init__`` was given: its ``tp_rank``/``pp_rank``
+    arguments up to 0.5.20, SGLang's runtime context from 0.5.21 on (where the
+    constructor takes only the server and port arguments)."""
+    import inspect
+
+    given = inspect.signature(scheduler_init).bind_partial(*args, **kwargs).arguments
+    server_args = given.get("server_args")
+    if "tp_rank" in given:
+        tp_size = int(getattr(server_args, "tp_size", 1) or 1)
+        return tp_size * int(given.get("pp_rank") or 0) + int(given["tp_rank"])
     from sglang.srt.runtime_context import get_parallel
 
     parallel = get_parallel()
