@@ -169,8 +169,8 @@ def malformed_metadata_server(value: str) -> tuple[str, str] | None:
     value without ``://`` as etcd endpoints (``parseConnectionString``,
     ``transfer_metadata_plugin.cpp:525-543``, 0.3.13), so ``p2phandshake`` or
     ``etcd:/host`` would become an etcd client that never connects, and the engine fails
-    15 s later with an unrelated RDMA diagnosis; a non-ASCII look-alike (``Р2PHANDSHAKE``
-    with a Cyrillic ER) is misread the same way."""
+    15 s later with an unrelated RDMA diagnosis; a non-ASCII look-alike (P2PHANDSHAKE whose P
+    is a Cyrillic ER, U+0420) is misread the same way."""
     foreign = non_ascii_problem(value, "the metadata server")
     if foreign is not None:
         return (foreign.removeprefix(f"the metadata server {value!r} "),

@@ -51,9 +51,17 @@ def apply(hooks: dict[str, tuple[Callable[..., Any], HookKind]]) -> None:
                             f"it can be found ({_sglang()})")
         by_module.setdefault(module, {})[target] = hook
     for module, group in by_module.items():
-        imported = module in sys.modules
-        after_import(module, lambda _module, group=group, imported=imported:
-                     _apply_now(group, repoint=imported))
+        after_import(module, _applier(group, repoint=module in sys.modules))
+
+
+def _applier(hooks: dict[str, tuple[Callable[..., Any], HookKind]], *,
+             repoint: bool) -> Callable[[types.ModuleType], None]:
+    """The callback that applies ``hooks`` once their module is imported."""
+
+    def apply_hooks(_module: types.ModuleType) -> None:
+        _apply_now(hooks, repoint=repoint)
+
+    return apply_hooks
 
 
 def _apply_now(hooks: dict[str, tuple[Callable[..., Any], HookKind]], *, repoint: bool) -> None:
