@@ -17,8 +17,11 @@ Two rules keep this an observation:
   A class is wrapped when SGLang imports its module (:mod:`initorch_sglang.imports`),
   or at once if it was already imported.
 - **No device query.**  Which device a thread has bound is what the recorder saw
-  ``set_device`` do on it; nothing here asks the runtime (torch_npu's current-device query
-  binds device 0 on a thread without a context).
+  ``set_device`` do on it; nothing here asks the runtime.  torch_npu 2.14.0's
+  ``current_device()`` answers 0 on a thread without a context (``NPUFunctions.cpp:196-221``),
+  which would pass an unbound thread for a bound one, and builds before Ascend/pytorch
+  4d2bd5e93 bound device 0 there, changing what they observed
+  (``tests/support/simulated/README.md``).
 """
 
 from __future__ import annotations
