@@ -45,3 +45,14 @@ def test_a_launch_that_would_start_gets_its_plan(tiny_model: Path, master: Maste
         steps.index("init_torch_distributed") < steps.index("sglang_load_model") < \
         steps.index("alloc_host_mem_pool")
     assert "--set parallel.tp_size=2" in outcome["selection"]
+    assert outcome["not_checked"] == []
+
+
+def test_what_pre_flight_could_not_judge_is_said_not_refused(tiny_model: Path) -> None:
+    arguments = launch_arguments(tiny_model, 30000, tp=1)
+    arguments[arguments.index(str(tiny_model))] = "some-org/some-model"  # a hub id
+    result = initorch_in_sglang("sglang", "check", "--", *arguments,
+                                MOONCAKE_MASTER="127.0.0.1:9")
+    notes = [line for line in result.stderr.splitlines()
+             if line.startswith("initorch sglang check: not checked: ")]
+    assert len(notes) == 1 and "some-org/some-model" in notes[0]

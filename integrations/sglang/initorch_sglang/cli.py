@@ -94,7 +94,7 @@ def cmd_check(args: argparse.Namespace, registry: Registry) -> int:
         return EXIT_REFUSED if exit_.code else EXIT_OK
     if args.json:
         print(json.dumps({"ok": result.ok, "refusals": list(result.refusals),
-                          "selection": result.selection,
+                          "not_checked": list(result.notes), "selection": result.selection,
                           "plan": None if result.plan is None else plan_json(result.plan)},
                          indent=2, default=str))
     else:
@@ -103,6 +103,8 @@ def cmd_check(args: argparse.Namespace, registry: Registry) -> int:
         print(f"selection: {result.selection}")
         for refusal in result.refusals:
             sys.stderr.write(f"initorch sglang check: refused: {refusal}\n")
+        for note in result.notes:
+            sys.stderr.write(f"initorch sglang check: not checked: {note}\n")
         print("pre-flight: ok" if result.ok else
               f"pre-flight: {len(result.refusals)} problem(s); the launch would fail")
     return EXIT_OK if result.ok else EXIT_REFUSED
