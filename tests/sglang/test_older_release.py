@@ -110,14 +110,6 @@ def stock_tokens(tiny_model: Path, master: Master,
     return tokens
 
 
-# initorch_sglang/session.py _world_rank reads SGLang's runtime_context, whose tp_size on
-# 0.5.17 asks the tensor-parallel group, which ModelRunner.__init__ builds only later
-# ("AssertionError: tensor model parallel group is not initialized",
-# parallel_state.py:1892); 0.5.17's Scheduler takes its ranks as arguments
-# (scheduler.py:374-385).  Remove the mark when the integration reads them there.
-@pytest.mark.xfail(strict=True, raises=RuntimeError,
-                   reason="initorch-sglang's session asks 0.5.17 for its tp group before "
-                          "ModelRunner builds it (session.py _world_rank)")
 def test_verify_mode_records_and_checks_the_older_release(
         tiny_model: Path, master: Master, tmp_path: Path, stock_tokens: list[int]) -> None:
     with running(tiny_model, master, {"INITORCH_SGLANG": "verify", **BIND, **outputs(tmp_path)},
