@@ -11,7 +11,10 @@ groups, collective warm-up, memory baseline, weights, KV pool, HiCache host
 pool registered with Mooncake, warm-up.  When it has run, rank 0 serves HTTP on
 loopback and writes the ready file (URL, every rank's pid and Mooncake port);
 ``POST /shutdown`` stops every rank, and leaving the ``Run`` block tears the
-start-up down in reverse.  SIGINT/SIGTERM tear down too (exit 128+signal).
+start-up down in reverse.  SIGINT/SIGTERM tear down too (exit 128+signal): the
+serving loop stops on every rank at a command boundary first (see
+``tiny_server.serve``), so that torchrun's SIGTERM to every rank ends each one with
+its teardown and exit 143, long before torchrun's SIGKILL.
 """
 
 from __future__ import annotations
@@ -95,7 +98,7 @@ def serve(run: Run, ready_file: Path | None) -> None:
             run.log.info("serving", url=url)
             if ready_file is not None:
                 write_ready_file(ready_file, {"url": url, "ranks": ranks})
-        server.loop(on_request=lambda answer: run.log.info(
+        server.serve_until_stopped(on_request=lambda answer: run.log.info(
             "request_served", tokens=len(answer["tokens"]), ranks_agree=answer["ranks_agree"]))
     finally:
         server.close()
@@ -126,7 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with Run(plan, diagnoses=registry.diagnoses, handle_signals=True) as run:
             serve(run, args.ready_file)
     except RunInterrupted as interrupt:
-        print(f"tiny-server: {interrupt}; the start-up was torn down", file=sys.stderr)
+        rank = os.environ.get("RANK", "0")
+        print(f"tiny-server: rank {rank} {interrupt}; the start-up was torn down "
+              f"(exit {interrupt.exit_code})", file=sys.stderr)
         return interrupt.exit_code
     except InitorchError as error:  # bad profile or settings, or a step failed (torn down)
         print(f"tiny-server: {error}", file=sys.stderr)

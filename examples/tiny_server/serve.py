@@ -7,6 +7,16 @@ so that the response can say whether they agree.  While idle, rank 0
 broadcasts a heartbeat every second: the other ranks wait inside a gloo
 collective, which would otherwise time out.
 
+The lockstep loop runs on a helper thread on every rank, and the main thread
+waits for it in Python (:meth:`Server.serve_until_stopped`): a rank waiting
+inside gloo's broadcast for rank 0's next command runs no Python on that
+thread, so a SIGTERM's handler (the run's, which raises ``RunInterrupted``)
+could not run there, and the watchdog would end the rank without a teardown
+(issue 27).  On that interrupt every rank stops at a command boundary: rank 0
+broadcasts ``stop``, the others leave on it, and only then does the interrupt
+go on to the run's teardown, so that no rank tears down while a peer still
+waits in a collective for it.
+
 Endpoints: ``POST /generate`` ``{"prompt": "...", "max_new_tokens": 16}``,
 ``GET /health``, ``GET /startup`` (the start-up report and critical chain),
 ``POST /shutdown`` (every rank leaves the loop; the launcher tears down).
@@ -22,10 +32,12 @@ a prompt that is not valid Unicode.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -42,6 +54,11 @@ HEARTBEAT_S = 1.0
 REQUEST_TIMEOUT_S = 10.0  # socket timeout of one request: a stalled client lets go
 MAX_BODY_BYTES = 1 << 20  # a prompt is bytes of text; a megabyte is generous
 LISTEN_BACKLOG = 128  # connections the kernel queues while every thread is busy
+POLL_S = 0.1  # how often the waiting main thread gives a signal's handler its turn
+STOP_WAIT_S = 10.0
+"""How long an interrupted rank waits for the loop to reach rank 0's ``stop`` (the
+next heartbeat, or the end of the request being decoded) before it tears down anyway:
+well within torchrun's and Kubernetes' 30 s."""
 
 
 class HTTPFrontEnd(ThreadingHTTPServer):
@@ -197,6 +214,7 @@ class Server:
     startup: dict[str, Any] = field(default_factory=dict)
     jobs: queue.Queue[Job] = field(default_factory=queue.Queue)
     http: HTTPFrontEnd | None = None
+    stopping: threading.Event = field(default_factory=threading.Event)
 
     def open(self) -> str | None:
         """Rank 0: bind the HTTP server (loopback) and serve it from a thread; its URL."""
@@ -219,21 +237,69 @@ class Server:
         job: Job | None = None
         if self.rank == 0:
             try:
-                job = self.jobs.get(timeout=HEARTBEAT_S)
+                job = None if self.stopping.is_set() else self.jobs.get(timeout=HEARTBEAT_S)
             except queue.Empty:
                 job = None
+            if self.stopping.is_set() and (job is None or job.command["op"] != "stop"):
+                if job is not None:  # queued before the interrupt: answer, never decode
+                    self._refuse_stopping(job)
+                job = Job({"op": "stop"})
         box = [job.command if job is not None else {"op": "idle"}]
         dist.broadcast_object_list(box, src=0, group=self.group)
         return job if job is not None else Job(box[0])
 
+    @staticmethod
+    def _refuse_stopping(job: Job) -> None:
+        job.answer = {"error": "the server is stopping"}
+        job.done.set()
+
+    def serve_until_stopped(self, on_request: Callable[[dict[str, Any]], None] | None = None,
+                            stop_wait: float = STOP_WAIT_S) -> None:
+        """:meth:`loop` on a helper thread until rank 0 broadcasts ``stop``, while this
+        (main) thread waits where Python runs signal handlers.  Whatever interrupts
+        the wait (the run's ``RunInterrupted``, a ``KeyboardInterrupt``) asks the loop to
+        stop and is raised once it has, or after ``stop_wait`` seconds; a repeated
+        signal meanwhile changes nothing.  The loop's own error is raised as it is."""
+        failure: list[BaseException] = []
+
+        def body() -> None:
+            try:
+                self.loop(on_request)
+            except BaseException as exc:  # handed to the main thread below
+                failure.append(exc)
+
+        thread = threading.Thread(target=body, name="tiny-server-loop", daemon=True)
+        thread.start()
+        interrupt: BaseException | None = None
+        deadline = float("inf")
+        while thread.is_alive() and time.monotonic() < deadline:
+            try:
+                thread.join(POLL_S)
+            except BaseException as exc:  # a signal's handler raised on this thread
+                if interrupt is None:
+                    interrupt, deadline = exc, time.monotonic() + stop_wait
+                    self.stopping.set()  # rank 0 broadcasts stop; the others wait for it
+                    self.jobs.put(Job({"op": "stop"}))  # wakes rank 0's wait for a job
+        if thread.is_alive():
+            sys.stderr.write(f"tiny-server: rank {self.rank}: the serving loop did not reach "
+                             f"rank 0's stop within {stop_wait:g}s; tearing down anyway\n")
+        if interrupt is not None:
+            raise interrupt
+        if failure:
+            raise failure[0]
+
     def loop(self, on_request: Callable[[dict[str, Any]], None] | None = None) -> None:
-        """Serve until rank 0 broadcasts ``stop``."""
+        """Serve until rank 0 broadcasts ``stop`` (what ``POST /shutdown`` and an
+        interrupt both ask rank 0 for)."""
         while True:
             job = self._next()
             op = job.command["op"]
             if op == "stop":
                 job.answer = {"stopping": True, "ranks": dist.get_world_size(self.group)}
                 job.done.set()
+                while self.rank == 0 and not self.jobs.empty():  # no HTTP thread hangs
+                    with contextlib.suppress(queue.Empty):
+                        self._refuse_stopping(self.jobs.get_nowait())
                 return
             if op == "generate":
                 try:

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -135,22 +136,40 @@ def test_bad_requests_are_refused_before_any_rank_decodes(body: bytes, message: 
         parse_generate(body, max_new_tokens=64, pool_tokens=70)
 
 
-def test_on_sigterm_the_masters_owner_tears_down_within_torchruns_30s(tmp_path: Path
-                                                                     ) -> None:
-    # Issue 19: on SIGTERM rank 0, the master's owner, waited 30 s for rank 1's store
-    # client until torchrun SIGKILLed it mid-teardown. (Rank 1 waits inside the gloo
-    # broadcast for a command that never comes, where its handler cannot run: the
-    # watchdog ends it without a teardown, 3 s on; a known limit of the example.)
+def test_sigterm_to_torchrun_stops_every_rank_with_its_teardown_and_143(tmp_path: Path
+                                                                        ) -> None:
+    # Issue 27 (and 19 before it): torchrun forwards a SIGTERM to every rank and SIGKILLs
+    # them 30 s on. Rank 1 used to wait inside gloo's broadcast for rank 0's next command,
+    # on its main thread, where its handler could not run: the watchdog SIGKILLed it 3 s
+    # on, without a teardown, and rank 0's master waited for its store client. Now the
+    # serving loop stops on every rank at a command boundary, and each rank tears down.
     with two_ranks(tmp_path) as (proc, ready):
         info = wait_ready(proc, ready, START_TIMEOUT)
-        os.kill(proc.pid, signal.SIGTERM)  # as a supervisor stops torchrun
-        _out, err = proc.communicate(timeout=60)
+        sent = time.monotonic()
+        os.kill(proc.pid, signal.SIGTERM)  # as a user or Kubernetes stops torchrun
+        _out, err = proc.communicate(timeout=60)  # torchrun and its ranks let go of it
+        took = time.monotonic() - sent
     events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
-    # Rank 0 concluded itself: torchrun's SIGKILL would have left no such line.
-    assert "tiny-server: interrupted by SIGTERM; the start-up was torn down" in err, \
-        err[-6000:]
-    assert [e["rank"] for e in events if e["event"] == "mooncake_master_stopped"] == [0]
+    # torchrun's agent re-raises its SignalException after closing the workers
+    # (torch/distributed/elastic/agent/server/api.py, LocalElasticAgent.run): exit 1.
+    assert proc.returncode == 1 and "SignalException" in err, err[-6000:]
+    assert "forcefully exiting via SIGKILL" not in err  # torchrun's 30 s SIGKILL
+    assert not [e for e in events if e["event"].startswith("watchdog_")]
+    assert "the watchdog ends the process" not in err  # its text form
+    # Each rank handled the signal, tore down and concluded itself with 143 (the line
+    # comes just before its sys.exit(143); a SIGKILL leaves none).
+    assert {e["rank"] for e in events if e["event"] == "signal_received"} == {0, 1}
+    for rank in (0, 1):
+        assert (f"tiny-server: rank {rank} interrupted by SIGTERM; the start-up was torn "
+                "down (exit 143)") in err, err[-6000:]
     torn_down = {(e["rank"], e["step"]) for e in events if e["event"] == "teardown_succeeded"}
-    assert {(0, "init_mooncake_store"), (0, "mooncake_master"), (0, "rendezvous")} <= torn_down
+    for rank in (0, 1):
+        assert {(rank, "register_mem_pool_host"), (rank, "init_mooncake_store"),
+                (rank, "init_model_parallel"), (rank, "init_torch_distributed"),
+                (rank, "init_shared_mooncake_transfer_engine"),
+                (rank, "rendezvous")} <= torn_down
+    assert (0, "mooncake_master") in torn_down
+    assert [e["rank"] for e in events if e["event"] == "mooncake_master_stopped"] == [0]
     assert not [e for e in events if e["event"] == "teardown_failed"]
+    assert took < 15.0, f"torchrun took {took:.1f}s after SIGTERM"  # was ~12-15 s
     assert leftovers(info) == []
