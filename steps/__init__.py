@@ -57,7 +57,6 @@ def register(registry: Registry) -> None:
                    collectives, memory_baseline, host_pool, verify_transfer):
         for definition in module.STEPS:
             registry.steps.add(definition)
-    registry.settings.add(set_device.CONTEXT_PER_THREAD)
     registry.profiles.add_directory(files("initorch.profiles"), plugin="builtin")
     registry.diagnoses.extend(BUILTIN_DIAGNOSES)
     registry.probes.extend(BUILTIN_PROBES)

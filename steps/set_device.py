@@ -103,7 +103,7 @@ def tensor_device(ctx: StepContext) -> Any:
     requires=["import_backend"],
     reads=["import_backend"],
     binds_device=True,
-    settings=(VISIBLE_DEVICES_ENV,),
+    settings=(VISIBLE_DEVICES_ENV, CONTEXT_PER_THREAD),
 )
 def set_device(ctx: StepContext) -> ThreadDeviceBinding:
     module: ModuleType = ctx.output("import_backend")

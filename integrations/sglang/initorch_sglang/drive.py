@@ -230,10 +230,6 @@ def drive_registry() -> Registry:
         registry.steps.provider = installed.steps.plugin_of(step.name)
         registry.steps.add(_driven(step) if step.name in _ACTIONS else step)
     registry.steps.provider = None
-    for spec in installed.settings:  # the free-standing ones (device.context_per_thread)
-        if spec.key not in registry.settings:
-            declared = installed.settings.declarations(spec.key)[0]
-            registry.settings.add(spec, by=declared.by, where=declared.where)
     registry.profiles, registry.diagnoses, registry.probes = (
         installed.profiles, installed.diagnoses, installed.probes)
     registry.plugins = [*installed.plugins]
