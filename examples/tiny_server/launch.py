@@ -84,12 +84,14 @@ def serve(run: Run, ready_file: Path | None) -> None:
     from tiny_server.serve import Server
 
     setting = run.plan.settings
+    job_store = run.output("rendezvous").peers  # this job's keys, a connection of its own
     group = run.output("init_model_parallel").world.cpu_group
     rank = dist.get_rank()
     server = Server(run.output("load_model"), run.output("alloc_kv_pool"), group, rank,
                     host=str(setting["server.host"].value), port=int(setting["server.port"].value),
                     max_new_tokens=int(setting["server.max_new_tokens"].value),
-                    startup=startup_report(run.report))
+                    startup=startup_report(run.report),
+                    store=dist.PrefixStore("tiny-server", job_store))
     ranks: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(ranks, {"pid": os.getpid(), **mooncake_processes(run)}, group=group)
     url = server.open()

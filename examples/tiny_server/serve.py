@@ -15,7 +15,9 @@ could not run there, and the watchdog would end the rank without a teardown
 (issue 27).  On that interrupt every rank stops at a command boundary: rank 0
 broadcasts ``stop``, the others leave on it, and only then does the interrupt
 go on to the run's teardown, so that no rank tears down while a peer still
-waits in a collective for it.
+waits in a collective for it.  A rank other than 0 that alone is interrupted
+asks rank 0 for that ``stop`` through the job's store (:data:`STOP_KEY`): the
+others then leave the loop as on ``POST /shutdown``, and tear down.
 
 Endpoints: ``POST /generate`` ``{"prompt": "...", "max_new_tokens": 16}``,
 ``GET /health``, ``GET /startup`` (the start-up report and critical chain),
@@ -59,6 +61,7 @@ STOP_WAIT_S = 10.0
 """How long an interrupted rank waits for the loop to reach rank 0's ``stop`` (the
 next heartbeat, or the end of the request being decoded) before it tears down anyway:
 well within torchrun's and Kubernetes' 30 s."""
+STOP_KEY = "stop"  # in the server's store: a rank other than 0 was interrupted
 
 
 class HTTPFrontEnd(ThreadingHTTPServer):
@@ -215,6 +218,7 @@ class Server:
     jobs: queue.Queue[Job] = field(default_factory=queue.Queue)
     http: HTTPFrontEnd | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
+    store: Any = None  # the job's store, under this server's prefix: stop requests
 
     def open(self) -> str | None:
         """Rank 0: bind the HTTP server (loopback) and serve it from a thread; its URL."""
@@ -240,6 +244,8 @@ class Server:
                 job = None if self.stopping.is_set() else self.jobs.get(timeout=HEARTBEAT_S)
             except queue.Empty:
                 job = None
+            if self.store is not None and self.store.check([STOP_KEY]):
+                self.stopping.set()  # another rank was interrupted and waits for stop
             if self.stopping.is_set() and (job is None or job.command["op"] != "stop"):
                 if job is not None:  # queued before the interrupt: answer, never decode
                     self._refuse_stopping(job)
@@ -280,6 +286,8 @@ class Server:
                     interrupt, deadline = exc, time.monotonic() + stop_wait
                     self.stopping.set()  # rank 0 broadcasts stop; the others wait for it
                     self.jobs.put(Job({"op": "stop"}))  # wakes rank 0's wait for a job
+                    if self.rank != 0 and self.store is not None:
+                        self._ask_rank0_to_stop()
         if thread.is_alive():
             sys.stderr.write(f"tiny-server: rank {self.rank}: the serving loop did not reach "
                              f"rank 0's stop within {stop_wait:g}s; tearing down anyway\n")
@@ -287,6 +295,14 @@ class Server:
             raise interrupt
         if failure:
             raise failure[0]
+
+    def _ask_rank0_to_stop(self) -> None:
+        """Tell rank 0, which may not have been signalled, to broadcast ``stop``."""
+        try:
+            self.store.set(STOP_KEY, str(self.rank))
+        except Exception as exc:  # no store: rank 0 is gone, and the wait ends anyway
+            sys.stderr.write(f"tiny-server: rank {self.rank}: could not ask rank 0 to "
+                             f"stop: {exc}\n")
 
     def loop(self, on_request: Callable[[dict[str, Any]], None] | None = None) -> None:
         """Serve until rank 0 broadcasts ``stop`` (what ``POST /shutdown`` and an

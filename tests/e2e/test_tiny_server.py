@@ -173,3 +173,29 @@ def test_sigterm_to_torchrun_stops_every_rank_with_its_teardown_and_143(tmp_path
     assert not [e for e in events if e["event"] == "teardown_failed"]
     assert took < 15.0, f"torchrun took {took:.1f}s after SIGTERM"  # was ~12-15 s
     assert leftovers(info) == []
+
+
+def test_sigterm_to_rank_1_alone_stops_the_job_with_every_teardown(tmp_path: Path) -> None:
+    # A SIGTERM to one rank other than 0 (not torchrun's): it asks rank 0, through the
+    # job's store, for the stop it waits for; rank 0 leaves the loop as on /shutdown.
+    with two_ranks(tmp_path) as (proc, ready):
+        info = wait_ready(proc, ready, START_TIMEOUT)
+        os.kill(info["ranks"][1]["pid"], signal.SIGTERM)
+        _out, err = proc.communicate(timeout=60)
+    events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    assert ("tiny-server: rank 1 interrupted by SIGTERM; the start-up was torn down "
+            "(exit 143)") in err, err[-6000:]
+    assert "tiny-server: rank 0 interrupted" not in err  # rank 0 stopped as on /shutdown
+    # torchrun reports the rank's exit status (torch/distributed/elastic/multiprocessing/
+    # api.py, SubprocessContext._poll) and exits 1, as for any failed worker.
+    assert "failed (exitcode: 143) local_rank: 1" in err
+    assert proc.returncode == 1
+    assert not [e for e in events if e["event"].startswith("watchdog_")]
+    assert "the watchdog ends the process" not in err
+    torn_down = {(e["rank"], e["step"]) for e in events if e["event"] == "teardown_succeeded"}
+    for rank in (0, 1):
+        assert {(rank, "init_mooncake_store"), (rank, "init_torch_distributed"),
+                (rank, "init_shared_mooncake_transfer_engine")} <= torn_down
+    assert [e["rank"] for e in events if e["event"] == "mooncake_master_stopped"] == [0]
+    assert not [e for e in events if e["event"] == "teardown_failed"]
+    assert leftovers(info) == []
