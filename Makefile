@@ -15,7 +15,7 @@ SGLANG_STAMP := $(SGLANG_VENV)/.installed
 SGLANG_PIN := sglang==0.5.23
 MOONCAKE_CPU_PIN := mooncake-transfer-engine-non-cuda==0.3.13.post1
 
-.PHONY: demo demo-sglang test lint typecheck unit coverage e2e perf pythons docs bench clean system-deps sglang-venv audit-table
+.PHONY: demo demo-sglang test lint typecheck unit coverage e2e perf pythons docs bench clean system-deps sglang-venv audit-table sglang-old-venv e2e-sglang-old
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,30 @@ $(SGLANG_STAMP): pyproject.toml integrations/sglang/pyproject.toml
 	touch $(SGLANG_STAMP)
 
 sglang-venv: system-deps $(SGLANG_STAMP)
+
+# An older SGLang in a venv of its own (9.3 GB, about 9 minutes here), for
+# tests/sglang/test_older_release.py: 0.5.17, the last release before Mooncake's
+# TransferEngine.initialize moved onto run_with_deadline's daemon thread (0.5.20) that has
+# srt/distributed/bootstrap.py and srt/platforms and that pip can install here (0.5.18 and
+# 0.5.19 pin cuda-tile==1.6.0rc5, on PyPI only as a stub that downloads from NVIDIA's index).
+# It pins torch 2.11.0 (a CUDA build from PyPI; it runs on the CPU). Not part of `make test`.
+SGLANG_OLD_VENV := .venv-sglang-old
+SGLANG_OLD_STAMP := $(SGLANG_OLD_VENV)/.installed
+SGLANG_OLD_PIN := sglang==0.5.17
+
+$(SGLANG_OLD_STAMP): pyproject.toml integrations/sglang/pyproject.toml
+	$(PYTHON) -m venv $(SGLANG_OLD_VENV)
+	$(SGLANG_OLD_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(SGLANG_OLD_VENV)/bin/pip install --quiet "$(SGLANG_OLD_PIN)" "$(MOONCAKE_CPU_PIN)"
+	$(SGLANG_OLD_VENV)/bin/pip install --quiet -e . -e integrations/sglang
+	touch $(SGLANG_OLD_STAMP)
+
+sglang-old-venv: system-deps $(SGLANG_OLD_STAMP)
+
+# The older release started for real: stock, verify (same tokens as stock) and drive (refused
+# in one line: 0.5.17 has no init_parallel_runtime); 4.5 to 6.5 minutes here.
+e2e-sglang-old: sglang-old-venv $(STAMP)
+	$(BIN)/pytest -q tests/sglang/test_older_release.py
 
 # docs/sglang-releases.md: `initorch sglang audit` over every SGLang 0.5.x wheel (downloads
 # the missing ones into .cache/wheels, about 500 MB in all; the venv is only required to
