@@ -8,6 +8,8 @@ SGLang starts exactly as without initorch.  With it:
 - on an SGLang release the audit does not prove (``version.py``), verify mode switches
   itself off with one warning line and drive mode refuses the launch in one line;
 - in the launcher, drive mode picks where the ranks will meet (they inherit it);
+- in a process the launcher spawned, it first ties the process to the launcher, as SGLang
+  does only after the plugins (:func:`_follow_the_launcher`);
 - in a rank, it hooks SGLang's start-up calls (verify and drive), the
   ``Scheduler.__init__`` that frames them, and in drive mode ``init_parallel_runtime``
   and the deadline helper its engine init runs in, and checks that every hook took;
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import time
 
 # Only what deciding "off" needs: an SGLang that did not ask imports nothing more.
@@ -53,6 +56,7 @@ def load() -> None:
 
             os.environ[RENDEZVOUS_ENV] = f"127.0.0.1:{free_port('127.0.0.1')}"
         return
+    _follow_the_launcher()
     from initorch_sglang.calls import installed_layout
     from initorch_sglang.drive import bind_deadline_thread, drive_parallel_runtime
     from initorch_sglang.hooks import HookError, apply
@@ -74,3 +78,30 @@ def load() -> None:
         apply(hooks)
     except HookError as error:
         raise SystemExit(str(error)) from None
+
+
+def _follow_the_launcher() -> None:
+    """Die with the launcher from here on; stop now if it is already gone.
+
+    SGLang ties a rank to the launcher (``PR_SET_PDEATHSIG``, ``kill_itself_when_parent_died``,
+    ``utils/common.py:3432``) only in ``configure_scheduler_process``
+    (``managers/scheduler.py:6269``), after ``load_plugins`` (``:6323``): without this, the
+    plugin's own load would run in a rank that outlives a launcher killed meanwhile (a
+    SIGTERM during start-up has no handler in the launcher).  The kernel does not send
+    the signal for a parent that died before the ``prctl``, so an orphan (its launcher
+    killed while it imported SGLang) stops here instead of starting up under the hooks.
+    The same setting SGLang makes a moment later; a no-op off Linux.
+    """
+    parent = multiprocessing.parent_process()
+    if parent is None or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent.pid:
+        raise SystemExit(f"initorch-sglang: the SGLang launcher (pid {parent.pid}) is gone; "
+                         f"process {os.getpid()} stops before its start-up")
