@@ -80,6 +80,7 @@ def mooncake_processes(run: Run) -> dict[str, Any]:
 def serve(run: Run, ready_file: Path | None) -> None:
     """Serve on every rank until ``POST /shutdown``; rank 0 owns HTTP and the ready file."""
     import torch.distributed as dist
+    from torch.distributed.distributed_c10d import PrefixStore
 
     from tiny_server.serve import Server
 
@@ -91,7 +92,7 @@ def serve(run: Run, ready_file: Path | None) -> None:
                     host=str(setting["server.host"].value), port=int(setting["server.port"].value),
                     max_new_tokens=int(setting["server.max_new_tokens"].value),
                     startup=startup_report(run.report),
-                    store=dist.PrefixStore("tiny-server", job_store))
+                    store=PrefixStore("tiny-server", job_store))
     ranks: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(ranks, {"pid": os.getpid(), **mooncake_processes(run)}, group=group)
     url = server.open()
