@@ -131,5 +131,5 @@ bench: system-deps $(STAMP)
 	$(BIN)/python bench/table.py
 
 clean:
-	rm -rf $(VENV) $(SGLANG_VENV) build site *.egg-info .pytest_cache .mypy_cache .ruff_cache .nox \
+	rm -rf $(VENV) $(SGLANG_VENV) $(SGLANG_OLD_VENV) build site *.egg-info .pytest_cache .mypy_cache .ruff_cache .nox \
 		.coverage .coverage.*

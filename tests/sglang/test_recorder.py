@@ -164,10 +164,9 @@ def test_warn_mode_records_the_unbound_vendor_call_and_lets_it_run() -> None:
 def test_a_call_that_made_none_of_its_vendor_calls_did_nothing() -> None:
     from initorch_sglang.outputs import build_report
 
-    recorder = Recorder(sglang_plan())
-    with recorder.observe("bind_cpu_threads") as bind:
-        bind.result = None  # _bind_threads_if_cpu off the CPU
-    record(recorder, ["set_device", "init_shared_mooncake_transfer_engine"])
+    recorder = Recorder(sglang_plan(device="npu"))
+    record(recorder, ["bind_cpu_threads", "set_device",  # _bind_threads_if_cpu off the CPU
+                      "init_shared_mooncake_transfer_engine"])
     with recorder.observe("init_mooncake_store"):
         vendor_call(recorder)  # made while the store's call runs: the store's
     outcomes = build_report(recorder, mode="verify", rank=0, started_at="now").outcomes
@@ -179,3 +178,13 @@ def test_a_call_that_made_none_of_its_vendor_calls_did_nothing() -> None:
         "called by SGLang, did nothing: SGLang binds threads on device cpu only")
     assert outcomes["init_mooncake_store"].status == "succeeded"
     assert outcomes["set_device"].status == "succeeded"
+
+
+def test_on_the_cpu_binding_threads_did_something_whatever_it_returned() -> None:
+    from initorch_sglang.outputs import build_report
+
+    recorder = Recorder(sglang_plan())
+    with recorder.observe("bind_cpu_threads") as bind:
+        bind.result = None  # 0.5.17's ModelRunner.init_threads_binding binds, returns None
+    outcomes = build_report(recorder, mode="verify", rank=0, started_at="now").outcomes
+    assert outcomes["bind_cpu_threads"].status == "succeeded"

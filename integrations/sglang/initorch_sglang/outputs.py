@@ -25,11 +25,12 @@ __all__ = ["build_report", "rank_path", "write_outputs"]
 
 NOT_CALLED = "not called by SGLang in this start-up"
 DID_NOTHING = "called by SGLang, did nothing"
-RETURNS_NONE_WHEN_IDLE = {
+IDLE_OFF_CPU = {
     "bind_cpu_threads": "SGLang binds threads on device cpu only (distributed/bootstrap.py "
-                        "_bind_threads_if_cpu, :75-87 in 0.5.23)",
+                        "_bind_threads_if_cpu, :75-87 in 0.5.23; model_runner.py "
+                        "init_threads_binding, :342-343 in 0.5.17)",
 }
-"""SGLang calls that return ``None`` when they did nothing, and why they would."""
+"""SGLang calls that do nothing off the CPU, and why."""
 
 
 def build_report(recorder: Recorder, *, mode: str, rank: int, started_at: str,
@@ -75,7 +76,7 @@ def build_report(recorder: Recorder, *, mode: str, rank: int, started_at: str,
 def _did_nothing(recorder: Recorder, call: Call) -> str | None:
     """Why SGLang's call of a step did nothing (``None`` when it did something): a step
     that works through vendor calls made none of them (the shared engine when nothing in
-    the launch needs Mooncake), or a call returned ``None`` where that means idle."""
+    the launch needs Mooncake), or a CPU-only call on another device."""
     from initorch_sglang.vendor import VENDOR_CALLS
 
     if call.error is not None:
@@ -83,8 +84,8 @@ def _did_nothing(recorder: Recorder, call: Call) -> str | None:
     vendor = sorted({v.label for v in VENDOR_CALLS if v.step == call.step})
     if vendor and not any(made.step == call.step for made in recorder.vendor_calls):
         return f"{DID_NOTHING}: it made no {' or '.join(vendor)} call"
-    why = RETURNS_NONE_WHEN_IDLE.get(call.step)
-    if why is not None and call.result is None:
+    why = IDLE_OFF_CPU.get(call.step)
+    if why is not None and recorder.plan.device.type != "cpu":
         return f"{DID_NOTHING}: {why}"
     return None
 
