@@ -120,8 +120,7 @@ def _logged_by_every_rank(pattern: str) -> Callable[[Server], bool]:
 def _every_process_tied(server: Server) -> bool:
     """Each rank and the detokenizer past SGLang's ``kill_itself_when_parent_died`` (they
     take SGLang's process title right after it)."""
-    roles = sorted(_role(command) for command in _children(server).values())
-    return roles == sorted([*TITLED, "resource tracker"])
+    return set(TITLED) <= {_role(command) for command in _children(server).values()}
 
 
 def _still_importing(server: Server) -> bool:
