@@ -50,8 +50,13 @@ def apply(hooks: dict[str, tuple[Callable[..., Any], HookKind]]) -> None:
             raise HookError(f"initorch-sglang: hook target {target} is missing: no module of "
                             f"it can be found ({_sglang()})")
         by_module.setdefault(module, {})[target] = hook
+    ready = {target: hook for module, group in by_module.items() if module in sys.modules
+             for target, hook in group.items()}
+    if ready:
+        _apply_now(ready, repoint=True)  # one walk for every target SGLang imported already
     for module, group in by_module.items():
-        after_import(module, _applier(group, repoint=module in sys.modules))
+        if module not in sys.modules:
+            after_import(module, _applier(group, repoint=False))
 
 
 def _applier(hooks: dict[str, tuple[Callable[..., Any], HookKind]], *,
@@ -101,18 +106,21 @@ def _wrapped(original: Callable[..., Any], function: Callable[..., Any],
 
 
 def _repoint(stale: dict[int, tuple[Any, Callable[..., Any]]]) -> None:
-    """One walk over the loaded modules: a name bound to a wrapped original (``from X
-    import f`` before the hook) is bound to its wrapper."""
-    for module in list(sys.modules.values()):
+    """One walk over SGLang's loaded modules: a name bound to a wrapped original (``from X
+    import f`` before the hook) is bound to its wrapper.  Only SGLang's modules: a binding
+    matters where SGLang's own code calls through it."""
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("sglang"):
+            continue
         try:
             names = list(vars(module).items())
         except TypeError:
             continue
-        for name, value in names:
+        for attribute, value in names:
             found = stale.get(id(value))
             if found is not None and found[0] is value:
                 with contextlib.suppress(AttributeError, TypeError):
-                    setattr(module, name, found[1])
+                    setattr(module, attribute, found[1])
 
 
 def _owner(target: str) -> tuple[Any, str]:

@@ -58,7 +58,6 @@ def load() -> None:
         return
     _follow_the_launcher()
     from initorch_sglang.calls import installed_layout
-    from initorch_sglang.drive import bind_deadline_thread, drive_parallel_runtime
     from initorch_sglang.hooks import HookError, apply
     from initorch_sglang.session import observe_vendor, observer_hooks, scheduler_hook
     from initorch_sglang.vendor import install_vendor_hooks
@@ -68,6 +67,8 @@ def load() -> None:
     hooks = observer_hooks()
     hooks[layout.scheduler_init] = (scheduler_hook(options), "around")
     if options.mode == "drive" and layout.parallel_runtime is not None:
+        from initorch_sglang.drive import bind_deadline_thread, drive_parallel_runtime
+
         hooks[layout.parallel_runtime] = (drive_parallel_runtime, "replace")
         if layout.deadline_helper is not None:  # SGLang's engine init thread (0.5.20 on)
             hooks[layout.deadline_helper] = (bind_deadline_thread, "around")
