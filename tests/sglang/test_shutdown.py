@@ -14,9 +14,12 @@ What SGLang does (0.5.23, ``sglang/`` of the wheel):
   start of ``run_detokenizer_process`` (``managers/detokenizer_manager.py:550``), after its
   module import;
 - the kernel sends nothing for a parent that died before the ``prctl``: a process still
-  importing SGLang when the launcher dies is an orphan that starts up anyway (a rank waits
-  for its dead peer, the detokenizer for a scheduler that never comes), and
-  ``multiprocessing``'s resource tracker lives as long as any of them.
+  importing SGLang when the launcher dies is an orphan that starts up anyway: a rank whose
+  peer was killed waits for it; ranks orphaned together run their whole start-up
+  (segments mounted on the master) and die at ``pipe_writer.send`` (``scheduler.py:6365``,
+  BrokenPipeError); the detokenizer waits in its event loop for good
+  (``detokenizer_manager.py:188``); ``multiprocessing``'s resource tracker lives as long
+  as any of them.
 
 So a SIGTERM while a rank still imports leaves processes behind with stock SGLang too
 (seen with stock SGLang: the SIGTERM at the first rank's "Init parallel begin", the other
