@@ -31,6 +31,7 @@ from typing import Any
 
 from initorch.addresses import host_port, split_host_port
 from initorch.errors import LaunchError
+from initorch.numbers import MAX_WORLD_SIZE, NumberError, parse_count
 
 TORCHRUN_HINT = "check the variables torchrun exports"
 SLURM_HINT = "start one task per rank with srun (srun --ntasks-per-node=N initorch run ...)"
@@ -432,8 +433,8 @@ def _number(env: Mapping[str, str], name: str, hint: str) -> int | None:
     raw = env.get(name, "").strip()
     if not raw:
         return None
-    if not raw.isdigit():  # also refuses -1 ("not distributed") and 1_0
-        raise LaunchError(f"environment variable {name}={raw!r} is not a whole number >= 0",
-                          hint=hint)
-    return int(raw)
+    try:  # ASCII digits only: refuses -1 ("not distributed"), 1_0 and WORLD_SIZE=²
+        return parse_count(raw, f"environment variable {name}", maximum=MAX_WORLD_SIZE)
+    except NumberError as error:
+        raise LaunchError(str(error), hint=hint) from None
 

@@ -226,9 +226,9 @@ def test_a_bad_worker_count_is_a_usage_error(workers: str):
 def test_a_bad_rank_variable_is_a_usage_error():
     result = run(*NO_MOONCAKE, env={"RANK": "first"})
     assert result.returncode == 2
-    assert result.stderr.strip() == ("initorch: error: environment variable RANK='first' is not "
-                                     "a whole number >= 0 (check the variables torchrun "
-                                     "exports)")
+    assert result.stderr.strip() == ("initorch: error: environment variable RANK 'first' is not "
+                                     "a whole number (ASCII digits 0-9 only) (check the "
+                                     "variables torchrun exports)")
 
 
 def test_a_report_in_a_missing_folder_is_refused_before_running(tmp_path):

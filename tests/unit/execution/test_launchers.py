@@ -51,25 +51,30 @@ def test_torchrun_variables(env, expected):
 def test_from_env_reads_os_environ_only_without_a_mapping(monkeypatch):
     monkeypatch.setenv("RANK", "not a number")
     assert RankInfo.from_env({}) == RankInfo(launcher="none")
-    with pytest.raises(LaunchError, match="RANK='not a number' is not a whole number"):
+    with pytest.raises(LaunchError, match="RANK 'not a number' is not a whole number"):
         RankInfo.from_env()
 
 
 @pytest.mark.parametrize(("env", "message"), [
-    ({"LOCAL_RANK": "one"}, "environment variable LOCAL_RANK='one' is not a whole number >= 0"),
-    ({"WORLD_SIZE": "2.0"}, "environment variable WORLD_SIZE='2.0' is not a whole number >= 0"),
+    ({"LOCAL_RANK": "one"}, "environment variable LOCAL_RANK 'one' is not a whole number (ASCII digits 0-9 only)"),
+    ({"WORLD_SIZE": "2.0"}, "environment variable WORLD_SIZE '2.0' is not a whole number (ASCII digits 0-9 only)"),
     ({"RANK": "4", "WORLD_SIZE": "4"}, "RANK=4 is outside WORLD_SIZE=4"),
     ({"RANK": "0", "LOCAL_RANK": "2", "WORLD_SIZE": "2"}, "LOCAL_RANK=2 is outside WORLD_SIZE=2"),
     ({"RANK": "-1", "WORLD_SIZE": "4"},
-     "environment variable RANK='-1' is not a whole number >= 0"),
+     "environment variable RANK '-1' is not a whole number (ASCII digits 0-9 only)"),
     ({"LOCAL_RANK": "-1", "WORLD_SIZE": "2"},
-     "environment variable LOCAL_RANK='-1' is not a whole number >= 0"),
+     "environment variable LOCAL_RANK '-1' is not a whole number (ASCII digits 0-9 only)"),
     ({"RANK": "0", "WORLD_SIZE": "0"}, "WORLD_SIZE=0 must be at least 1"),
     ({"RANK": "1"}, "the world size is ambiguous: RANK is set but WORLD_SIZE is not"),
     ({"WORLD_SIZE": "2"}, "the world size is ambiguous: WORLD_SIZE is set but RANK is not"),
     ({"LOCAL_RANK": "1"}, "LOCAL_RANK=1 is set but RANK and WORLD_SIZE are not"),
+    ({"RANK": "0", "WORLD_SIZE": "\u00b2"},  # "²".isdigit() is True, int("²") raises
+     "environment variable WORLD_SIZE '\u00b2' is not a whole number (ASCII digits 0-9 only)"),
+    ({"RANK": "0", "WORLD_SIZE": "9" * 40},
+     f"environment variable WORLD_SIZE '{'9' * 40}' is larger than 1048576"),
 ], ids=["word", "float", "rank-too-big", "local-rank-beyond-world", "negative-rank",
-        "negative-local-rank", "empty-world", "rank-alone", "world-alone", "local-rank-alone"])
+        "negative-local-rank", "empty-world", "rank-alone", "world-alone", "local-rank-alone",
+        "superscript-two", "beyond-the-bound"])
 def test_impossible_or_partial_torchrun_variables(env, message):
     # LOCAL_RANK is the device index: -1 (a common "not distributed" value) would reach
     # set_device(-1), a no-op in torch.cuda, so the rank would land on device 0.
@@ -245,7 +250,7 @@ def test_master_addr_and_port_in_a_world_of_one_are_where_it_meets():
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511"}
     assert detect_rank(env) == RankInfo(rendezvous="127.0.0.1:29511", launcher="none")
     assert detect_rank({"MASTER_ADDR": "127.0.0.1"}).rendezvous is None  # torch needs both
-    with pytest.raises(LaunchError, match=re.escape("MASTER_PORT='x' is not a whole number")):
+    with pytest.raises(LaunchError, match=re.escape("MASTER_PORT 'x' is not a whole number")):
         detect_rank({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "x"})
 
 
