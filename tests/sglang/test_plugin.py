@@ -87,3 +87,12 @@ def test_a_hook_target_whose_module_is_gone_stops_at_plugin_load() -> None:
     assert result.returncode == 0, result.stderr
     assert "hook target sglang.srt.no_such_package.no_module.function is missing" in \
         result.stdout.strip().splitlines()[-1]
+
+
+def test_the_launcher_refuses_a_bad_setting_before_any_rank_is_spawned() -> None:
+    result = run_in_sglang("from initorch_sglang.plugin import load\nload()\n",
+                           INITORCH_SGLANG="verify",
+                           INITORCH_SGLANG_SET="hicache.host_pool_mb=lots")
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.splitlines() if "initorch-sglang" in line]
+    assert len(lines) == 1 and "INITORCH_SGLANG_SET" in lines[0] and "lots" in lines[0]
