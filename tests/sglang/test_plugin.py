@@ -27,8 +27,9 @@ def test_a_server_that_did_not_ask_is_untouched() -> None:
 
 
 RANK_LOAD = LOAD + (
-    "import multiprocessing, pkgutil\n"
-    "multiprocessing.parent_process = lambda: object()  # as in a rank\n"
+    "import multiprocessing, os, pkgutil, types\n"
+    "launcher = types.SimpleNamespace(pid=os.getppid())  # as in a rank: this test's\n"
+    "multiprocessing.parent_process = lambda: launcher\n"
     "before = set(sys.modules)\n"
     "load_plugins()\n"
     "imported = sorted(name for name in set(sys.modules) - before\n"
