@@ -126,6 +126,33 @@ def _wait_for_master(metrics_port: int, watchdog: subprocess.Popen[bytes]) -> No
     raise RuntimeError("mooncake_master did not become ready within 60 s")
 
 
+BIND = {"SGLANG_CPU_OMP_THREADS_BIND": "0|1"}
+"""One core group per rank for tp=2 on this one-NUMA-node host (utils/numa_utils.py:463)."""
+
+
+def report_paths(folder: Path) -> dict[str, str | None]:
+    """``INITORCH_SGLANG_REPORT``/``_TRACE`` for every rank, in ``folder``."""
+    return {"INITORCH_SGLANG_REPORT": str(folder / "report-{rank}.json"),
+            "INITORCH_SGLANG_TRACE": str(folder / "trace-{rank}.json")}
+
+
+def assert_nothing_left(server: Server) -> None:
+    """No process of the launch outlived its stop, and its port is closed."""
+    assert server.leftovers == [], f"processes left after shutdown: {server.leftovers}"
+    assert port_is_free(server.port)
+
+
+def stock_generation(model: Path, master: Master, log: Path) -> tuple[list[int], Server]:
+    """Stock SGLang's greedy tokens on the tests' launch line (initorch installed, not
+    asked for; the vehicle's CPU host pool, without which stock cannot start HiCache)."""
+    with running(model, master, {"INITORCH_TEST_STOCK_CPU_POOL": "1", **BIND}, log) as stock:
+        stock.wait_ready()
+        tokens = stock.generate()
+    assert_nothing_left(stock)
+    assert "initorch-sglang" not in stock.text()  # not asked for: not there
+    return tokens, stock
+
+
 def launch_arguments(model: Path, port: int, *, tp: int = 2) -> list[str]:
     """The launch line of every test: tp ranks, HiCache with the Mooncake Store."""
     return ["--model-path", str(model), "--device", "cpu", "--attention-backend",

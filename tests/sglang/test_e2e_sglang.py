@@ -12,7 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.sglang.server import REGRESSION_SITE, SITE, Master, Server, port_is_free, running
+from tests.sglang.server import (
+    BIND,
+    REGRESSION_SITE,
+    SITE,
+    Master,
+    assert_nothing_left,
+    report_paths,
+    running,
+    stock_generation,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -22,41 +31,23 @@ SGLANG_ORDER = ["bind_cpu_threads", "set_device", "init_shared_mooncake_transfer
                 "init_torch_distributed", "init_model_parallel", "set_device",
                 "memory_baseline", "sglang_load_model", "sglang_alloc_kv_pool",
                 "alloc_host_mem_pool", "init_mooncake_store", "register_mem_pool_host"]
-BIND = {"SGLANG_CPU_OMP_THREADS_BIND": "0|1"}
-
-
-def outputs(tmp_path: Path) -> dict[str, str]:
-    return {"INITORCH_SGLANG_REPORT": str(tmp_path / "report-{rank}.json"),
-            "INITORCH_SGLANG_TRACE": str(tmp_path / "trace-{rank}.json")}
 
 
 def reports(tmp_path: Path) -> list[dict]:
     return [json.loads((tmp_path / f"report-{rank}.json").read_text()) for rank in (0, 1)]
 
 
-def assert_nothing_left(server: Server) -> None:
-    assert server.leftovers == [], f"processes left after shutdown: {server.leftovers}"
-    assert port_is_free(server.port)
-
-
 @pytest.fixture(scope="module")
 def stock_tokens(tiny_model: Path, master: Master,
                  tmp_path_factory: pytest.TempPathFactory) -> list[int]:
-    """Stock SGLang's greedy tokens on this launch line (initorch installed, not asked for)."""
-    log = tmp_path_factory.mktemp("stock") / "stock.log"
-    with running(tiny_model, master, {"INITORCH_TEST_STOCK_CPU_POOL": "1", **BIND},
-                 log) as stock:
-        stock.wait_ready()
-        tokens = stock.generate()
-    assert_nothing_left(stock)
-    assert "initorch-sglang" not in stock.text()  # not asked for: not there
-    return tokens
+    """Stock SGLang's greedy tokens on this launch line."""
+    return stock_generation(tiny_model, master, tmp_path_factory.mktemp("stock") / "stock.log")[0]
 
 
 def test_verify_mode_records_and_checks_a_real_start_that_serves(
         tiny_model: Path, master: Master, tmp_path: Path, stock_tokens: list[int]) -> None:
-    with running(tiny_model, master, {"INITORCH_SGLANG": "verify", **BIND, **outputs(tmp_path)},
-                 tmp_path / "server.log") as server:
+    environ = {"INITORCH_SGLANG": "verify", **BIND, **report_paths(tmp_path)}
+    with running(tiny_model, master, environ, tmp_path / "server.log") as server:
         server.wait_ready()
         tokens = server.generate()
     assert tokens == stock_tokens
@@ -105,7 +96,7 @@ def test_verify_mode_records_and_checks_a_real_start_that_serves(
 def test_drive_mode_runs_the_parallel_runtime_and_gives_stock_tokens(
         tiny_model: Path, master: Master, tmp_path: Path, stock_tokens: list[int]) -> None:
     # No SGLANG_CPU_OMP_THREADS_BIND: drive mode fills it in from initorch's core split.
-    with running(tiny_model, master, {"INITORCH_SGLANG": "drive", **outputs(tmp_path)},
+    with running(tiny_model, master, {"INITORCH_SGLANG": "drive", **report_paths(tmp_path)},
                  tmp_path / "drive.log") as driven:
         driven.wait_ready()
         drive_tokens = driven.generate()
@@ -128,7 +119,7 @@ def test_drive_mode_runs_the_parallel_runtime_and_gives_stock_tokens(
 
 def test_verify_mode_stops_an_engine_built_after_the_process_group(
         tiny_model: Path, master: Master, tmp_path: Path) -> None:
-    environ = {"INITORCH_SGLANG": "verify", **BIND, **outputs(tmp_path)}
+    environ = {"INITORCH_SGLANG": "verify", **BIND, **report_paths(tmp_path)}
     with running(tiny_model, master, environ, tmp_path / "server.log",
                  site=(SITE, REGRESSION_SITE)) as server:
         code = server.wait_exit()
@@ -157,7 +148,7 @@ def test_drive_mode_ends_a_failing_step_with_its_diagnosis(
         address = f"127.0.0.1:{taken.getsockname()[1]}"
         environ = {"INITORCH_SGLANG": "drive", "INITORCH_SGLANG_RENDEZVOUS": address,
                    "INITORCH_SGLANG_SET": "distributed.join_timeout_s=20",
-                   **outputs(tmp_path)}
+                   **report_paths(tmp_path)}
         with running(tiny_model, master, environ, tmp_path / "server.log") as server:
             code = server.wait_exit()
     assert code != 0

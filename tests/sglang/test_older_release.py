@@ -24,13 +24,16 @@ from pathlib import Path
 import pytest
 
 from tests.sglang.server import (
+    BIND,
     REPO,
     VENV_ENV,
     Master,
     Server,
+    assert_nothing_left,
     managed_master,
-    port_is_free,
+    report_paths,
     running,
+    stock_generation,
 )
 
 OLD_RELEASE = "0.5.17"
@@ -53,7 +56,6 @@ OLD_ORDER = ["bind_cpu_threads", "set_device", "init_shared_mooncake_transfer_en
              "init_torch_distributed", "init_model_parallel", "sglang_load_model",
              "sglang_alloc_kv_pool", "alloc_host_mem_pool", "init_mooncake_store",
              "register_mem_pool_host"]
-BIND = {"SGLANG_CPU_OMP_THREADS_BIND": "0|1"}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -77,16 +79,6 @@ def master(old_venv: Path) -> Iterator[Master]:
         yield started
 
 
-def outputs(tmp_path: Path) -> dict[str, str]:
-    return {"INITORCH_SGLANG_REPORT": str(tmp_path / "report-{rank}.json"),
-            "INITORCH_SGLANG_TRACE": str(tmp_path / "trace-{rank}.json")}
-
-
-def assert_nothing_left(server: Server) -> None:
-    assert server.leftovers == [], f"processes left after shutdown: {server.leftovers}"
-    assert port_is_free(server.port)
-
-
 def timed(mode: str, server: Server) -> str:
     """One line of the start-up's times (``pytest -s`` shows them)."""
     line = (f"SGLang {OLD_RELEASE} {mode}: up after {server.up_after or 0:.1f} s, "
@@ -99,21 +91,16 @@ def timed(mode: str, server: Server) -> str:
 def stock_tokens(tiny_model: Path, master: Master,
                  tmp_path_factory: pytest.TempPathFactory) -> list[int]:
     """Stock SGLang 0.5.17's greedy tokens (initorch installed, not asked for)."""
-    log = tmp_path_factory.mktemp("stock-old") / "stock.log"
-    with running(tiny_model, master, {"INITORCH_TEST_STOCK_CPU_POOL": "1", **BIND},
-                 log) as stock:
-        stock.wait_ready()
-        tokens = stock.generate()
+    tokens, stock = stock_generation(tiny_model, master,
+                                     tmp_path_factory.mktemp("stock-old") / "stock.log")
     timed("stock", stock)
-    assert_nothing_left(stock)
-    assert "initorch-sglang" not in stock.text()
     return tokens
 
 
 def test_verify_mode_records_and_checks_the_older_release(
         tiny_model: Path, master: Master, tmp_path: Path, stock_tokens: list[int]) -> None:
-    with running(tiny_model, master, {"INITORCH_SGLANG": "verify", **BIND, **outputs(tmp_path)},
-                 tmp_path / "server.log") as server:
+    environ = {"INITORCH_SGLANG": "verify", **BIND, **report_paths(tmp_path)}
+    with running(tiny_model, master, environ, tmp_path / "server.log") as server:
         server.wait_ready()
         tokens = server.generate()
     timed("verify", server)
@@ -157,7 +144,7 @@ def test_drive_mode_refuses_the_older_release_in_one_line(
     """0.5.17 has no ``init_parallel_runtime`` (``ModelRunner.__init__`` starts the parallel
     runtime itself), so there is nothing for drive mode to replace: the launcher stops
     before any rank starts, naming the release and its layout."""
-    with running(tiny_model, master, {"INITORCH_SGLANG": "drive", **outputs(tmp_path)},
+    with running(tiny_model, master, {"INITORCH_SGLANG": "drive", **report_paths(tmp_path)},
                  tmp_path / "drive.log") as driven:
         code = driven.wait_exit()
     assert code != 0

@@ -42,9 +42,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.sglang.server import REPO, Master, Server, _group_members, launch
+from tests.sglang.server import BIND, REPO, Master, Server, _group_members, launch
 
-BIND = {"SGLANG_CPU_OMP_THREADS_BIND": "0|1"}
 VERIFY = {"INITORCH_SGLANG": "verify", **BIND}
 STOCK = {"INITORCH_TEST_STOCK_CPU_POOL": "1", **BIND}
 SPAWNED = 4  # two ranks, the detokenizer, multiprocessing's resource tracker

@@ -21,18 +21,25 @@ from pathlib import Path
 
 import pytest
 
-from tests.sglang.server import REPO, SIMULATED_ASCEND, Master, port_is_free, running
+from tests.sglang.server import (
+    BIND,
+    REPO,
+    SIMULATED_ASCEND,
+    Master,
+    assert_nothing_left,
+    report_paths,
+    running,
+)
 
 pytestmark = pytest.mark.e2e
 
 PROFILE = str(REPO / "tests" / "sglang" / "simulated-ascend.yaml")
-LAUNCH = {**SIMULATED_ASCEND, "SGLANG_CPU_OMP_THREADS_BIND": "0|1"}
+LAUNCH = {**SIMULATED_ASCEND, **BIND}
 ENGINE_LINE = "srt/distributed/device_communicators/mooncake_transfer_engine.py:212"
 
 
 def outputs(tmp_path: Path) -> dict[str, str | None]:
-    return {"INITORCH_SGLANG_REPORT": str(tmp_path / "report-{rank}.json"),
-            "INITORCH_SGLANG_PROFILE": PROFILE}
+    return {**report_paths(tmp_path), "INITORCH_SGLANG_PROFILE": PROFILE}
 
 
 def test_stock_sglang_fails_as_it_would_on_ascend(tiny_model: Path, master: Master,
@@ -40,7 +47,8 @@ def test_stock_sglang_fails_as_it_would_on_ascend(tiny_model: Path, master: Mast
     with running(tiny_model, master, {**LAUNCH, "INITORCH_TEST_STOCK_CPU_POOL": "1"},
                  tmp_path / "stock.log") as server:
         code = server.wait_exit()
-    assert code != 0 and server.leftovers == [] and port_is_free(server.port)
+    assert code != 0
+    assert_nothing_left(server)
     log = server.text()
     # The simulated ascend-direct build's lines (Mooncake ascend_direct_transport.cpp:244,
     # transfer_engine_impl.cpp:230), then SGLang's own error (mooncake_transfer_engine.py:223).
@@ -55,7 +63,8 @@ def test_verify_mode_stops_it_naming_the_vendor_call_the_deadline_thread_and_the
     environ = {**LAUNCH, "INITORCH_SGLANG": "verify", **outputs(tmp_path)}
     with running(tiny_model, master, environ, tmp_path / "verify.log") as server:
         code = server.wait_exit()
-    assert code != 0 and server.leftovers == [] and port_is_free(server.port)
+    assert code != 0
+    assert_nothing_left(server)
     log = server.text()
     violation = re.search(r"initorch-sglang: order violation: (.*)", log)
     assert violation is not None, log[-3000:]
@@ -86,7 +95,8 @@ def test_drive_mode_starts_and_serves_it(tiny_model: Path, master: Master,
     with running(tiny_model, master, environ, tmp_path / "drive.log") as server:
         server.wait_ready()
         tokens = server.generate()
-    assert len(tokens) == 8 and server.leftovers == [] and port_is_free(server.port)
+    assert len(tokens) == 8
+    assert_nothing_left(server)
     log = server.text()
     assert log.count("initorch-sglang: drive ok") == 2
     assert "Call acl failed" not in log
