@@ -55,9 +55,12 @@ def test_from_env_reads_os_environ_only_without_a_mapping(monkeypatch):
         RankInfo.from_env()
 
 
+NOT_A_NUMBER = "is not a whole number (ASCII digits 0-9 only)"
+
+
 @pytest.mark.parametrize(("env", "message"), [
-    ({"LOCAL_RANK": "one"}, "environment variable LOCAL_RANK 'one' is not a whole number (ASCII digits 0-9 only)"),
-    ({"WORLD_SIZE": "2.0"}, "environment variable WORLD_SIZE '2.0' is not a whole number (ASCII digits 0-9 only)"),
+    ({"LOCAL_RANK": "one"}, f"environment variable LOCAL_RANK 'one' {NOT_A_NUMBER}"),
+    ({"WORLD_SIZE": "2.0"}, f"environment variable WORLD_SIZE '2.0' {NOT_A_NUMBER}"),
     ({"RANK": "4", "WORLD_SIZE": "4"}, "RANK=4 is outside WORLD_SIZE=4"),
     ({"RANK": "0", "LOCAL_RANK": "2", "WORLD_SIZE": "2"}, "LOCAL_RANK=2 is outside WORLD_SIZE=2"),
     ({"RANK": "-1", "WORLD_SIZE": "4"},
