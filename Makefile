@@ -35,12 +35,18 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet -e ".[dev,torch,mooncake-cpu]" "$(TORCH_PIN)"
 	touch $(STAMP)
 
+# $(call sglang_venv_recipe,VENV,PIN): a venv with SGLang PIN, the CPU Mooncake build beside
+# it (never the CUDA one) and initorch with initorch-sglang editable; VENV/.installed last.
+define sglang_venv_recipe
+	$(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install --quiet --upgrade pip
+	$(1)/bin/pip install --quiet "$(2)" "$(MOONCAKE_CPU_PIN)"
+	$(1)/bin/pip install --quiet -e . -e integrations/sglang
+	touch $(1)/.installed
+endef
+
 $(SGLANG_STAMP): pyproject.toml integrations/sglang/pyproject.toml
-	$(PYTHON) -m venv $(SGLANG_VENV)
-	$(SGLANG_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(SGLANG_VENV)/bin/pip install --quiet "$(SGLANG_PIN)" "$(MOONCAKE_CPU_PIN)"
-	$(SGLANG_VENV)/bin/pip install --quiet -e . -e integrations/sglang
-	touch $(SGLANG_STAMP)
+	$(call sglang_venv_recipe,$(SGLANG_VENV),$(SGLANG_PIN))
 
 sglang-venv: system-deps $(SGLANG_STAMP)
 
@@ -55,11 +61,7 @@ SGLANG_OLD_STAMP := $(SGLANG_OLD_VENV)/.installed
 SGLANG_OLD_PIN := sglang==0.5.17
 
 $(SGLANG_OLD_STAMP): pyproject.toml integrations/sglang/pyproject.toml
-	$(PYTHON) -m venv $(SGLANG_OLD_VENV)
-	$(SGLANG_OLD_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(SGLANG_OLD_VENV)/bin/pip install --quiet "$(SGLANG_OLD_PIN)" "$(MOONCAKE_CPU_PIN)"
-	$(SGLANG_OLD_VENV)/bin/pip install --quiet -e . -e integrations/sglang
-	touch $(SGLANG_OLD_STAMP)
+	$(call sglang_venv_recipe,$(SGLANG_OLD_VENV),$(SGLANG_OLD_PIN))
 
 sglang-old-venv: system-deps $(SGLANG_OLD_STAMP)
 
