@@ -209,9 +209,11 @@ def start(
     launch: LaunchArguments | None = None,
     handle_signals: bool = False,
     keep_going: bool = False,
+    teardown: str = "side-by-side",
 ) -> Iterator[Run]:
     """Start a server's stack: resolve, run every step, yield the :class:`Run`, and
-    tear down in reverse order when the block exits (normally or by an exception).
+    tear down when the block exits (normally or by an exception): side by side,
+    dependents first, or with ``teardown="sequential"`` in reverse completion order.
 
     ``started.outputs`` maps each completed step to its output (the transfer
     engine, the process group, the registered pool, a launcher's model).
@@ -231,5 +233,5 @@ def start(
                      registry=registry)
     with Run(plan, executor=executor, workers=workers, diagnoses=registry.diagnoses,
              rank=rank, launch=launch, handle_signals=handle_signals,
-             keep_going=keep_going) as run:
+             keep_going=keep_going, teardown=teardown) as run:
         yield run

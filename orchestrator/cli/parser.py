@@ -69,6 +69,11 @@ class _Parser(argparse.ArgumentParser):
         super().error(shown(message, MAX_USAGE_ERROR))
 
 
+TEARDOWN_MODES = ("side-by-side", "sequential")
+"""``run --teardown``'s choices: those of
+:data:`initorch.execution.executors.TEARDOWN_MODES` (a test keeps them equal), named
+here so that declaring the options imports no executor."""
+
 MAX_USAGE_ERROR = 400  # characters of a usage error; it quotes the arguments it refuses
 
 
@@ -174,6 +179,11 @@ def build_parser(with_extensions: bool = True) -> argparse.ArgumentParser:
     run.add_argument("--workers", type=_positive_int, default=None,
                      help="the most threads the parallel executor runs steps on (default: "
                           f"one per ready step, up to {DEFAULT_MAX_WORKERS})")
+    run.add_argument("--teardown", choices=TEARDOWN_MODES, default=TEARDOWN_MODES[0],
+                     help="how completed steps are undone: side-by-side (default: a step "
+                          "once every step ordered after it is undone, independent ones "
+                          "at once) or sequential (one at a time, in reverse completion "
+                          "order)")
     run.add_argument("--keep-going", action="store_true",
                      help="after a step fails, still run every step that does not require "
                           "it (default: fail fast, start no new step)")

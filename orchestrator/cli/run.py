@@ -125,7 +125,8 @@ def _run(args: argparse.Namespace, registry: Registry, rank: RankInfo,
                   inputs)  # before anything runs: a bad path never costs a start-up
     run = Run(plan, executor=args.executor, workers=args.workers, diagnoses=registry.diagnoses,
               rank=rank, handle_signals=True, teardown_at_exit=True,
-              keep_going=args.keep_going, heartbeat=args.heartbeat or None)
+              keep_going=args.keep_going, heartbeat=args.heartbeat or None,
+              teardown=args.teardown)
     if capture is not None:
         capture.log = run.log  # native output carries the run's profile and rank
     interrupted: RunInterrupted | None = None

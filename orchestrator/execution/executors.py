@@ -12,6 +12,11 @@ Terraform's graph walker).  Every executor takes its steps from one
                 wall time approaches the critical path.
 ``dry-run``     walks the plan exactly as ``sequential`` would and reports
                 what would run, without running anything.
+
+A run's teardown is scheduled here too (:func:`tear_down`): ``side-by-side``
+(the default) undoes a step once every step ordered after it is undone, each
+independent one on a thread of its own, as systemd stops units; ``sequential``
+undoes them one at a time in reverse completion order, on the calling thread.
 """
 
 from __future__ import annotations
@@ -19,13 +24,18 @@ from __future__ import annotations
 import heapq
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from initorch.execution.executor_names import DEFAULT_MAX_WORKERS, EXECUTORS
 from initorch.execution.signals import POLL_S
 from initorch.resolution.plan import Plan, PlannedStep
+from initorch.resolution.plangraph import Edge, PlanGraph
 from initorch.resolution.walk import PlanWalk
+
+TEARDOWN_MODES = ("side-by-side", "sequential")
+"""How a run's teardown is scheduled, as ``Run(teardown=...)`` and ``--teardown`` take
+it; the first is the default."""
 
 
 class RunDriver(Protocol):
@@ -263,3 +273,129 @@ def make_executor(name: str, workers: int | None = None) -> Executor:
     if name == "dry-run":
         return DryRunExecutor()
     raise ValueError(f"unknown executor '{name}'; choose one of {', '.join(EXECUTORS)}")
+
+
+def tear_down(mode: str, graph: PlanGraph, completed: Sequence[str],
+              undo: Callable[[str], None], workers: int = DEFAULT_MAX_WORKERS) -> None:
+    """Undo the ``completed`` steps (in completion order) of a plan with ``graph``:
+    ``undo(name)`` once for each, scheduled by ``mode`` (one of :data:`TEARDOWN_MODES`).
+
+    ``undo`` records a failing teardown itself; what it raises all the same stops the
+    teardown: no new ``undo`` starts, those under way finish, and the error is raised
+    here (the run keeps what is left for its next teardown)."""
+    if mode == "sequential":
+        for name in reversed(completed):
+            undo(name)
+    elif mode == "side-by-side":
+        _SideBySide(graph, completed, undo, workers).run()
+    else:
+        raise ValueError(f"unknown teardown '{mode}'; choose one of "
+                         f"{', '.join(TEARDOWN_MODES)}")
+
+
+def reversed_graph(graph: PlanGraph) -> PlanGraph:
+    """``graph`` with every edge turned round: a walk of it hands out a step once every
+    step ordered after it is done.  A step that reads another's output is ordered after
+    it by a chain of edges (the resolver checks it), so readers are covered too."""
+    turned = (Edge(edge.target, edge.source, edge.kind, edge.declared_at, edge.declared_by,
+                   edge.reason)
+              for name in graph.nodes for edge in graph.edges_into(name))
+    return PlanGraph(reversed(graph.nodes), turned)
+
+
+class _SideBySide:
+    """One side-by-side teardown: a walk of the reversed plan graph, where a step that
+    did not complete (or has been undone already) is done at once, and every other one
+    is undone by the calling thread or by a daemon thread started for it.
+
+    The calling thread takes part: a chain is undone on it alone, as the sequential
+    teardown would, and if no thread can be started (a teardown at interpreter exit)
+    it undoes everything itself.  Ready steps are taken latest completed first.
+    """
+
+    def __init__(self, graph: PlanGraph, completed: Sequence[str],
+                 undo: Callable[[str], None], cap: int) -> None:
+        self._rank = {name: index for index, name in enumerate(completed)}
+        self._walk = PlanWalk(reversed_graph(graph))
+        self._undo, self._cap = undo, cap
+        self._ready: list[tuple[int, str]] = []  # a heap: latest completed first
+        self._running = self._threads = self._threads_busy = 0  # undoing / started / both
+        self._stopped: BaseException | None = None
+        self._changed = threading.Condition()
+
+    def run(self) -> None:
+        with self._changed:
+            self._release()
+        try:
+            self._work(caller=True)
+        except BaseException as stop:
+            with self._changed:  # the threads take nothing new
+                self._stopped = self._stopped or stop
+        with self._changed:  # the threads' last teardowns end before this one does
+            while self._running:
+                self._changed.wait(POLL_S)  # in slices: signal handlers run
+        if self._stopped is not None:
+            raise self._stopped
+
+    def _release(self) -> None:
+        """Take what the walk has ready (under the lock): steps to undo onto the heap,
+        the others done at once."""
+        ready = self._walk.get_ready()
+        while ready:
+            for name in ready:
+                if name in self._rank:
+                    heapq.heappush(self._ready, (-self._rank[name], name))
+                else:
+                    self._walk.done(name)
+            ready = self._walk.get_ready()
+
+    def _work(self, *, caller: bool) -> None:
+        """Undo ready steps until none is left for this thread: a started thread ends
+        when nothing is ready, the calling thread when the walk is over; both once a
+        teardown raised."""
+        while True:
+            with self._changed:
+                while not self._ready and caller and self._stopped is None \
+                        and self._walk.is_active():
+                    self._changed.wait(POLL_S)  # in slices: signal handlers run
+                if not self._ready or self._stopped is not None:
+                    return
+                name = heapq.heappop(self._ready)[1]
+                self._running += 1
+                self._threads_busy += 0 if caller else 1
+                self._start_threads()
+            try:
+                self._undo(name)
+            except BaseException as stop:  # undo records failures: this one stops the rest
+                with self._changed:
+                    self._stopped = self._stopped or stop
+                    self._running -= 1
+                    self._threads_busy -= 0 if caller else 1
+                    self._changed.notify_all()
+                return
+            with self._changed:
+                self._running -= 1
+                self._threads_busy -= 0 if caller else 1
+                self._walk.done(name)
+                self._release()
+                self._changed.notify_all()
+
+    def _thread(self) -> None:
+        try:
+            self._work(caller=False)
+        finally:
+            with self._changed:
+                self._threads -= 1
+
+    def _start_threads(self) -> None:
+        """A thread for each ready step that no free thread will take, within the cap
+        (under the lock); none where the interpreter refuses new threads."""
+        while self._threads < self._cap and \
+                self._threads - self._threads_busy < len(self._ready):
+            thread = threading.Thread(target=self._thread, daemon=True,
+                                      name=f"initorch-teardown-{self._threads + 1}")
+            try:
+                thread.start()
+            except RuntimeError:  # "can't create new thread at interpreter shutdown"
+                return
+            self._threads += 1

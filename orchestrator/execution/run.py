@@ -4,12 +4,19 @@
 ...     serve(run.output("init_shared_mooncake_transfer_engine"))
 ...                                   # leaving the block tears everything down
 
-Teardown runs the teardowns of completed steps in reverse completion order
-when the run fails, when the context manager exits, on SIGINT/SIGTERM (with
-``handle_signals``) and, optionally, at interpreter exit.  A failing teardown
-is logged and the others still run, whatever it raised (``KeyboardInterrupt``
-and ``SystemExit`` included); a teardown cut short all the same is finished by
-the next call of :meth:`Run.teardown`.
+Teardown undoes completed steps when the run fails, when the context manager
+exits, on SIGINT/SIGTERM (with ``handle_signals``) and, optionally, at
+interpreter exit.  By default side by side (``teardown="side-by-side"``): a
+step's teardown starts once every step ordered after it (``requires``,
+``after``, ``wants``, ``reads``, the device binding) has been undone, and
+independent ones run on threads of their own, as systemd stops units;
+``teardown="sequential"`` undoes one step at a time in reverse completion
+order on the calling thread.  Either way a device-bound teardown runs with the
+device bound on its thread, a failing teardown is logged and the others still
+run, whatever it raised (``KeyboardInterrupt`` and ``SystemExit`` included),
+and a teardown cut short all the same is finished by the next call of
+:meth:`Run.teardown`; the report and the exit code are the same in both
+modes.
 
 A run fails fast: once a step has failed, no new step starts (steps already
 running finish or time out), and the rest are reported as skipped, "not
@@ -47,7 +54,13 @@ from initorch.errors import (
 )
 from initorch.execution.context import RankInfo, RunState, RunStepContext
 from initorch.execution.environment import AppliedEnvironment, apply_environment
-from initorch.execution.executors import DryRunExecutor, Executor, make_executor
+from initorch.execution.executors import (
+    TEARDOWN_MODES,
+    DryRunExecutor,
+    Executor,
+    make_executor,
+    tear_down,
+)
 from initorch.execution.heartbeat import DEFAULT_INTERVAL_S, Heartbeat
 from initorch.execution.invoke import GiveUp, StepInvoker, release_frames
 from initorch.execution.launchers import LaunchArguments, detect_rank
@@ -60,6 +73,41 @@ from initorch.reporting.report import RunReport, StepOutcome, TeardownOutcome
 from initorch.resolution.plan import Plan, PlannedStep
 
 HARD_EDGE_KINDS = frozenset({"requires", "device"})
+
+
+class TeardownStack:
+    """The steps a run must undo, in completion order; thread-safe.
+
+    A step is pushed as it completes, and taken out exactly once, by whichever
+    teardown undoes it: what a teardown cut short leaves here, the next one finds.
+    """
+
+    __slots__ = ("_lock", "_names")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._names: list[str] = []
+
+    def push(self, name: str) -> None:
+        with self._lock:
+            self._names.append(name)
+
+    def take(self, name: str) -> bool:
+        """Take ``name`` out to undo it; ``False`` if it is not (or no longer) here."""
+        with self._lock:
+            if name not in self._names:
+                return False
+            self._names.remove(name)
+            return True
+
+    def names(self) -> list[str]:
+        """What is left to undo, in completion order."""
+        with self._lock:
+            return list(self._names)
+
+    def __bool__(self) -> bool:
+        with self._lock:
+            return bool(self._names)
 
 class _ActiveRun:
     """The run that holds this process, if it is still alive (a weak reference: a run
@@ -105,7 +153,8 @@ class Run:
     ``keep_going`` runs, after a failure, every step that does not hard-depend on
     it (the default fails fast: nothing new starts).  ``heartbeat`` is the interval
     in seconds at which a step that is still running logs ``step_still_running``
-    (``None``: never).
+    (``None``: never).  ``teardown`` is one of
+    :data:`~initorch.execution.executors.TEARDOWN_MODES` (see the module).
     """
 
     def __init__(
@@ -121,10 +170,15 @@ class Run:
         teardown_at_exit: bool = False,
         keep_going: bool = False,
         heartbeat: float | None = DEFAULT_INTERVAL_S,
+        teardown: str = TEARDOWN_MODES[0],
         clock: Callable[[], float] = time.perf_counter,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        if teardown not in TEARDOWN_MODES:
+            raise ValueError(f"unknown teardown '{teardown}'; choose one of "
+                             f"{', '.join(TEARDOWN_MODES)}")
         self._plan = plan
+        self.teardown_mode = teardown
         self.executor = make_executor(executor, workers) if isinstance(executor, str) \
             else executor
         self.diagnoses = diagnoses
@@ -144,7 +198,7 @@ class Run:
         self._t0 = 0.0
         self._lock = threading.Lock()
         self._teardown_lock = threading.Lock()  # a second caller waits for the first
-        self._completed: list[str] = []
+        self._completed = TeardownStack()
         self._environment: AppliedEnvironment | None = None
         self._started = self._closing = self._torn_down = False
         self._started_at = ""
@@ -160,7 +214,7 @@ class Run:
         for skipped in plan.skipped:
             outcomes[skipped.name] = StepOutcome(skipped.name, "skipped", reason=skipped.reason)
         self.report = RunReport(plan, self.executor.name, self.state.rank.rank, outcomes,
-                                started_at="")
+                                started_at="", teardown_mode=teardown)
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -228,10 +282,11 @@ class Run:
                 outcome.status, outcome.finished = "interrupted", stopped
 
     def teardown(self) -> None:
-        """Undo completed steps in reverse completion order; safe to call many times
-        and from any thread (a concurrent caller returns once teardown is done).
-        Every teardown runs whatever another one raised; should this call be cut
-        short all the same, the next one finishes what is left."""
+        """Undo completed steps, side by side or in reverse completion order (see the
+        module); safe to call many times and from any thread (a concurrent caller
+        returns once teardown is done).  Every teardown runs whatever another one
+        raised; should this call be cut short all the same, the next one finishes
+        what is left."""
         with self._teardown_lock:
             with self._lock:
                 first = not self._torn_down
@@ -240,12 +295,8 @@ class Run:
                 self._signals.quiet()
             began = self._clock()
             try:
-                while True:
-                    with self._lock:
-                        if not self._completed:
-                            break
-                        name = self._completed.pop()
-                    self._teardown_output(name, self.state.forget(name))
+                tear_down(self.teardown_mode, self._plan.graph, self._completed.names(),
+                          self._undo)
             finally:
                 if self._started:  # a run never started has nothing to time
                     spent = self._clock() - began
@@ -340,7 +391,7 @@ class Run:
         with self._lock:
             late = self._closing
             if not late:
-                self._completed.append(planned.name)
+                self._completed.push(planned.name)
         if late:  # finished after teardown began (parallel run interrupted)
             self._teardown_output(planned.name, self.state.forget(planned.name))
 
@@ -441,6 +492,11 @@ class Run:
         """A step the run stopped waiting for finished after all: undo it now."""
         self.log.warning("step_finished_late", step=planned.name)
         self._teardown_output(planned.name, output)
+
+    def _undo(self, name: str) -> None:
+        """Undo one completed step, unless another teardown took it already."""
+        if self._completed.take(name):
+            self._teardown_output(name, self.state.forget(name))
 
     def _teardown_output(self, name: str, output: Any) -> None:
         planned = self._plan.step(name)

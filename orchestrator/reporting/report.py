@@ -122,6 +122,7 @@ class RunReport:
     # Seconds spent tearing down (every call of Run.teardown together); None until then.
     teardown_time: float | None = None
     teardown: list[TeardownOutcome] = field(default_factory=list)
+    teardown_mode: str = "side-by-side"  # how the teardowns were scheduled
     interrupted: str | None = None  # what stopped the run ("interrupted by SIGINT"), if anything
     # The plan's env: variables as the run found or set them (see execution.environment).
     environment: list[dict[str, Any]] = field(default_factory=list)
@@ -184,6 +185,7 @@ class RunReport:
             "steps": [self.outcomes[name].to_dict() for name in self.step_order()],
             "critical_chain": [o.name for o in self.critical_chain()],
             "blame": [{"step": o.name, "duration_s": _round(o.duration)} for o in self.blame()],
+            "teardown_mode": self.teardown_mode,
             "teardown": [entry.to_dict() for entry in self.teardown],
             "environment": self.environment,
             "peers_lost": [{"rank": rank, "problem": text}

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from initorch import LaunchArguments, RankInfo, StepFailedError
 from initorch.errors import EXIT_STEP_FAILED, RunInterrupted, StepError
+from initorch.execution.executors import TEARDOWN_MODES
 from initorch.execution.run import Run
 from tests.support.runs import (
     DIAGNOSES,
@@ -190,10 +191,11 @@ def chain_plan(teardowns: TeardownLog, last=fail, teardown_of=None):
     return plan_of([*steps, with_teardown(define("last", last, requires=["c"]), teardowns)])
 
 
+@pytest.mark.parametrize("mode", TEARDOWN_MODES)
 @pytest.mark.parametrize("executor", EXECUTORS)
-def test_a_failed_run_tears_down_completed_steps_in_reverse_order(executor):
+def test_a_failed_run_tears_down_completed_steps_in_reverse_order(executor, mode):
     teardowns = TeardownLog()
-    run = Run(chain_plan(teardowns), executor=executor, diagnoses=DIAGNOSES)
+    run = Run(chain_plan(teardowns), executor=executor, teardown=mode, diagnoses=DIAGNOSES)
     report = run.start()
     assert not report.ok
     assert teardowns.order == ["c", "b", "a"]  # not the failed step
@@ -204,7 +206,7 @@ def test_a_failed_run_tears_down_completed_steps_in_reverse_order(executor):
         run.output("a")  # the output was released for teardown
 
 
-def test_teardown_follows_completion_order_not_plan_order():
+def test_the_sequential_teardown_follows_completion_order_not_plan_order():
     # `a_slow` and `b_fast` are independent; `c_after_b` (requires b_fast) releases
     # a_slow, so b_fast has completed before a_slow completes.  Plan order is
     # a_slow, b_fast, c_after_b; completion order is b_fast, ..., a_slow.
@@ -220,26 +222,30 @@ def test_teardown_follows_completion_order_not_plan_order():
         with_teardown(define("b_fast", lambda ctx: "b"), teardowns),
         define("c_after_b", lambda ctx: release.set(), requires=["b_fast"]),
     ])
-    run = Run(plan, executor="parallel", workers=2, diagnoses=DIAGNOSES)
+    run = Run(plan, executor="parallel", workers=2, teardown="sequential", diagnoses=DIAGNOSES)
     assert run.start().ok
     assert run.plan.order == ("a_slow", "b_fast", "c_after_b")
     run.teardown()
     assert teardowns.order == ["a_slow", "b_fast"]
 
 
+@pytest.mark.parametrize("mode", TEARDOWN_MODES)
 @pytest.mark.parametrize("executor", EXECUTORS)
-def test_teardown_is_idempotent(executor):
+def test_teardown_is_idempotent(executor, mode):
     teardowns = TeardownLog()
-    run = Run(chain_plan(teardowns, last=lambda ctx: None), executor=executor, diagnoses=DIAGNOSES)
+    run = Run(chain_plan(teardowns, last=lambda ctx: None), executor=executor, teardown=mode,
+              diagnoses=DIAGNOSES)
     assert run.start().ok
     run.teardown()
     run.teardown()
     assert teardowns.order == ["last", "c", "b", "a"]
 
 
-def test_a_failing_teardown_is_logged_and_the_others_still_run():
+@pytest.mark.parametrize("mode", TEARDOWN_MODES)
+def test_a_failing_teardown_is_logged_and_the_others_still_run(mode):
     teardowns = TeardownLog()
-    run = Run(chain_plan(teardowns, teardown_of={"b": teardowns.failing}), diagnoses=DIAGNOSES)
+    run = Run(chain_plan(teardowns, teardown_of={"b": teardowns.failing}), teardown=mode,
+              diagnoses=DIAGNOSES)
     with captured_records() as records:
         run.start()
     assert teardowns.order == ["c", "b", "a"]

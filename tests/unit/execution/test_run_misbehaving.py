@@ -22,6 +22,7 @@ import pytest
 
 from initorch.console import LINGER_S
 from initorch.errors import EXIT_OK, EXIT_STEP_FAILED, ActiveRunError
+from initorch.execution.executors import TEARDOWN_MODES
 from initorch.execution.run import Run
 from initorch.execution.watchdog import UNRESPONSIVE_S
 from tests.support.profiles import write
@@ -309,8 +310,9 @@ def _free_port() -> int:
 
 # --- point 16: every teardown runs whatever the others raise -------------------------------------
 
+@pytest.mark.parametrize("mode", TEARDOWN_MODES)
 @pytest.mark.parametrize("raised", [KeyboardInterrupt, SystemExit, GeneratorExit])
-def test_a_teardown_raising_a_base_exception_never_skips_the_others(raised):
+def test_a_teardown_raising_a_base_exception_never_skips_the_others(raised, mode):
     torn: list[str] = []
     steps = []
     for name, requires in (("a", []), ("b", ["a"]), ("c", ["b"])):
@@ -323,7 +325,7 @@ def test_a_teardown_raising_a_base_exception_never_skips_the_others(raised):
 
         definition.teardown(teardown)
         steps.append(definition)
-    run = Run(plan_of(steps), diagnoses=DIAGNOSES)
+    run = Run(plan_of(steps), teardown=mode, diagnoses=DIAGNOSES)
     run.start()
     run.teardown()
     assert torn == ["c", "b", "a"]
@@ -331,7 +333,8 @@ def test_a_teardown_raising_a_base_exception_never_skips_the_others(raised):
     assert failed.step == "b" and raised.__name__ in (failed.error or "")
 
 
-def test_a_second_teardown_finishes_what_the_first_could_not():
+@pytest.mark.parametrize("mode", TEARDOWN_MODES)
+def test_a_second_teardown_finishes_what_the_first_could_not(mode):
     torn: list[str] = []
     cut = threading.Event()
     steps = []
@@ -346,7 +349,7 @@ def test_a_second_teardown_finishes_what_the_first_could_not():
 
         definition.teardown(teardown)
         steps.append(definition)
-    run = Run(plan_of(steps), diagnoses=DIAGNOSES)
+    run = Run(plan_of(steps), teardown=mode, diagnoses=DIAGNOSES)
     run.start()
     run.teardown()
     run.teardown()
