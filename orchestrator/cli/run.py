@@ -165,8 +165,10 @@ def _conclude_for_people(report: RunReport, interrupted: RunInterrupted | None, 
 
 
 def _conclude_in_json(run: Run, interrupted: RunInterrupted | None) -> int:
+    from initorch.reporting.redaction import redact
+
     report = run.report
-    run.log.info("run_summary", **report.to_dict())
+    run.log.info("run_summary", **redact(report.to_dict()))
     if interrupted is not None:
         run.log.warning("run_interrupted", signal=signal.Signals(interrupted.signum).name,
                         exit_code=interrupted.exit_code)
@@ -183,14 +185,16 @@ def _conclude_in_json(run: Run, interrupted: RunInterrupted | None) -> int:
 
 
 def _write_outputs(run: Run, args: argparse.Namespace, in_json: bool) -> None:
-    """Write ``--report`` and ``--trace``; a failure is a warning that never replaces
-    the run's own outcome (its exit code, its summary)."""
+    """Write ``--report`` and ``--trace``, their secrets redacted; a failure is a
+    warning that never replaces the run's own outcome (its exit code, its summary)."""
+    from initorch.reporting.redaction import redact
+
     for option, path, data in (("--report", args.report, run.report.to_dict),
                                ("--trace", args.trace, run.report.trace_events)):
         if not path:
             continue
         try:
-            write_atomically(path, json.dumps(data(), indent=2) + "\n")
+            write_atomically(path, json.dumps(redact(data()), indent=2) + "\n")
         except Exception as exc:  # whatever it is, the run's outcome stands
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror \
                 else describe_exception(exc)
