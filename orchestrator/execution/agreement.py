@@ -9,6 +9,12 @@ line per thing that differs, naming the ranks on each side::
 
     hicache.host_pool_mb: 64 on ranks 0,2,3; 128 on rank 1
 
+The manifests themselves are read only to explain a difference: every rank also
+publishes :func:`compared_digest`, a digest of exactly what :func:`differences`
+compares, and one rank (the watcher) compares the N digests and publishes a
+:func:`verdict` that the others read.  Equal digests mean no difference; different
+ones make the watcher read the manifests, once, and say what differs.
+
 The device index is left out on purpose: ``--device npu:3`` on one host and
 ``npu:5`` on another is one job, while a different device *type* is not.
 """
@@ -56,6 +62,47 @@ def manifest(plan: Plan, rank: RankInfo) -> Manifest:
         "reads": sorted(read_settings(plan.settings, plan.steps)),
         "env": env_values(plan.env),
     }
+
+
+def compared_digest(m: Manifest) -> str:
+    """A digest of what :func:`differences` compares in ``m`` (not its host, pid or
+    fingerprint): two ranks with the same digest have no difference to name."""
+    return _digest([[label, values] for label, values in _aspects({0: m})])
+
+
+def verdict(error: PeerError | None, agreed: Manifest, hosts: list[str]) -> dict[str, Any]:
+    """What the watcher publishes once it has judged the plans: the agreed plan's
+    digest, fingerprint, world size and hosts (up to ``MAX_SHOWN`` of them, and how
+    many), or the disagreement every rank raises."""
+    if error is not None:
+        return {"message": str(error), "ranks": _runs(error.ranks),
+                "details": list(error.details), "hint": error.hint}
+    return {"digest": compared_digest(agreed), "fingerprint": agreed["fingerprint"],
+            "world_size": agreed["world_size"], "hosts": hosts[:MAX_SHOWN],
+            "host_count": len(hosts)}
+
+
+def verdict_error(published: Mapping[str, Any]) -> PeerError | None:
+    """The disagreement a published :func:`verdict` holds, if it holds one."""
+    if "message" not in published:
+        return None
+    return PeerError(published["message"], ranks=_ranks(published["ranks"]),
+                     details=published["details"], hint=published["hint"])
+
+
+def _runs(ranks: Iterable[int]) -> list[list[int]]:
+    """``[[0, 5], [7, 7]]`` for ranks 0-5 and 7: a job's worth of ranks in a few pairs."""
+    runs: list[list[int]] = []
+    for rank in sorted(set(ranks)):
+        if runs and runs[-1][1] == rank - 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    return runs
+
+
+def _ranks(runs: Iterable[list[int]]) -> list[int]:
+    return [rank for first, last in runs for rank in range(first, last + 1)]
 
 
 def _digest(value: Any) -> str:

@@ -30,6 +30,24 @@ for: which ranks, at which store, for how much longer.  A wait that only says "s
 running" looks like a hung process."""
 
 
+READS_PER_BEAT = 2
+"""The watcher (rank 0) reads every rank's heartbeat this many times per beat, and
+publishes its summary each time; the other ranks read the summary once per beat."""
+
+
 def beat_interval(peer_timeout_s: float) -> float:
     """How often a rank moves its heartbeat for a given peer timeout."""
     return min(max(peer_timeout_s / BEATS_PER_PEER_TIMEOUT, MIN_BEAT_S), MAX_BEAT_S)
+
+
+def silence_bound(peer_timeout_s: float) -> float:
+    """How long a heartbeat may stay still before its rank counts as lost, so that
+    every rank names it within ``peer_timeout_s`` of its last beat.
+
+    News of a loss travels for at most two beats after the silence is judged: the
+    watcher sees the last beat up to half a beat late and judges it half a beat after
+    the bound at worst (it reads twice per beat), and a rank reads the watcher's
+    summary once per beat.  So the silence allowed is the timeout less two beats: four
+    beats of the six, never fewer than four, so one late beat still never makes a
+    healthy rank lost."""
+    return peer_timeout_s - 2 * beat_interval(peer_timeout_s)

@@ -5,8 +5,9 @@ TCPStore behind the process group's init method (the ``rendezvous`` step
 joins it; the core never imports torch).  Over it the run:
 
 * **agrees on the plan** before any step can block on peers: every rank
-  publishes its plan (:mod:`initorch.execution.agreement`), waits, within
-  ``join_timeout_s``, for every other rank's, and stops with one
+  publishes its plan and a digest of it (:mod:`initorch.execution.agreement`);
+  the watcher compares the digests, within ``join_timeout_s``, and publishes one
+  verdict; on a difference every rank stops with the same
   :class:`~initorch.errors.PeerError` naming what differs and on which ranks;
 * **publishes its progress** (the step it runs, and a heartbeat counter moved by a
   background thread), so that a rank that waits for its peers learns within
@@ -15,30 +16,57 @@ joins it; the core never imports torch).  Over it the run:
 * **holds barriers**: a step declared with ``barrier=True`` starts on no rank
   before every rank has finished the steps it depends on.
 
-Liveness is judged on this rank's own clock (how long since a peer's heartbeat
-last moved), never by comparing clocks across hosts.
+Store traffic is linear in the ranks: rank 0 watches every heartbeat and publishes
+a bounded summary that the others read (:mod:`initorch.execution.watch`), and a
+barrier is one counter.  ``docs/ranks.md`` counts the operations.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from initorch.errors import PeerError
-from initorch.execution.agreement import Manifest, disagreement, manifest, rank_list
+from initorch.execution.agreement import (
+    MAX_SHOWN,
+    Manifest,
+    compared_digest,
+    disagreement,
+    manifest,
+    rank_list,
+    verdict,
+    verdict_error,
+)
 from initorch.execution.launchers import RankInfo
-from initorch.execution.liveness import WAIT_LOG_S, beat_interval
+from initorch.execution.liveness import READS_PER_BEAT, WAIT_LOG_S, beat_interval, silence_bound
+from initorch.execution.peer_states import PeerState, Seen, state_of, stopped_peers, where
+from initorch.execution.watch import (
+    LISTED,
+    PLAN,
+    SUMMARY_KEY,
+    WATCHER,
+    Behind,
+    Summary,
+    View,
+    barrier_points,
+    behind,
+    progress_key,
+    summary,
+)
 from initorch.resolution.plan import Plan
 
 POLL_START_S = 0.02
 POLL_MAX_S = 0.5
 DISAGREEMENT_LINGER_S = 4 * POLL_MAX_S  # a rank between two polls reads the store by then
+AGREEMENT_KEY = "agreement"
+DISAGREED_KEY = "disagreed"  # counts the ranks that have read a disagreement
 
 
 @runtime_checkable
@@ -53,13 +81,17 @@ class KeyValueStore(Protocol):
 
     def check(self, keys: list[str]) -> bool: ...
 
+    def multi_get(self, keys: list[str]) -> list[bytes]: ...
+
+    def compare_set(self, key: str, expected: bytes, desired: bytes) -> bytes: ...
+
 
 @dataclass(frozen=True, slots=True)
 class PeerBounds:
     """How long a rank waits for its peers.
 
-    ``join_s``: for every rank to publish its plan; ``peer_s``: for a peer's
-    heartbeat to move before it counts as lost; ``barrier_s``: at a barrier, for
+    ``join_s``: for every rank to publish its plan; ``peer_s``: within which every
+    rank names a peer whose heartbeat stopped; ``barrier_s``: at a barrier, for
     peers that are alive but slow.
     """
 
@@ -97,42 +129,13 @@ class JobStore(Protocol):
     def bounds(self) -> PeerBounds: ...
 
 
-@dataclass(slots=True)
-class _Seen:
-    """What this rank last saw of a peer, and when (this rank's monotonic clock)."""
-
-    progress: dict[str, Any] = field(default_factory=dict)
-    since: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class PeerState:
-    """A peer as this rank sees it: ``kind`` is ``alive``, ``absent`` (no progress
-    published yet), ``failed`` (a step failed), ``exited`` (left the job) or ``lost``
-    (heartbeat stopped); ``text`` says so in words."""
-
-    rank: int
-    kind: str
-    text: str
-    failed: bool = False  # it left the job after a step of its own failed
-
-    @property
-    def problem(self) -> bool:
-        return self.kind in ("failed", "exited", "lost")
-
-    @property
-    def broke_off(self) -> bool:
-        """The peer will not finish a collective it may have entered: it died, or a
-        step of its own failed (a clean exit is not that: its part was done)."""
-        return self.kind in ("failed", "lost") or self.failed
-
-
 class JobPeers:
     """This rank's view of the job: agreement, progress, barriers, leaving.
 
     Created when the job's store is joined: :meth:`start` the heartbeat first,
-    then :meth:`agree`; :meth:`leave` when done.  ``clock`` and ``sleep`` are
-    injectable so that tests need not wait in real time.
+    then :meth:`agree`; :meth:`leave` when done.  Rank 0 is the watcher (it reads
+    every rank's progress); the others read its summary.  ``clock`` and ``sleep``
+    are injectable so that tests need not wait in real time.
     """
 
     def __init__(self, job: JobStore, rank: RankInfo, log: Any, *,
@@ -143,15 +146,26 @@ class JobPeers:
         self.log = log
         self._clock, self._sleep = clock, sleep
         self._store = job.peers
-        self._lock = threading.Lock()
-        self._progress: dict[str, Any] = {"beat": 0, "step": None, "state": "joined",
-                                          "serving": bool(job.hosted_here)}
-        self._seen: dict[int, _Seen] = {}
+        self._lock = threading.Lock()  # what the heartbeat thread shares with the run
+        self._reading = threading.Lock()  # one read of the job at a time, in order
+        self._progress: dict[str, Any] = {
+            "beat": 0, "step": None, "state": "joined", "serving": bool(job.hosted_here),
+            "host": socket.gethostname(), "world": rank.world_size, "arrived": []}
+        self._watching = rank.rank == WATCHER
+        self._silence = silence_bound(job.bounds.peer_s)
+        self._seen: dict[int, Seen] = {}
+        self._states: dict[int, PeerState] = {}  # as last read, by rank
+        self._view = View()
+        self._placed = False  # the watcher made every progress key exist
+        self._summary_beat = 0
+        self._summary_seen = False
+        self._verdict: str | None = None  # the watcher's, once published
+        self._latest: dict[int, dict[str, Any] | None] = {}  # the watcher's last read
+        self._own: Manifest = {}
         self._lost: dict[int, str] = {}  # peers whose heartbeat stopped, as peer_lost said
-        self._broken: list[PeerState] = []  # peers that broke off, as the heartbeat last saw
+        self._broken: list[PeerState] = []  # peers that broke off, as last read
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.manifests: dict[int, Manifest] = {}
 
     @property
     def others(self) -> list[int]:
@@ -173,7 +187,7 @@ class JobPeers:
             self._agree(plan)
 
     def _agree(self, plan: Plan) -> None:
-        own = manifest(plan, self.rank)
+        own = self._own = manifest(plan, self.rank)
         if self._store.add(f"claim/{self.rank.rank}", 1) > 1:
             raise PeerError(f"rank {self.rank.rank} is claimed by more than one process "
                             f"(this one is pid {own['pid']} on {own['host']})",
@@ -181,51 +195,69 @@ class JobPeers:
                             hint="give each process its own rank: check --node-rank, "
                                  "--local-rank, RANK or SLURM_PROCID")
         self._store.set(f"plan/{self.rank.rank}", json.dumps(own).encode())
-        self.manifests = {self.rank.rank: own}
-
-        def unpublished() -> list[int]:
-            return [r for r in range(self.rank.world_size) if r not in self.manifests]
-
-        self._wait(self._collect_plans, unpublished, "publish its plan", self.job.bounds.join_s,
-                   joining=True)
-        error = disagreement(self.manifests)
+        self._publish(**{PLAN: compared_digest(own)})
+        self._wait(self._judged if self._watching else self._verdict_published, PLAN,
+                   "publish its plan", self.job.bounds.join_s)
+        published = json.loads(self._store.get(AGREEMENT_KEY))
+        error = verdict_error(published) or self._outside_the_verdict(own, published)
         if error is not None:
             self.log.error("plan_disagreement", ranks=list(error.ranks),
                            differences=list(error.details))
-            self._linger_until_named()
+            self._linger_until_named(error)
             raise error
         self.log.info("plan_agreed", world_size=self.rank.world_size,
                       fingerprint=plan.fingerprint, store=self.job.address,
-                      hosts=sorted({m["host"] for m in self.manifests.values()}))
-        self.states(self.others)  # seen once at least: who serves the store, if it goes
+                      hosts=published["hosts"], host_count=published["host_count"])
 
-    def _linger_until_named(self) -> None:
+    def _verdict_published(self, view: View) -> bool:
+        return view.verdict is not None
+
+    def _judged(self, view: View) -> bool:
+        """The watcher: once every rank published its plan (or one showed a different
+        world, when waiting for the rest is pointless), judge the plans and publish
+        the verdict.  The manifests are read only when the digests differ."""
+        progresses = self._latest
+        published = {rank: p for rank, p in progresses.items() if p and p.get(PLAN)}
+        world = self.rank.world_size
+        other_world = any(p["world"] != world for p in published.values())
+        if len(published) < world and not other_world:
+            return False
+        hosts = sorted({p["host"] for p in published.values()})
+        if len({p[PLAN] for p in published.values()}) == 1 and not other_world:
+            error = None
+        else:
+            raw = self._store.multi_get([f"plan/{rank}" for rank in sorted(published)])
+            error = disagreement({rank: json.loads(value)
+                                  for rank, value in zip(sorted(published), raw, strict=True)})
+        self._store.set(AGREEMENT_KEY, json.dumps(verdict(error, self._own, hosts)).encode())
+        self._verdict = "differ" if error is not None else "agreed"
+        self._refresh()  # the summary says so
+        return True
+
+    def _outside_the_verdict(self, own: Manifest, published: dict[str, Any]
+                             ) -> PeerError | None:
+        """A rank the watcher did not count (its world is larger than the watcher's)
+        agrees with nobody: compare its plan with the watcher's, to say why."""
+        if published["digest"] == compared_digest(own):
+            return None
+        theirs = json.loads(self._store.get(f"plan/{WATCHER}"))
+        return disagreement({WATCHER: theirs, self.rank.rank: own})
+
+    def _linger_until_named(self, error: PeerError) -> None:
         """Before this rank fails on a disagreement, wait (``DISAGREEMENT_LINGER_S`` at
-        most) until every other rank has read the plans and said so too.  A launcher
-        ends the whole job when its first rank fails (torchrun's agent sends SIGTERM): a
-        rank still between two polls of the store would be ended before it read the
-        last plan, and its last line would not name what differs.  Only the ranks whose
-        plans were read are waited for, and not one that is gone or failed."""
-        self._store.set(f"disagreed/{self.rank.rank}", b"1")
-
-        def silent() -> list[int]:
-            return [r for r in sorted(self.manifests) if r != self.rank.rank
-                    and not self._store.check([f"disagreed/{r}"])]
-
-        with contextlib.suppress(PeerError):
-            self._wait(lambda: not silent(), silent, "name the disagreement",
-                       DISAGREEMENT_LINGER_S, joining=True)
-
-    def _collect_plans(self) -> bool:
-        """Read the plans published so far; True once all are in, or once one of them
-        shows a different world (then waiting for the rest is pointless)."""
-        for rank in range(self.rank.world_size):
-            key = f"plan/{rank}"
-            if rank not in self.manifests and self._store.check([key]):
-                self.manifests[rank] = json.loads(self._store.get(key))
-        if any(m["world_size"] != self.rank.world_size for m in self.manifests.values()):
-            return True
-        return len(self.manifests) == self.rank.world_size
+        most) until every rank the verdict names has read it too.  A launcher ends the
+        whole job when its first rank fails (torchrun's agent sends SIGTERM): a rank
+        still between two polls of the store would be ended before it read the
+        verdict, and its last line would not name what differs.  One counter: each
+        rank adds itself and waits for the others."""
+        named = len(error.ranks)
+        self._store.add(DISAGREED_KEY, 1)
+        deadline = self._clock() + DISAGREEMENT_LINGER_S
+        interval = POLL_START_S
+        with contextlib.suppress(Exception):  # a store gone meanwhile: nobody to wait for
+            while self._store.add(DISAGREED_KEY, 0) < named and self._clock() < deadline:
+                self._sleep(interval)
+                interval = min(interval * 2, POLL_MAX_S)
 
     # -- progress -----------------------------------------------------------------------
 
@@ -264,128 +296,215 @@ class JobPeers:
         with self._lock:
             self._progress.update(changes)
             self._progress["beat"] += 1
-            value = json.dumps(self._progress).encode()
-        self._store.set(f"progress/{self.rank.rank}", value)
+            value = json.dumps(self._progress, separators=(",", ":")).encode()
+        self._store.set(progress_key(self.rank.rank), value)
 
     def _beat(self) -> None:
-        """Move the heartbeat; log ``peer_lost`` once per peer that stops, so that it is
-        said even while this rank is busy in a step of its own, and keep it for
-        :meth:`lost`: a run whose own steps all succeeded still lost part of its job."""
-        interval = self.job.bounds.beat_s
+        """Move the heartbeat and read the job; log ``peer_lost`` once per peer that
+        stops, so that it is said even while this rank is busy in a step of its own,
+        and keep it for :meth:`lost`: a run whose own steps all succeeded still lost
+        part of its job.  The watcher reads ``READS_PER_BEAT`` times per beat."""
+        interval = self.job.bounds.beat_s / (READS_PER_BEAT if self._watching else 1)
         while not self._stop.wait(interval):
             try:
                 self._publish()
-                states = self.states(self.others)
+                view = self._refresh()
             except Exception as exc:  # the store went away: say so once, then stop
                 self.log.warning("job_store_unreachable", store=self.job.address,
                                  error=f"{type(exc).__name__}: {exc}")
                 return
-            lost = [s for s in states if s.kind == "lost" and s.rank not in self._lost]
-            with self._lock:
-                self._broken = [s for s in states if s.broke_off]
-            for state in lost:
-                with self._lock:
-                    self._lost[state.rank] = state.text
-                self.log.error("peer_lost", lost_rank=state.rank, problem=state.text)
+            for state in view.stopped:
+                if state.kind == "lost" and state.rank not in self._lost:
+                    with self._lock:
+                        self._lost[state.rank] = state.text
+                    self.log.error("peer_lost", lost_rank=state.rank, problem=state.text)
 
     def broken_off(self) -> PeerError | None:
-        """The error for the peers that broke off (died, or failed), as the heartbeat
-        thread last saw them, or ``None``: costs no store call, so a rank waiting in
-        native code (a process group forming) can ask it often and stop waiting for a
-        peer that will never come, instead of waiting for the collective timeout."""
+        """The error for the peers that broke off (died, or failed), as this rank last
+        read them, or ``None``: costs no store call, so a rank waiting in native code
+        (a process group forming) can ask it often and stop waiting for a peer that
+        will never come, instead of waiting for the collective timeout."""
         with self._lock:
             broken = list(self._broken)
-        return _stopped_peers(broken, self.rank.rank) if broken else None
+        return stopped_peers(broken[:LISTED], self.rank.rank, len(broken[LISTED:])) \
+            if broken else None
 
     def lost(self) -> dict[int, str]:
         """The peers found lost so far (their heartbeat stopped), each with what this
-        rank saw when it logged ``peer_lost``."""
+        rank saw when it logged ``peer_lost``: every one on the watcher, the first
+        :data:`~initorch.execution.watch.LISTED` on the other ranks."""
         with self._lock:
             return dict(self._lost)
 
-    # -- watching peers -----------------------------------------------------------------
+    # -- reading the job ----------------------------------------------------------------
 
-    def states(self, ranks: Iterable[int]) -> list[PeerState]:
-        """How each of ``ranks`` looks from here now."""
+    def _refresh(self) -> View:
+        """Read the job once: the watcher reads every rank and publishes its summary,
+        the others read that summary."""
+        with self._reading:
+            view = self._scan() if self._watching else self._read_summary()
+        with self._lock:
+            self._view = view
+            self._broken = [s for s in view.stopped if s.broke_off]
+        return view
+
+    def _scan(self) -> View:
+        """The watcher's read: every rank's progress in one ``multi_get``, judged here,
+        and the summary published.  The keys are made to exist first (empty: never
+        published), once, since ``multi_get`` would wait for a missing one."""
+        keys = [progress_key(rank) for rank in range(self.rank.world_size)]
+        if not self._placed:
+            for key in keys:
+                self._store.compare_set(key, b"", b"")
+            self._placed = True
+        values = self._store.multi_get(keys)
+        with self._lock:
+            own = dict(self._progress)
+        progresses: dict[int, dict[str, Any] | None] = {
+            rank: json.loads(value) if value else None for rank, value in enumerate(values)}
+        progresses[self.rank.rank] = own
+        self._latest = progresses
+        states = self._judge({r: p for r, p in progresses.items() if r != self.rank.rank})
+        stopped = [s for s in states.values() if s.problem]
+        points = [*([] if self._verdict else [PLAN]), *barrier_points(progresses.values())]
+        late = behind(progresses, points)
+        self._summary_beat += 1
+        self._store.set(SUMMARY_KEY, summary(self._summary_beat, own, stopped, late,
+                                             self._verdict))
+        return View(self._summary_beat, tuple(stopped), len(stopped), late, self._verdict)
+
+    def _read_summary(self) -> View:
+        """Another rank's read: the watcher's summary, one key; the watcher itself is
+        judged by whether its summary still moves."""
+        if not self._summary_seen:
+            if not self._store.check([SUMMARY_KEY]):
+                return View()
+            self._summary_seen = True
+        read = Summary.decode(self._store.get(SUMMARY_KEY))
+        watcher = self._judge({WATCHER: read.watcher}, beat=read.beat)[WATCHER]
+        stopped = [s for s in read.stopped if s.rank != self.rank.rank]
+        count = read.stopped_count - (len(read.stopped) - len(stopped))
+        if watcher.problem:
+            stopped, count = [watcher, *stopped], count + 1
+        return View(read.beat, tuple(stopped), count, read.behind, read.verdict)
+
+    def _judge(self, progresses: dict[int, dict[str, Any] | None], beat: Any = None
+               ) -> dict[int, PeerState]:
+        """Each rank's state from its progress (``None``: never published), its
+        heartbeat judged on this rank's clock; ``beat`` stands for the heartbeat of a
+        rank judged by its summary."""
         now = self._clock()
-        states = []
-        for rank in ranks:
-            key = f"progress/{rank}"
-            if not self._store.check([key]):
-                states.append(PeerState(rank, "absent", f"rank {rank} never joined the job"))
-                continue
-            progress = json.loads(self._store.get(key))
-            with self._lock:
-                seen = self._seen.get(rank)
-                if seen is None or seen.progress.get("beat") != progress.get("beat"):
-                    self._seen[rank] = seen = _Seen(progress, now)
-            states.append(_state_of(rank, progress, now - seen.since, self.job.bounds.peer_s))
+        states = {}
+        with self._lock:
+            for rank, progress in progresses.items():
+                if progress is None:
+                    states[rank] = PeerState(rank, "absent", f"rank {rank} never joined the job")
+                    continue
+                seen = self._seen.setdefault(rank, Seen(since=now))
+                seen.saw(progress, progress.get("beat") if beat is None else beat, now)
+                states[rank] = state_of(rank, progress, now - seen.since, self._silence)
+            self._states.update(states)
         return states
 
     def gone(self, ranks: Iterable[int]) -> dict[int, str]:
         """Those of ``ranks`` that will not take part in the job any more -- they left
         it, or their heartbeat stopped -- each with what this rank saw, in words; a
         store that no longer answers says nothing of them (``{}``).  Teardown uses it
-        to stop waiting for a rank that cannot answer."""
+        to stop waiting for a rank that cannot answer: their own progress is read, in
+        one ``multi_get``, with what the watcher said of them."""
+        ranks = [rank for rank in ranks if rank != self.rank.rank]
         try:
-            states = self.states(ranks)
+            states = self._read(ranks)
+            said = {s.rank: s for s in self._refresh().stopped}
         except Exception:  # the store went away: nobody is known to be gone
             return {}
-        return {s.rank: s.text for s in states if s.kind in ("exited", "lost")}
+        return {rank: state.text for rank in ranks
+                if (state := said.get(rank, states[rank])).kind in ("exited", "lost")}
 
-    def _wait(self, ready: Callable[[], bool], missing: Callable[[], list[int]],
-              waiting_for: str, bound: float, *, joining: bool = False) -> None:
-        """Poll ``ready`` until it holds; fail at once when a peer failed, left or was
-        lost (an absent one too, unless ``joining``), or after ``bound`` seconds,
-        naming the ranks that are still ``missing`` and where each was last seen."""
+    def _read(self, ranks: list[int]) -> dict[int, PeerState]:
+        """``ranks`` as their own progress says, judged here (two store calls)."""
+        keys = [progress_key(rank) for rank in ranks]
+        if not keys or not self._store.check(keys):
+            return self._judge(dict.fromkeys(ranks))
+        values = self._store.multi_get(keys)
+        return self._judge({rank: json.loads(value) if value else None
+                            for rank, value in zip(ranks, values, strict=True)})
+
+    # -- waiting for peers --------------------------------------------------------------
+
+    def _wait(self, ready: Callable[[View], bool], point: str, waiting_for: str,
+              bound: float) -> None:
+        """Read the job until ``ready`` holds; fail at once when a peer failed, left
+        or was lost, or after ``bound`` seconds, naming the ranks not yet at
+        ``point`` and where each was last seen."""
         deadline = self._clock() + bound
         said = self._clock()
         interval = POLL_START_S
-        while not ready():
-            problems = [s for s in self.states(self.others)
-                        if s.problem or (s.kind == "absent" and not joining)]
-            if problems:
-                raise _stopped_peers(problems, self.rank.rank)
+        while True:
+            view = self._refresh()
+            if ready(view):
+                return
+            if view.stopped:
+                raise stopped_peers(list(view.stopped[:LISTED]), self.rank.rank,
+                                    view.stopped_count - min(len(view.stopped), LISTED))
             now = self._clock()
+            late = self._behind(view, point)
             if now >= deadline:
-                late = missing()
+                ranks = list(late.ranks)
                 raise PeerError(
-                    f"{rank_list(late)} did not {waiting_for} within {bound:g}s",
-                    ranks=late, details=[self._last_seen(rank) for rank in late],
+                    f"{self._ranks_text(late)} did not {waiting_for} within {bound:g}s",
+                    ranks=ranks, details=self._last_seen(late),
                     hint="read those ranks' logs; raise distributed.join_timeout_s or "
                          "distributed.timeout_s for a slow start")
             if now - said >= WAIT_LOG_S:
                 said = now
-                self._say_waiting(waiting_for, missing(), deadline - now)
+                self.log.info("waiting_for_ranks",
+                              waiting_for=f"{self._ranks_text(late)} to {waiting_for}",
+                              missing=list(late.ranks[:MAX_SHOWN]), store=self.job.address,
+                              time_left_s=round(deadline - now, 1),
+                              last_seen=self._last_seen(late))
             self._sleep(interval)
             interval = min(interval * 2, POLL_MAX_S)
 
-    def _say_waiting(self, waiting_for: str, late: list[int], left: float) -> None:
-        self.log.info("waiting_for_ranks", waiting_for=f"{rank_list(late)} to {waiting_for}",
-                      missing=late, store=self.job.address, time_left_s=round(left, 1),
-                      last_seen=[self._last_seen(rank) for rank in late])
+    def _behind(self, view: View, point: str) -> Behind:
+        """Who is not yet at ``point``, as last read; before any summary, the watcher
+        (which publishes it) is what this rank waits for."""
+        if view.beat is None:
+            with self._lock:
+                seen = self._seen.get(WATCHER)
+            return Behind((WATCHER,), (None if seen is None else where(seen.progress),), 1)
+        return view.behind.get(point, Behind((), (), 0))
 
-    def _last_seen(self, rank: int) -> str:
-        seen = self._seen.get(rank)
-        if seen is None:
-            return f"rank {rank}: never joined the job store at {self.job.address}"
-        return f"rank {rank}: last seen {_where(seen.progress)}"
+    @staticmethod
+    def _ranks_text(late: Behind) -> str:
+        if not late.ranks:
+            return "some ranks"
+        unlisted = late.count - len(late.ranks)
+        return rank_list(late.ranks) + (f" and {unlisted} more" if unlisted else "")
+
+    def _last_seen(self, late: Behind) -> list[str]:
+        lines = [f"rank {rank}: never joined the job store at {self.job.address}"
+                 if seen is None else f"rank {rank}: last seen {seen}"
+                 for rank, seen in zip(late.ranks, late.seen, strict=True)]
+        return lines[:MAX_SHOWN] + ([f"... and {len(lines) - MAX_SHOWN} more"]
+                                    if len(lines) > MAX_SHOWN else [])
 
     # -- barriers -------------------------------------------------------------------------
 
     def barrier(self, step: str) -> None:
-        """Return once every rank has reached ``step`` (finished what it depends on)."""
+        """Return once every rank has reached ``step`` (finished what it depends on):
+        one counter, added to once per rank (a retried step arrives once)."""
         if self.rank.world_size == 1:
             return
-        keys = {rank: f"barrier/{step}/{rank}" for rank in self.others}
-
-        def not_arrived() -> list[int]:
-            return [rank for rank, key in keys.items() if not self._store.check([key])]
-
+        key = f"barrier/{step}"
         with self._store_calls():
-            self._store.set(f"barrier/{step}/{self.rank.rank}", b"1")
-            self._wait(lambda: not not_arrived(), not_arrived, f"reach step {step}",
-                       self.job.bounds.barrier_s)
+            with self._lock:
+                first = step not in self._progress["arrived"]
+            if first:
+                self._publish(arrived=[*self._progress["arrived"], step])
+                self._store.add(key, 1)
+            self._wait(lambda view: self._store.add(key, 0) >= self.rank.world_size, step,
+                       f"reach step {step}", self.job.bounds.barrier_s)
 
     @contextmanager
     def _store_calls(self) -> Iterator[None]:
@@ -413,7 +532,7 @@ class JobPeers:
         rank, progress = servers[0]
         return PeerError(f"rank {rank}, which serves the job's store at {self.job.address}, "
                          f"stopped answering: it has likely died; it was last seen "
-                         f"{_where(progress)}; rank {self.rank.rank} stops too",
+                         f"{where(progress)}; rank {self.rank.rank} stops too",
                          ranks=[rank], details=said, hint=hint)
 
     # -- leaving --------------------------------------------------------------------------
@@ -425,11 +544,13 @@ class JobPeers:
         self.stop()
         try:
             self._publish(state="exited", failed=failed_step)
+            if self._watching:
+                self._refresh()  # the others read that the watcher left, not that it died
             if not self.job.hosted_here:
                 return
             deadline = self._clock() + self.job.bounds.peer_s
             interval = POLL_START_S
-            while any(s.kind in ("alive", "failed") for s in self.states(self.others)):
+            while any(s.kind in ("alive", "failed") for s in self._staying().values()):
                 if self._clock() >= deadline:
                     self.log.warning("job_store_closing_early",
                                      why="not every rank said it was done with the job store")
@@ -440,38 +561,9 @@ class JobPeers:
             self.log.warning("job_store_unreachable", store=self.job.address,
                              error=f"{type(exc).__name__}: {exc}")
 
-
-def _state_of(rank: int, progress: dict[str, Any], still_for: float, peer_s: float
-              ) -> PeerState:
-    state, step = progress.get("state"), progress.get("step")
-    if state == "exited":
-        failed = progress.get("failed")
-        where = f" (its start-up failed in step {failed})" if failed else ""
-        return PeerState(rank, "exited", f"rank {rank} has left the job{where}",
-                         failed=bool(failed))
-    if state == "failed":
-        return PeerState(rank, "failed", f"rank {rank} failed in step {step}")
-    if still_for > peer_s:
-        return PeerState(rank, "lost", f"rank {rank} stopped answering: its heartbeat has not "
-                                       f"moved for {still_for:.0f}s; it was last seen "
-                                       f"{_where(progress)}")
-    return PeerState(rank, "alive", f"rank {rank} is {_where(progress)}")
-
-
-def _where(progress: dict[str, Any]) -> str:
-    step, state = progress.get("step"), progress.get("state")
-    if step is None:
-        return "joining the job"
-    return f"in step {step} ({state})"
-
-
-CAUSE_FIRST = {"lost": 0, "exited": 1, "failed": 2, "absent": 3}
-
-
-def _stopped_peers(problems: list[PeerState], rank: int) -> PeerError:
-    """One error for the peers that stopped, the likeliest cause first (a rank that died
-    before ranks that failed waiting for it)."""
-    first, *rest = sorted(problems, key=lambda s: (CAUSE_FIRST[s.kind], s.rank))
-    return PeerError(f"{first.text}; rank {rank} stops too",
-                     ranks=sorted(s.rank for s in problems), details=[s.text for s in rest],
-                     hint="the first error in that rank's log is the cause")
+    def _staying(self) -> dict[int, PeerState]:
+        """Every other rank as it is now: the watcher reads them all at once anyway."""
+        if self._watching:
+            self._refresh()
+            return {rank: self._states[rank] for rank in self.others}
+        return self._read(self.others)
