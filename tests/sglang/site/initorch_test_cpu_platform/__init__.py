@@ -60,36 +60,29 @@ def plain_host_pool() -> None:
 
 SIMULATED_ASCEND_ENV = "INITORCH_TEST_SIMULATED_ASCEND"
 """Path of ``tests/support/simulated/site``; ``simulated_ascend`` is on when it is set."""
+SIMULATED_MUSA_ENV = "INITORCH_TEST_SIMULATED_MUSA"
+"""Path of ``tests/support/simulated/site``; ``simulated_musa`` is on when it is set."""
 
 
-def simulated_ascend() -> None:
-    """TEST VEHICLE with SIMULATED Ascend semantics (``sglang.srt.plugins`` entry point),
-    only when ``INITORCH_TEST_SIMULATED_ASCEND`` names ``tests/support/simulated/site``:
-    SGLang keeps ``--device cpu`` and every code path it has for it, but the device
-    context its own code meets is the simulated Ascend runtime's.
-
-    - ``torch.cpu.set_device(i)``, which SGLang calls as
-      ``torch.get_device_module(device).set_device(gpu_id)`` (``distributed/bootstrap.py:133``,
-      ``model_executor/model_runner.py:455``), also binds device ``i`` to the calling
-      thread in the simulated ACL runtime (``initorch_simulation.acl.ACL``), as
-      ``aclrtSetDevice`` binds the calling host thread;
-    - Mooncake's engine and store become the simulated ascend-direct build
-      (``initorch_simulation.mooncake_ascend``): unless ``MC_FORCE_TCP`` is set, their
-      ``initialize``/``setup``/``register_*`` call ``aclrtGetDevice`` on the calling
-      thread and fail as the real build does where no device was set there.
-
-    Nothing of SGLang's NPU code paths is faked: SGLang never learns it is "on an NPU".
-    Only the ``initorch_simulation`` package is loaded from that folder, never put on
-    ``sys.path``: its simulated ``torch_npu`` beside it would make transformers take NPU
-    code paths (``transformers/integrations/npu_flash_attention.py``).
-    """
+def _load_simulation(env: str) -> bool:
+    """Load the ``initorch_simulation`` package from the folder ``env`` names; whether it
+    is set.  Only that package is loaded, the folder is never put on ``sys.path``: the
+    simulated ``torch_npu``/``torch_musa`` beside it would make transformers take vendor
+    code paths (``transformers/integrations/npu_flash_attention.py``), and SGLang's own
+    detection looks for them too (``srt/utils/common.py:228-235``)."""
     import importlib.util
     import os
     import sys
 
-    site = os.environ.get(SIMULATED_ASCEND_ENV)
+    site = os.environ.get(env)
     if not site:
-        return
+        return False
+    other = SIMULATED_MUSA_ENV if env == SIMULATED_ASCEND_ENV else SIMULATED_ASCEND_ENV
+    if os.environ.get(other):
+        raise RuntimeError(f"TEST VEHICLE: {env} and {other} are both set; a process "
+                           "simulates one device")
+    if "initorch_simulation" in sys.modules:
+        return True
     package = os.path.join(site, "initorch_simulation")
     spec = importlib.util.spec_from_file_location(
         "initorch_simulation", os.path.join(package, "__init__.py"),
@@ -98,22 +91,114 @@ def simulated_ascend() -> None:
     module = importlib.util.module_from_spec(spec)
     sys.modules["initorch_simulation"] = module
     spec.loader.exec_module(module)
+    return True
+
+
+def _bind_calling_thread(runtime) -> None:  # type: ignore[no-untyped-def]
+    """``torch.cpu.set_device(i)``, which SGLang calls as
+    ``torch.get_device_module(device).set_device(gpu_id)``
+    (``distributed/bootstrap.py:133``, ``model_executor/model_runner.py:455``), also binds
+    device ``i`` to the calling thread in the simulated ``runtime``, as ``aclrtSetDevice``
+    and ``musaSetDevice`` bind the calling host thread; one line on stderr says so."""
+    import sys
+    import threading
 
     import torch
-    from initorch_simulation.acl import ACL
-    from initorch_simulation.mooncake_ascend import install_simulated_ascend_transport
 
     original = torch.cpu.set_device
+    if getattr(original, "__initorch_simulated__", False):
+        return
 
     def set_device(device):  # type: ignore[no-untyped-def]
-        """SIMULATED: torch.cpu.set_device, binding the calling thread in the simulated ACL."""
+        """SIMULATED: torch.cpu.set_device, binding the calling thread in the runtime."""
         original(device)
         index = device if isinstance(device, int) else (torch.device(device).index or 0)
-        ACL.set_device(index)
+        runtime.set_device(index)
+        print(f"SIMULATED {runtime.vendor} runtime: set_device({index}) bound thread "
+              f"{threading.current_thread().name!r}", file=sys.stderr, flush=True)
 
     set_device.__initorch_simulated__ = True  # type: ignore[attr-defined]
     torch.cpu.set_device = set_device
+
+
+def simulated_ascend() -> None:
+    """TEST VEHICLE with SIMULATED Ascend semantics (``sglang.srt.plugins`` entry point),
+    only when ``INITORCH_TEST_SIMULATED_ASCEND`` names ``tests/support/simulated/site``:
+    SGLang keeps ``--device cpu`` and every code path it has for it, but the device
+    context its own code meets is the simulated Ascend runtime's.
+
+    - ``set_device`` binds the calling thread in the simulated ACL runtime
+      (``initorch_simulation.acl.ACL``, :func:`_bind_calling_thread`);
+    - Mooncake's engine and store become the simulated ascend-direct build
+      (``initorch_simulation.mooncake_ascend``): unless ``MC_FORCE_TCP`` is set, their
+      ``initialize``/``setup``/``register_*`` call ``aclrtGetDevice`` on the calling
+      thread and fail as the real build does where no device was set there.
+
+    Nothing of SGLang's NPU code paths is faked: SGLang never learns it is "on an NPU".
+    """
+    if not _load_simulation(SIMULATED_ASCEND_ENV):
+        return
+    from initorch_simulation.acl import ACL
+    from initorch_simulation.mooncake_ascend import install_simulated_ascend_transport
+
+    _bind_calling_thread(ACL)
     install_simulated_ascend_transport()
+
+
+def simulated_musa() -> None:
+    """TEST VEHICLE with SIMULATED Moore Threads MUSA semantics (``sglang.srt.plugins``
+    entry point), only when ``INITORCH_TEST_SIMULATED_MUSA`` names
+    ``tests/support/simulated/site``.  SGLang keeps ``--device cpu``; what its code meets
+    is MUSA's:
+
+    - ``set_device`` binds the calling thread in the simulated MUSA runtime
+      (``initorch_simulation.musa.MUSA``): a thread that never set it works on device 0,
+      as on CUDA (:func:`_bind_calling_thread`);
+    - host memory: ``pin_memory=True`` is served by the simulated pinned host allocator
+      of the MUSA plugin (``initorch_simulation.torch_backend``), and each pinned block
+      is announced on stderr with its thread and that thread's MUSA device;
+    - the host pool of the vehicle's device takes the entry SGLang's own
+      ``ALLOC_MEMORY_FUNCS`` has for ``musa``, as SGLang looks up ``musa`` on a MUSA
+      machine (``_transfer_device.type``, ``srt/mem_cache/pool_host/mha.py:343``): 0.5.23
+      lists it (``pool_host/common.py:453-459``, SGLang PR 23361), so the pool is pinned
+      with ``alloc_with_pin_memory`` (``:353-365``); a release without the entry gets the
+      table's ``cudaHostRegister`` default, as it would on MUSA.
+
+    Mooncake stays the CPU build.  The MUSA build's ``initialize`` reads no device: with
+    ``MC_FORCE_TCP`` (the musa profile's) it installs TCP only, as the CPU build does
+    (Mooncake main@3b5a594 ``transfer_engine_impl.cpp:209-223``); the musa transport it
+    installs without an HCA (``:329-374``) only writes its segment descriptor
+    (``nvlink_transport.cpp:701-731``), and topology discovery counts devices by index
+    (``topology.cpp:539-544``).  Nothing of SGLang's MUSA code paths is faked either:
+    SGLang needs ``torch.version.musa`` and ``torchada`` to take them
+    (``srt/utils/common.py:228-235``).
+    """
+    if not _load_simulation(SIMULATED_MUSA_ENV):
+        return
+    from initorch_simulation.musa import MUSA
+    from initorch_simulation.pinned import PINNED
+    from initorch_simulation.torch_backend import install_simulated_pinned_allocator
+
+    _bind_calling_thread(MUSA)
+    PINNED.listen(_announce_pinned)
+    install_simulated_pinned_allocator("musa")
+    from sglang.srt.mem_cache.pool_host import common
+
+    table = common.ALLOC_MEMORY_FUNCS
+    if "cpu" not in table:  # membership does not call the defaultdict's factory
+        table["cpu"] = table["musa"] if "musa" in table else table.default_factory()
+
+
+def _announce_pinned(block) -> None:  # type: ignore[no-untyped-def]
+    """One stderr line per simulated pinned block: size, thread, that thread's device."""
+    import sys
+
+    from initorch_simulation.musa import MUSA
+
+    device = MUSA.thread_device()
+    bound = "set_device never ran there" if device is None else f"device {device}"
+    print(f"SIMULATED musa runtime: pinned {block.nbytes} bytes of host memory on thread "
+          f"{block.thread_name!r} ({bound})", file=sys.stderr, flush=True)
 
 
 def no_pynccl_before_capabilities() -> None:

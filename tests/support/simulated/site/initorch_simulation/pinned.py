@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -36,6 +37,13 @@ class SimulatedPinnedHostAllocator:
         self._serials = itertools.count(1)
         self._live: dict[int, PinnedBlock] = {}
         self._history: list[PinnedBlock] = []
+        self._listeners: list[Callable[[PinnedBlock], None]] = []
+
+    def listen(self, listener: Callable[[PinnedBlock], None]) -> None:
+        """Call ``listener`` with each new block, on the thread that pinned it (a test
+        vehicle announces blocks pinned in a server it cannot look into)."""
+        with self._lock:
+            self._listeners.append(listener)
 
     def record(self, ptr: int, nbytes: int, backend: str) -> PinnedBlock:
         """Note a new pinned block; call ``release(block.serial)`` when it is freed."""
@@ -49,6 +57,9 @@ class SimulatedPinnedHostAllocator:
         with self._lock:
             self._live[block.serial] = block
             self._history.append(block)
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(block)
         return block
 
     def release(self, serial: int) -> None:
