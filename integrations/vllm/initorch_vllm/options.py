@@ -1,0 +1,72 @@
+"""How a launch asks for the integration: environment variables, read once per process.
+
+vLLM passes its environment to the engine core and to every worker it spawns, so the
+variables set for ``python -m vllm.entrypoints.openai.api_server`` reach every process
+alike.  Nothing is on by default: without ``INITORCH_VLLM`` the plugin returns at once
+and the server starts exactly as it would without initorch installed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["MODE_ENV", "ON_VIOLATION_ENV", "PROFILE_ENV", "REPORT_ENV", "TRACE_ENV",
+           "Options", "OptionsError", "read_options"]
+
+MODE_ENV = "INITORCH_VLLM"
+PROFILE_ENV = "INITORCH_VLLM_PROFILE"
+ON_VIOLATION_ENV = "INITORCH_VLLM_ON_VIOLATION"
+REPORT_ENV = "INITORCH_VLLM_REPORT"
+TRACE_ENV = "INITORCH_VLLM_TRACE"
+
+Mode = Literal["off", "verify"]
+MODES: tuple[Mode, ...] = ("off", "verify")
+
+
+class OptionsError(ValueError):
+    """An ``INITORCH_VLLM*`` variable holds a value the integration cannot use."""
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """What the launch asked for.
+
+    ``mode``: ``verify`` records each worker's start-up and checks it against the plan.
+    ``profiles``: the profiles of the plan, comma-separated in the variable (default:
+    the worker's device profile, then ``vllm``).  ``stop_on_violation``: an order
+    violation stops start-up (``INITORCH_VLLM_ON_VIOLATION=warn`` only logs it).
+    ``report``/``trace``: per-rank output paths (``{rank}`` filled in).
+    """
+
+    mode: Mode = "off"
+    profiles: tuple[str, ...] = ()
+    stop_on_violation: bool = True
+    report: str | None = None
+    trace: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.mode != "off"
+
+
+def read_options(environ: Mapping[str, str] | None = None) -> Options:
+    """The options in ``environ`` (default ``os.environ``); :class:`OptionsError` naming
+    the variable when one is malformed."""
+    environ = os.environ if environ is None else environ
+    mode = environ.get(MODE_ENV, "off").strip().lower() or "off"
+    if mode not in MODES:
+        raise OptionsError(f"initorch-vllm: {MODE_ENV}={mode!r} is not one of "
+                           f"{', '.join(MODES)}")
+    on_violation = environ.get(ON_VIOLATION_ENV, "stop").strip().lower()
+    if on_violation not in ("stop", "warn"):
+        raise OptionsError(f"initorch-vllm: {ON_VIOLATION_ENV}={on_violation!r} is not "
+                           "stop or warn")
+    profiles = tuple(item.strip() for item in environ.get(PROFILE_ENV, "").split(",")
+                     if item.strip())
+    return Options(mode=mode,  # checked against MODES above
+                   profiles=profiles, stop_on_violation=on_violation == "stop",
+                   report=environ.get(REPORT_ENV) or None,
+                   trace=environ.get(TRACE_ENV) or None)

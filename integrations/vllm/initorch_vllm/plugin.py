@@ -1,0 +1,59 @@
+"""The vLLM plugin (entry point ``vllm.general_plugins`` -> ``initorch``).
+
+vLLM calls it in every process it starts: the API server (or the script that builds
+``LLM``), the engine core (``v1/engine/core.py:129``) and each worker, where it is loaded
+at the start of ``init_worker``, before the worker is built (``v1/worker/
+worker_base.py:274-276``).  Without ``INITORCH_VLLM`` it returns at once and vLLM starts
+exactly as without initorch.  With ``INITORCH_VLLM=verify``:
+
+- in the first process, it refuses a vLLM whose hook targets do not resolve
+  (:mod:`initorch_vllm.release`), before any worker starts;
+- in the processes vLLM spawned, it hooks the worker's start-up calls
+  (:mod:`initorch_vllm.session`); they take effect in a worker, where they are called.
+
+vLLM lets an exception from a plugin's function propagate (``plugins/__init__.py:
+87-90``), so each refusal here is a ``SystemExit`` with its message: the launch stops,
+naming the cause.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+
+# Only what deciding "off" needs: a vLLM that did not ask imports nothing more.
+from initorch_vllm.options import OptionsError, read_options
+
+__all__ = ["load"]
+
+
+def load() -> None:
+    """Entry point of the vLLM plugin."""
+    started = time.perf_counter()
+    try:
+        options = read_options()
+    except OptionsError as error:
+        raise SystemExit(str(error)) from None
+    if not options.active:
+        return
+    from initorch.kit.cost import COST
+
+    if multiprocessing.parent_process() is None:  # the API server: workers come later
+        from initorch_vllm.release import refusal
+
+        refused = refusal()
+        COST.add("plugin load", time.perf_counter() - started)
+        if refused is not None:
+            raise SystemExit(refused)
+        return
+    from vllm.platforms import current_platform  # resolved before plugins load here
+
+    from initorch.kit.hooks import HookError, apply_hooks
+    from initorch_vllm.layout import ENGINE
+    from initorch_vllm.session import hooks
+
+    COST.add("plugin load", time.perf_counter() - started)  # "hooks" has the rest
+    try:
+        apply_hooks(hooks(options, str(current_platform.device_type)), ENGINE)
+    except HookError as error:
+        raise SystemExit(str(error)) from None

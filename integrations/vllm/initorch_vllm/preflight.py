@@ -1,0 +1,185 @@
+"""``initorch vllm check``: a vLLM server launch judged before it starts.
+
+The arguments are those of ``python -m vllm.entrypoints.openai.api_server``.  They are
+parsed, validated and resolved by vLLM's own code, as the server does it
+(``entrypoints/launchers/api_server/entry.py:224-230``, then ``AsyncEngineArgs.
+from_cli_args`` and ``create_engine_config``, :53, :83), with remote code off and the
+Hugging Face hub offline: pre-flight never runs a model's code and never downloads.  Then
+each check asks what, on this machine, failed only after the workers started, and
+refuses it in one line citing the vLLM ``file:line`` that would fail (vLLM 0.32.0; see
+:mod:`initorch_vllm.layout`).  What vLLM itself refuses at once (a bad argument, a
+config it cannot build) is refused with its own message.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from initorch.kit.preflight import Preflight, one_line, run_checks
+from initorch_vllm.layout import (
+    ENGINE,
+    HEAD_SIZES,
+    KV_CONNECTORS,
+    NUMA_BIND,
+    RELEASE,
+    STORE_CONFIG,
+)
+
+__all__ = ["CHECKS", "Launch", "preflight"]
+
+_MASTER_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """A launch as vLLM resolved it (its ``VllmConfig``), in this process's environment,
+    which vLLM reads as the server would (``envs.py``)."""
+
+    config: Any
+
+    @property
+    def on_cpu(self) -> bool:
+        return str(self.config.device_config.device_type) == "cpu"
+
+
+def numa_binding(launch: Launch) -> str | None:
+    """tp (x pp) CPU workers on one host need a CPU set each: vLLM's executor binds their
+    OpenMP threads before it starts them, and asserts (``utils/ompmultiprocessing.py``)."""
+    if not launch.on_cpu:
+        return None
+    from importlib import import_module
+
+    module, _, name = NUMA_BIND.manager.rpartition(".")
+    manager = getattr(import_module(module), name)
+    value = os.environ.get(NUMA_BIND.env, "auto")
+    try:
+        manager(launch.config)  # vLLM's own check, as its executor makes it
+    except (AssertionError, ValueError, RuntimeError) as error:
+        where = NUMA_BIND.auto_where if value == "auto" else NUMA_BIND.lists_where
+        workers = launch.config.parallel_config.local_world_size
+        return (f"{workers} CPU worker(s) on this host with {NUMA_BIND.env}={value!r}: "
+                f"vLLM's executor would stop before starting them ({where}: "
+                f"{one_line(error)}); give each worker its CPUs, e.g. "
+                f"{NUMA_BIND.env}='{'|'.join(str(i) for i in range(workers))}'")
+    return None
+
+
+def head_size(launch: Launch) -> str | None:
+    """The CPU attention declares its head sizes but checks them only in its kernel, on
+    the worker's first forward pass, after the weights loaded."""
+    model = launch.config.model_config
+    if not launch.on_cpu or model.use_mla:
+        return None
+    from importlib import import_module
+
+    module, _, name = HEAD_SIZES.backend.rpartition(".")
+    supported = getattr(import_module(module), name).get_supported_head_sizes()
+    size = model.get_head_size()
+    if size in supported:
+        return None
+    return (f"the model's head size {size} is not one vLLM's CPU attention supports "
+            f"({', '.join(map(str, supported))}; {HEAD_SIZES.where}): each worker would fail "
+            f"in its first forward pass (\"Unsupported CPU attention configuration: "
+            f"head_dim={size}\")")
+
+
+def kv_connector_module(launch: Launch) -> str | None:
+    """A Mooncake KV connector without the Mooncake module it imports."""
+    connector = _connector(launch)
+    if connector is None or _importable(connector.needs):
+        return None
+    return (f"{connector.name} needs {connector.needs} (Mooncake), which is not installed: "
+            f"each worker would fail building its KV connector ({connector.where})")
+
+
+def _importable(module: str) -> bool:
+    """Whether ``module`` can be found, without importing it (its parent is imported)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # its parent package is missing
+        return False
+
+
+def store_master(launch: Launch) -> str | None:
+    """The Mooncake store connector sets up a Mooncake Store against its master; the
+    Mooncake (peer-to-peer) connector has no master and reads none of this."""
+    connector = _connector(launch)
+    if connector is None or connector.name != "MooncakeStoreConnector":
+        return None
+    from importlib import import_module
+
+    module, _, name = STORE_CONFIG.config_class.rpartition(".")
+    config_class = getattr(import_module(module), name)
+    path = os.environ.get(STORE_CONFIG.env)
+    try:
+        config = config_class.load_from_config()  # vLLM's own reading of it
+    except (OSError, ValueError, TypeError) as error:
+        return (f"MooncakeStoreConnector reads its store config from {STORE_CONFIG.env} "
+                f"({STORE_CONFIG.load_where}): {one_line(error)}")
+    master = str(config.master_server_address or "")
+    if not master:
+        return (f"MooncakeStoreConnector's store config ({path}) names no "
+                f"master_server_address: the store cannot set up without its master "
+                f"({STORE_CONFIG.setup_where})")
+    host, _, port = master.rpartition(":")
+    if not host or not port.isdigit():
+        return (f"MooncakeStoreConnector's master_server_address {master!r} is not "
+                f"host:port ({STORE_CONFIG.setup_where})")
+    try:
+        with socket.create_connection((host, int(port)), timeout=_MASTER_TIMEOUT_S):
+            return None
+    except OSError as error:
+        return (f"MooncakeStoreConnector's master {master} does not answer ({error}): each "
+                f"worker's store setup would fail ({STORE_CONFIG.setup_where})")
+
+
+def _connector(launch: Launch) -> Any:
+    transfer = launch.config.kv_transfer_config
+    name = None if transfer is None else transfer.kv_connector
+    return next((known for known in KV_CONNECTORS if known.name == name), None)
+
+
+CHECKS: tuple[Callable[[Launch], str | None], ...] = (numa_binding, head_size,
+                                                      kv_connector_module, store_master)
+
+
+def preflight(arguments: list[str]) -> Preflight:
+    """Resolve ``arguments`` with vLLM's own parser and config, plan them, and run every
+    check.  A ``SystemExit`` from vLLM's parser (it printed why) propagates."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # pre-flight never downloads
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    args = make_arg_parser(FlexibleArgumentParser(prog="initorch vllm check --")).parse_args(
+        arguments)
+    try:
+        validate_parsed_serve_args(args)
+        engine_args = AsyncEngineArgs.from_cli_args(args)
+        notes: tuple[str, ...] = ()
+        if engine_args.trust_remote_code:
+            engine_args.trust_remote_code = False
+            notes = ("--trust-remote-code: pre-flight resolves the launch without the "
+                     "model's remote code",)
+        config = engine_args.create_engine_config()
+    except Exception as error:  # vLLM's own refusal, whatever its type
+        return Preflight(" ".join(arguments), None, (f"{ENGINE.name} refuses the launch: "
+                                           f"{type(error).__name__}: {one_line(error)}",))
+    launch = Launch(config)
+    device = str(config.device_config.device_type)
+    selection = f"--device {device} --profile vllm (vLLM {RELEASE}'s order; {ENGINE.label()})"
+    plan = _plan(device)
+    return Preflight(selection, plan, tuple(run_checks(CHECKS, launch)), notes)
+
+
+def _plan(device: str) -> Any:
+    """The plan a worker of this launch checks its start-up against in verify mode (an
+    error here is initorch's, not the launch's: it propagates)."""
+    from initorch import Registry, load_plan
+
+    return load_plan([device, "vllm"], device=device, registry=Registry.with_plugins())
