@@ -184,15 +184,15 @@ def test_the_command_is_wired_and_reads_without_importing() -> None:
 
 def test_the_layout_data_names_the_deadline_helper_and_the_table_where_they_are() -> None:
     """What other modules read from a layout: the names resolve in the releases' trees."""
-    from initorch_sglang.follow import resolve_target
+    from initorch.kit import resolve_target
+    from initorch_sglang.drift import open_tree
     from initorch_sglang.layouts import layout_named
-    from initorch_sglang.source import SourceTree
 
     for version, layout in ((FIRST_DEADLINE_THREAD, "runner_bootstrap"), (CURRENT, "bootstrap")):
         helper = layout_named(layout).deadline_helper
         assert helper == "sglang.srt.utils.common.run_with_deadline"
-        assert resolve_target(SourceTree.open(release(version)), helper) is not None
-    assert resolve_target(SourceTree.open(release(LAST_DIRECT_INIT)),
+        assert resolve_target(open_tree(release(version)), helper) is not None
+    assert resolve_target(open_tree(release(LAST_DIRECT_INIT)),
                           "sglang.srt.utils.common.run_with_deadline") is None
     assert layout_named("model_runner").deadline_helper is None
     table = layout_named("bootstrap").allocator.dotted()[0]

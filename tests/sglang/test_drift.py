@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from initorch_sglang.drift import SourceError, SourceTree, check_drift
+from initorch.kit import SourceError
+from initorch_sglang.drift import check_drift, open_tree
 from tests.sglang.helpers import sglang_plan
 from tests.sglang.server import initorch_in_sglang, run_in_sglang
 
@@ -36,7 +37,7 @@ def edit(tree: Path, file: str, old: str, new: str) -> None:
 
 def test_the_real_wheel_has_no_drift(sglang_wheel: Path) -> None:
     plan = sglang_plan()
-    report = check_drift(SourceTree.open(sglang_wheel), plan)
+    report = check_drift(open_tree(sglang_wheel), plan)
     assert not report.drifted and report.missing == ()
     verdicts = {(c.edge.source, c.edge.target): c.verdict for c in report.checks}
     assert verdicts[("init_shared_mooncake_transfer_engine", "init_torch_distributed")] == "ok"
@@ -61,7 +62,7 @@ def test_an_engine_moved_after_the_process_group_is_drift(unpacked: Path,
     assert groups is not None
     (tree / BOOTSTRAP).write_text(text[:groups.end()] + ENGINE_CALL + text[groups.end():])
     plan = sglang_plan()
-    report = check_drift(SourceTree.open(tmp_path), plan)
+    report = check_drift(open_tree(tmp_path), plan)
     assert report.drifted
     drifted = [c for c in report.checks if c.verdict == "drift"]
     assert [(c.edge.source, c.edge.target) for c in drifted] == [
@@ -80,7 +81,7 @@ def test_a_call_that_moved_away_is_reported_missing(unpacked: Path, tmp_path: Pa
     shutil.copytree(unpacked, tree)
     edit(tree, BOOTSTRAP, "local_omp_cpuid = _bind_threads_if_cpu(device=device)",
          "local_omp_cpuid = None")
-    report = check_drift(SourceTree.open(tree), sglang_plan())
+    report = check_drift(open_tree(tree), sglang_plan())
     assert report.drifted
     assert report.missing == (
         "bind_cpu_threads: srt/distributed/bootstrap.py init_parallel_runtime no longer calls "
@@ -91,7 +92,7 @@ def test_a_call_that_moved_away_is_reported_missing(unpacked: Path, tmp_path: Pa
 
 def test_a_path_without_sglang_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="no sglang package here"):
-        SourceTree.open(tmp_path)
+        open_tree(tmp_path)
 
 
 def test_the_cli_passes_on_the_wheel_and_never_imports_sglang(sglang_wheel: Path) -> None:
@@ -138,7 +139,7 @@ def after_groups(tree: Path, call: str) -> None:
 
 
 def engine_verdict(tree: Path) -> tuple[str, str]:
-    report = check_drift(SourceTree.open(tree), sglang_plan())
+    report = check_drift(open_tree(tree), sglang_plan())
     (check,) = [c for c in report.checks if (c.edge.source, c.edge.target) ==
                 ("init_shared_mooncake_transfer_engine", "init_torch_distributed")]
     return check.verdict, check.evidence
@@ -172,7 +173,7 @@ def test_a_helper_refactor_is_followed_not_reported(unpacked: Path, tmp_path: Pa
     edit(tree, BOOTSTRAP, ENGINE_CALL, "    _start_engine()\n")
     path = tree / BOOTSTRAP
     path.write_text(path.read_text() + "\n\ndef _start_engine():\n" + ENGINE_CALL)
-    report = check_drift(SourceTree.open(tree), sglang_plan())
+    report = check_drift(open_tree(tree), sglang_plan())
     assert not report.drifted, report.missing
     verdict, evidence = engine_verdict(tree)
     assert verdict == "ok" and "maybe_init_shared_mooncake_transfer_engine at :143," in evidence
@@ -198,7 +199,7 @@ def test_a_hook_target_gone_from_the_tree_is_drift(unpacked: Path, tmp_path: Pat
     (and SGLang, with a NameError) would not find the function."""
     tree = mutated(unpacked, tmp_path)
     edit(tree, BOOTSTRAP, "def _bind_threads_if_cpu(", "def _bind_threads(")
-    report = check_drift(SourceTree.open(tree), sglang_plan())
+    report = check_drift(open_tree(tree), sglang_plan())
     assert report.drifted
     assert report.missing == ("hook target sglang.srt.distributed.bootstrap."
                               "_bind_threads_if_cpu is not defined in this tree",)
@@ -207,7 +208,7 @@ def test_a_hook_target_gone_from_the_tree_is_drift(unpacked: Path, tmp_path: Pat
 def test_a_tree_of_no_known_layout_is_all_drift(unpacked: Path, tmp_path: Path) -> None:
     tree = mutated(unpacked, tmp_path)
     edit(tree, BOOTSTRAP, "def init_parallel_runtime(", "def start_parallel_runtime(")
-    report = check_drift(SourceTree.open(tree), sglang_plan())
+    report = check_drift(open_tree(tree), sglang_plan())
     assert report.drifted and report.checks == ()
     assert report.missing == (
         "layout: no known call map fits this tree (see initorch_sglang/layouts)",)
@@ -218,14 +219,14 @@ def test_a_tree_of_no_known_layout_is_all_drift(unpacked: Path, tmp_path: Path) 
 def test_older_layouts_the_audit_proves_have_no_drift(version: str, layout: str) -> None:
     from tests.support.wheels import wheel
 
-    report = check_drift(SourceTree.open(wheel("sglang", version).path), sglang_plan())
+    report = check_drift(open_tree(wheel("sglang", version).path), sglang_plan())
     assert report.layout == layout and not report.drifted, report.missing
 
 
 def test_the_process_group_first_order_of_0_5_11_is_drift_against_the_profile() -> None:
     from tests.support.wheels import wheel
 
-    report = check_drift(SourceTree.open(wheel("sglang", "0.5.11").path), sglang_plan())
+    report = check_drift(open_tree(wheel("sglang", "0.5.11").path), sglang_plan())
     drifted = [(c.edge.source, c.edge.target) for c in report.checks if c.verdict == "drift"]
     assert report.layout == "model_runner" and drifted == [
         ("init_shared_mooncake_transfer_engine", "init_torch_distributed")]
@@ -235,7 +236,7 @@ def test_the_store_is_ordered_from_scheduler_init(sglang_wheel: Path) -> None:
     """The store chain starts where SGLang's start-up does, so what Scheduler.__init__
     runs before build_kv_cache orders against it; the host pool, built inside
     build_kv_cache behind a registry of cache classes, stays run-time."""
-    report = check_drift(SourceTree.open(sglang_wheel), sglang_plan())
+    report = check_drift(open_tree(sglang_wheel), sglang_plan())
     verdicts = {(c.edge.source, c.edge.target): (c.verdict, c.evidence) for c in report.checks}
     assert verdicts[("set_device", "init_mooncake_store")] == (
         "ok", "srt/managers/scheduler.py Scheduler.__init__: init_parallel_runtime at :536, "

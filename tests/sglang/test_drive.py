@@ -106,7 +106,7 @@ def test_drive_runs_launches_without_cuda_warm_ups() -> None:
 
 
 def test_drive_counts_its_own_steps_as_initorchs_cost() -> None:
-    from initorch_sglang.cost import COST
+    from initorch.kit import COST
 
     outcomes = {name: SimpleNamespace(started=1.0, duration=duration)
                 for name, duration in (("rendezvous", 0.25), ("init_torch_distributed", 9.0))}

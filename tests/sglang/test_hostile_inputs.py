@@ -2,7 +2,7 @@
 
 Each one gives one line naming the file, exit 2 (never "clean", never an internal error),
 in bounded time and memory: what is read or inflated per file is capped
-(``initorch_sglang.source.MAX_FILE_BYTES``).  The trees are made here; each is the smallest
+(``initorch.kit.MAX_FILE_BYTES``).  The trees are made here; each is the smallest
 that reaches the file under test (SGLang's marker ``srt/managers/scheduler.py`` plus the
 file the layout recognition reads).
 """
@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from initorch.kit import MAX_FILE_BYTES
 from initorch_sglang.cli import cmd_audit
+from initorch_sglang.drift import open_tree
 from initorch_sglang.layouts import recognise
-from initorch_sglang.source import MAX_FILE_BYTES, SourceTree
 
 BOOTSTRAP = "srt/distributed/bootstrap.py"
 SCHEDULER = "class Scheduler:\n    def __init__(self):\n        init_parallel_runtime()\n"
@@ -69,7 +70,7 @@ def test_a_pep_263_latin_1_source_is_read_as_python_reads_it(tmp_path: Path) -> 
               "def init_parallel_runtime():\n    pass\n").encode("latin-1")
     with pytest.raises(UnicodeDecodeError):
         source.decode()
-    tree = SourceTree.open(tree_with(tmp_path, source))
+    tree = open_tree(tree_with(tmp_path, source))
     assert "Copyright \xa9 SGLang" in (tree.text(BOOTSTRAP) or "")
     layout = recognise(tree)
     assert layout is not None and layout.name == "bootstrap"

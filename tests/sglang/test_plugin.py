@@ -19,7 +19,7 @@ def test_a_server_that_did_not_ask_is_untouched() -> None:
                    "        if any(s and s.plugin_name == 'initorch' for _, _, s in hooks)]\n"
                    "print(json.dumps({'hooks': ours,\n"
                    "                  'cpu_allocator': 'cpu' in ALLOC_MEMORY_FUNCS,\n"
-                   "                  'initorch': 'initorch_sglang.session' in sys.modules}))\n")
+                   "                  'initorch': 'initorch_sglang.verify' in sys.modules}))\n")
     result = run_in_sglang(code)
     assert result.returncode == 0, result.stderr
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
@@ -62,10 +62,11 @@ def test_a_rank_hooks_every_call_and_checks_that_they_took() -> None:
 
 
 def test_a_missing_hook_target_stops_start_up_naming_it() -> None:
-    code = ("from initorch_sglang.hooks import HookError, apply\n"
+    code = ("from initorch.kit import HookError, apply_hooks\n"
+            "from initorch_sglang.engine import SGLANG\n"
             "try:\n"
-            "    apply({'sglang.srt.distributed.bootstrap.init_parallel_runtime_v2':\n"
-            "           (lambda original, *a, **k: original(*a, **k), 'around')})\n"
+            "    apply_hooks({'sglang.srt.distributed.bootstrap.init_parallel_runtime_v2':\n"
+            "                 (lambda original, *a, **k: original(*a, **k), 'around')}, SGLANG)\n"
             "    import sglang.srt.distributed.bootstrap  # the hook applies on import\n"
             "except HookError as error:\n"
             "    print(error)\n")
@@ -78,10 +79,11 @@ def test_a_missing_hook_target_stops_start_up_naming_it() -> None:
 
 
 def test_a_hook_target_whose_module_is_gone_stops_at_plugin_load() -> None:
-    code = ("from initorch_sglang.hooks import HookError, apply\n"
+    code = ("from initorch.kit import HookError, apply_hooks\n"
+            "from initorch_sglang.engine import SGLANG\n"
             "try:\n"
-            "    apply({'sglang.srt.no_such_package.no_module.function':\n"
-            "           (lambda original, *a, **k: original(*a, **k), 'around')})\n"
+            "    apply_hooks({'sglang.srt.no_such_package.no_module.function':\n"
+            "                 (lambda original, *a, **k: original(*a, **k), 'around')}, SGLANG)\n"
             "except HookError as error:\n"
             "    print(error)\n")
     result = run_in_sglang(code)

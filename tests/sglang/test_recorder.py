@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from initorch_sglang.recorder import OrderViolation, Recorder
-from initorch_sglang.vendor import VENDOR_CALLS, call_site
+from initorch.kit import MOONCAKE_CALLS, OrderViolation, Recorder, build_report, call_site
+from initorch_sglang.engine import IDLE
+from initorch_sglang.verify import new_recorder
 from tests.sglang.helpers import sglang_plan
 
-ENGINE_INIT = next(call for call in VENDOR_CALLS if call.method == "initialize")
+ENGINE_INIT = next(call for call in MOONCAKE_CALLS if call.method == "initialize")
 PER_THREAD = {"device.context_per_thread": True}
 
 ORDER = ["bind_cpu_threads", "set_device", "init_shared_mooncake_transfer_engine",
@@ -44,14 +45,14 @@ def on_thread(name: str, work: Callable[[], None], *, daemon: bool = False) -> l
 
 
 def test_sglangs_own_order_passes() -> None:
-    recorder = Recorder(sglang_plan())
+    recorder = new_recorder(sglang_plan())
     record(recorder, ORDER)
     assert recorder.violations == []
     assert [call.index for call in recorder.calls if call.step == "set_device"] == [0, 1]
 
 
 def test_engine_after_the_process_group_is_stopped_with_the_profiles_reason() -> None:
-    recorder = Recorder(sglang_plan())
+    recorder = new_recorder(sglang_plan())
     record(recorder, ["bind_cpu_threads", "set_device", "init_torch_distributed"])
     with pytest.raises(OrderViolation) as caught:
         record(recorder, ["init_shared_mooncake_transfer_engine"])
@@ -65,7 +66,7 @@ def test_engine_after_the_process_group_is_stopped_with_the_profiles_reason() ->
 
 
 def test_warn_mode_keeps_the_violation_and_goes_on() -> None:
-    recorder = Recorder(sglang_plan(), stop_on_violation=False)
+    recorder = new_recorder(sglang_plan(), stop_on_violation=False)
     record(recorder, ["set_device", "init_torch_distributed",
                       "init_shared_mooncake_transfer_engine", "init_model_parallel"])
     assert len(recorder.violations) == 1
@@ -73,14 +74,14 @@ def test_warn_mode_keeps_the_violation_and_goes_on() -> None:
 
 
 def test_a_step_that_starts_inside_its_predecessor_is_a_violation() -> None:
-    recorder = Recorder(sglang_plan())
+    recorder = new_recorder(sglang_plan())
     with recorder.observe("sglang_load_model"), pytest.raises(OrderViolation) as caught:
         record(recorder, ["sglang_alloc_kv_pool"])
     assert "sglang_load_model was still running when it started" in str(caught.value)
 
 
 def test_a_device_bound_call_on_a_thread_without_the_device_is_a_violation() -> None:
-    recorder = Recorder(sglang_plan(**{"device.context_per_thread": True}))
+    recorder = new_recorder(sglang_plan(**{"device.context_per_thread": True}))
     record(recorder, ["bind_cpu_threads", "set_device"])
     errors: list[BaseException] = []
 
@@ -98,13 +99,13 @@ def test_a_device_bound_call_on_a_thread_without_the_device_is_a_violation() -> 
 
 
 def test_calls_outside_the_plan_are_recorded_not_checked() -> None:
-    recorder = Recorder(sglang_plan("sglang-drive"))
+    recorder = new_recorder(sglang_plan("sglang-drive"))
     record(recorder, ["set_device", "sglang_load_model", "init_shared_mooncake_transfer_engine"])
     assert recorder.violations == []
 
 
 def test_on_a_host_device_a_helper_thread_is_no_hazard() -> None:
-    recorder = Recorder(sglang_plan())  # cpu: device.context_per_thread is false
+    recorder = new_recorder(sglang_plan())  # cpu: device.context_per_thread is false
     record(recorder, ["bind_cpu_threads", "set_device"])
     errors = on_thread("deadline-helper",
                        lambda: record(recorder, ["init_shared_mooncake_transfer_engine"]))
@@ -112,7 +113,7 @@ def test_on_a_host_device_a_helper_thread_is_no_hazard() -> None:
 
 
 def test_set_device_binds_the_device_it_was_given_to_its_thread_only() -> None:
-    recorder = Recorder(sglang_plan(**PER_THREAD))
+    recorder = new_recorder(sglang_plan(**PER_THREAD))
     record(recorder, ["bind_cpu_threads", "set_device", "init_shared_mooncake_transfer_engine"])
     assert [call.device for call in recorder.calls] == [None, "cpu:0", "cpu:0"]
     main = threading.main_thread().ident
@@ -126,7 +127,7 @@ def vendor_call(recorder: Recorder) -> None:
 
 def test_a_vendor_call_on_a_thread_without_the_device_names_the_call_the_thread_and_the_site(
         ) -> None:
-    recorder = Recorder(sglang_plan(**PER_THREAD), engine="SGLang 0.5.23")
+    recorder = new_recorder(sglang_plan(**PER_THREAD), label="SGLang 0.5.23")
     record(recorder, ["bind_cpu_threads", "set_device"])
     errors = on_thread("Thread-1 (_target)", lambda: vendor_call(recorder), daemon=True)
     assert len(errors) == 1 and isinstance(errors[0], OrderViolation)
@@ -142,7 +143,7 @@ def test_a_vendor_call_on_a_thread_without_the_device_names_the_call_the_thread_
 
 
 def test_a_vendor_call_where_set_device_ran_is_recorded_with_that_device() -> None:
-    recorder = Recorder(sglang_plan(**PER_THREAD))
+    recorder = new_recorder(sglang_plan(**PER_THREAD))
 
     def bound_then_call() -> None:
         record(recorder, ["set_device"])
@@ -155,21 +156,19 @@ def test_a_vendor_call_where_set_device_ran_is_recorded_with_that_device() -> No
 
 
 def test_warn_mode_records_the_unbound_vendor_call_and_lets_it_run() -> None:
-    recorder = Recorder(sglang_plan(**PER_THREAD), stop_on_violation=False)
+    recorder = new_recorder(sglang_plan(**PER_THREAD), stop_on_violation=False)
     record(recorder, ["set_device"])
     assert on_thread("helper", lambda: vendor_call(recorder)) == []
     assert len(recorder.violations) == 1 and recorder.vendor_calls[0].result == 0
 
 
 def test_a_call_that_made_none_of_its_vendor_calls_did_nothing() -> None:
-    from initorch_sglang.outputs import build_report
-
-    recorder = Recorder(sglang_plan(device="npu"))
+    recorder = new_recorder(sglang_plan(device="npu"))
     record(recorder, ["bind_cpu_threads", "set_device",  # _bind_threads_if_cpu off the CPU
                       "init_shared_mooncake_transfer_engine"])
     with recorder.observe("init_mooncake_store"):
         vendor_call(recorder)  # made while the store's call runs: the store's
-    outcomes = build_report(recorder, mode="verify", rank=0, started_at="now").outcomes
+    outcomes = build_report(recorder, mode="verify", rank=0, started_at="now", idle=IDLE).outcomes
     engine = outcomes["init_shared_mooncake_transfer_engine"]
     assert (engine.status, engine.reason) == (
         "skipped", "called by SGLang, did nothing: it made no Mooncake "
@@ -181,10 +180,8 @@ def test_a_call_that_made_none_of_its_vendor_calls_did_nothing() -> None:
 
 
 def test_on_the_cpu_binding_threads_did_something_whatever_it_returned() -> None:
-    from initorch_sglang.outputs import build_report
-
-    recorder = Recorder(sglang_plan())
+    recorder = new_recorder(sglang_plan())
     with recorder.observe("bind_cpu_threads") as bind:
         bind.result = None  # 0.5.17's ModelRunner.init_threads_binding binds, returns None
-    outcomes = build_report(recorder, mode="verify", rank=0, started_at="now").outcomes
+    outcomes = build_report(recorder, mode="verify", rank=0, started_at="now", idle=IDLE).outcomes
     assert outcomes["bind_cpu_threads"].status == "succeeded"

@@ -8,10 +8,10 @@ import logging
 import pytest
 
 from initorch.errors import ProfileError
-from initorch_sglang.cost import Cost, process_age
+from initorch.kit import Cost, process_age
 from initorch_sglang.options import Options
 from initorch_sglang.selection import Selection
-from initorch_sglang.session import plan_for
+from initorch_sglang.verify import plan_for
 from tests.sglang.helpers import sglang_registry
 
 # A value SGLang never reads and initorch refuses: the plan cannot be made.
@@ -55,7 +55,7 @@ def test_the_process_age_counts_from_the_process_start() -> None:
 def test_the_rank_comes_from_the_constructors_arguments_where_it_takes_them() -> None:
     from types import SimpleNamespace
 
-    from initorch_sglang.session import world_rank
+    from initorch_sglang.verify import world_rank
 
     def scheduler_init(self, server_args, port_args, gpu_id, tp_rank, moe_ep_rank,  # type: ignore[no-untyped-def]
                        pp_rank, dp_rank):

@@ -1,4 +1,4 @@
-"""The vendor boundary (:mod:`initorch_sglang.vendor`) against the SIMULATED Ascend build:
+"""The vendor boundary (:mod:`initorch.kit.vendor`) against the SIMULATED Ascend build:
 the hooks import nothing, wrap the class SGLang will call, stop an engine init on a thread
 without the device before the vendor call runs, and never change device state.
 
@@ -25,15 +25,16 @@ pytestmark = pytest.mark.e2e
 SCRIPT = textwrap.dedent('''
     import json, sys, threading
     sys.path[:0] = [{repo!r}, {integration!r}]
-    from initorch_sglang.recorder import OrderViolation, Recorder
-    from initorch_sglang.vendor import call_site, install_vendor_hooks
+    from initorch.kit import MOONCAKE_CALLS, OrderViolation, call_site, install_vendor_hooks
+    from initorch_sglang.verify import new_recorder
     from tests.sglang.helpers import sglang_plan
 
-    recorder = Recorder(sglang_plan(**{{"device.context_per_thread": True}}),
-                        engine="SGLang (test)")
+    recorder = new_recorder(sglang_plan(**{{"device.context_per_thread": True}}),
+                            label="SGLang (test)")
     import torch_npu  # SIMULATED: installs the simulated Ascend build's finder first
     from initorch_simulation.acl import ACL, SimulatedAclError
-    install_vendor_hooks(lambda call: recorder.observe_vendor(call, call_site(None)))
+    install_vendor_hooks(lambda call: recorder.observe_vendor(call, call_site(None)),
+                         MOONCAKE_CALLS)
     imported_by_install = "mooncake.engine" in sys.modules
     import torch
     with recorder.observe("set_device", binds="npu:0"):

@@ -28,18 +28,28 @@ known, SGLang's plugin registry is there, and every hook target resolves.
 from __future__ import annotations
 
 import ast
-import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
 
-from initorch_sglang.chains import MissingCall, Site, locate_chain, order
-from initorch_sglang.follow import call_sites, find_function, resolve_call, resolve_target
+from initorch.kit import (
+    Finding,
+    MissingCall,
+    ReleaseAudit,
+    Site,
+    SourceTree,
+    State,
+    call_sites,
+    find_function,
+    locate_chain,
+    order,
+    render_table,
+    resolve_call,
+    support,
+)
+from initorch.kit import audit_path as audit_engine_path
+from initorch_sglang.engine import SGLANG
 from initorch_sglang.layouts import Layout, recognise
-from initorch_sglang.source import SourceError, SourceTree
 
-__all__ = ["DEVICES", "HAZARDS", "Finding", "ReleaseAudit", "audit_path", "audit_tree",
-           "exit_code", "render_table", "support", "version_key"]
+__all__ = ["DEVICES", "HAZARDS", "audit_path", "audit_tree", "sglang_support", "table"]
 
 HAZARDS = ("ascend-order", "host-allocator", "unbound-thread")
 DEVICES = ("cuda", "hip", "npu", "musa", "xpu", "mps", "cpu")
@@ -48,69 +58,21 @@ PER_THREAD = frozenset({"cuda", "hip", "npu", "musa", "xpu"})
 CUDART_PINNED = frozenset({"cuda", "hip"})
 """Devices for which ``torch.cuda.cudart().cudaHostRegister`` is the right path."""
 
-State = Literal["hazard", "clear", "n/a"]
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One hazard of one release: ``hazard`` (fails on the device), ``clear`` (the code
-    is there and does not fail), or ``n/a`` (the code it is about is not in the release);
-    ``where`` holds the upstream ``file:line`` it was judged from."""
-
-    hazard: str
-    state: State
-    detail: str
-    where: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"hazard": self.hazard, "state": self.state, "detail": self.detail,
-                "where": list(self.where)}
-
-
-@dataclass(frozen=True, slots=True)
-class ReleaseAudit:
-    """What the audit read in one release (``error``: it could not read it)."""
-
-    origin: Path
-    version: str | None
-    device: str
-    layout: str | None = None
-    findings: tuple[Finding, ...] = ()
-    supported: bool = False
-    support_detail: str = ""
-    differences: tuple[str, ...] = ()
-    error: str | None = None
-
-    @property
-    def hazards(self) -> tuple[Finding, ...]:
-        return tuple(finding for finding in self.findings if finding.state == "hazard")
-
-    @property
-    def unreadable(self) -> bool:
-        """Never clean: the input could not be read or no call map knows its layout."""
-        return self.error is not None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"origin": str(self.origin), "version": self.version, "device": self.device,
-                "layout": self.layout, "error": self.error,
-                "findings": [finding.to_dict() for finding in self.findings],
-                "supported": self.supported, "support_detail": self.support_detail,
-                "differences": list(self.differences)}
-
-
 def audit_path(path: Path, device: str) -> ReleaseAudit:
     """Audit the wheel or tree at ``path``; an unreadable one comes back with ``error``
     (one line naming the file), so that no input ends the command as an internal error."""
-    try:
-        return audit_tree(SourceTree.open(path), device)
-    except (SourceError, OSError, RecursionError, MemoryError) as error:
-        message = str(error).splitlines()[0] if str(error) else type(error).__name__
-    except Exception as error:  # a release no reading foresaw: not audited, never exit 70
-        message = f"cannot be audited ({type(error).__name__}: " \
-                  f"{(str(error).splitlines() or [''])[0]})"
-    if not message.startswith(str(path)):
-        message = f"{path}: {message}"
-    return ReleaseAudit(path, None, device, error=message)
+    return audit_engine_path(path, device, SGLANG, audit_tree)
+
+
+def table(audits: list[ReleaseAudit], device: str) -> str:
+    """The releases (rows, in the order given) against :data:`HAZARDS`."""
+    return render_table(audits, device, HAZARDS, SGLANG.name)
+
+
+def sglang_support(tree: SourceTree, layout: Layout) -> tuple[bool, str]:
+    """Whether the integration can hook ``tree``: SGLang's plugin registry is there and
+    every hook target of ``layout`` resolves; and, in one line, why not."""
+    return support(tree, layout, layout.plugin_registry)
 
 
 def audit_tree(tree: SourceTree, device: str) -> ReleaseAudit:
@@ -124,7 +86,7 @@ def audit_tree(tree: SourceTree, device: str) -> ReleaseAudit:
     try:
         findings = (_ascend_order(tree, layout, device), _host_allocator(tree, layout, device),
                     _unbound_thread(tree, layout, device))
-        supported, detail = support(tree, layout)
+        supported, detail = sglang_support(tree, layout)
         differences = _differences(tree, layout)
     except MissingCall as missing:
         return ReleaseAudit(tree.origin, version, device, layout.name, error=(
@@ -312,18 +274,6 @@ def _name(node: ast.AST) -> str | None:
     return None
 
 
-def support(tree: SourceTree, layout: Layout) -> tuple[bool, str]:
-    """Whether the integration can hook ``tree``: SGLang's plugin registry is there and
-    every hook target of ``layout`` resolves; and, in one line, why not."""
-    if not tree.has(layout.plugin_registry):
-        return False, f"no SGLang plugin system ({layout.plugin_registry} is missing)"
-    missing = [target for target in layout.hook_targets()
-               if resolve_target(tree, target) is None]
-    if missing:
-        return False, "hook targets missing: " + ", ".join(missing)
-    return True, f"every hook target of layout {layout.name} resolves"
-
-
 def _differences(tree: SourceTree, layout: Layout) -> tuple[str, ...]:
     try:
         engine = locate_chain(tree, layout.engine)
@@ -337,56 +287,3 @@ def _differences(tree: SourceTree, layout: Layout) -> tuple[str, ...]:
                 "hands it to the Mooncake process-group backend); no device constraint "
                 "is broken",)
     return ()
-
-
-def version_key(version: str | None) -> tuple[tuple[int, ...], int, str]:
-    """Sort key of an SGLang release (``0.5.10`` < ``0.5.10.post1`` < ``0.5.11``); an
-    unknown or unusual version sorts last, by its text."""
-    match = re.fullmatch(r"(\d+(?:\.\d+)*)(?:\.?post(\d+))?", version or "")
-    if match is None:
-        return ((10**9,), 0, version or "")
-    return (tuple(int(part) for part in match.group(1).split(".")),
-            int(match.group(2) or -1), "")
-
-
-def render_table(audits: list[ReleaseAudit], device: str) -> str:
-    """The releases (rows, by version) against the hazards, then one line per hazard."""
-    cell = {"hazard": "HAZARD", "clear": "-", "n/a": "n/a"}
-    head = ["version", "layout", *HAZARDS, "integration supports it"]
-    rows = []
-    for audit in audits:
-        if audit.error is not None:
-            rows.append([audit.version or "?", audit.layout or "unknown", *("?" for _ in
-                                                                           HAZARDS), "?"])
-            continue
-        states = {finding.hazard: cell[finding.state] for finding in audit.findings}
-        rows.append([audit.version or "?", audit.layout or "?",
-                     *(states[name] for name in HAZARDS),
-                     "yes" if audit.supported else "no"])
-    widths = [max(len(row[column]) for row in [head, *rows]) for column in range(len(head))]
-    lines = [f"SGLang releases on {device}: HAZARD fails on {device}, - does not, n/a: "
-             "the code is not in the release"]
-    lines += ["  ".join(text.ljust(width) for text, width in zip(row, widths,
-                                                                 strict=True)).rstrip()
-              for row in [head, *rows]]
-    for audit in audits:
-        name = audit.version or str(audit.origin)
-        if audit.error is not None:  # the error names the file
-            lines.append(f"UNREADABLE: {audit.error}")
-        for finding in audit.hazards:
-            lines.append(f"{name}: {finding.hazard}: {finding.detail} "
-                         f"[{', '.join(finding.where)}]")
-    hazardous = sum(1 for audit in audits if audit.hazards)
-    unread = sum(1 for audit in audits if audit.unreadable)
-    lines.append(f"{len(audits)} release(s): {hazardous} with a hazard on {device}, "
-                 f"{unread} not audited")
-    return "\n".join(lines)
-
-
-def exit_code(audits: list[ReleaseAudit]) -> int:
-    """2 if any release could not be audited (never reported clean), else 1 if any has a
-    hazard, else 0."""
-    if any(audit.unreadable for audit in audits):
-        return 2
-    return 1 if any(audit.hazards for audit in audits) else 0
-

@@ -14,19 +14,12 @@ from __future__ import annotations
 
 from functools import cache
 
-from initorch_sglang.layouts import (
-    DEVICE_MODULE,
-    LAYOUTS,
-    Hop,
-    Layout,
-    SGLangCall,
-    layout_named,
-)
+from initorch.kit import EngineCall
+from initorch_sglang.layouts import LAYOUTS, Layout, layout_named
 
-__all__ = ["CALLS", "DEVICE_MODULE", "Hop", "SGLangCall", "call_for", "hook_target",
-           "installed_layout"]
+__all__ = ["CALLS", "installed_layout"]
 
-CALLS: tuple[SGLangCall, ...]
+CALLS: tuple[EngineCall, ...]
 """The installed layout's calls (computed on first use, not at import)."""
 
 
@@ -53,12 +46,3 @@ def __getattr__(name: str) -> object:
         return installed_layout().calls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-
-def call_for(step: str) -> SGLangCall | None:
-    """The installed layout's SGLang call that performs ``step``, if any."""
-    return installed_layout().call_for(step)
-
-
-def hook_target(call: SGLangCall, device_module: str) -> str:
-    """``call.target`` with the profile's device module filled in."""
-    return call.target.replace(DEVICE_MODULE, device_module)

@@ -9,23 +9,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from initorch import InitorchError
-from initorch.renderers import plan_json, plan_text
+from initorch.errors import EXIT_OK
+from initorch.kit import EXIT_FOUND, EXIT_REFUSED, UsageError
 
 if TYPE_CHECKING:
     from initorch import Registry
 
 __all__ = ["add_command"]
-
-EXIT_OK, EXIT_DRIFT, EXIT_REFUSED = 0, 1, 2
-
-
-class UsageError(InitorchError):
-    """Bad arguments to an ``initorch sglang`` command (exit 2)."""
 
 
 def add_command(add: Any) -> None:
@@ -73,6 +66,7 @@ def _no_subcommand(args: argparse.Namespace, registry: Registry) -> int:
 
 
 def cmd_check(args: argparse.Namespace, registry: Registry) -> int:
+    from initorch.kit import show_preflight
     from initorch_sglang.options import OptionsError, read_options
     from initorch_sglang.preflight import preflight
     from initorch_sglang.version import UnknownSGLangError, check_sglang_version
@@ -92,31 +86,17 @@ def cmd_check(args: argparse.Namespace, registry: Registry) -> int:
         result = preflight(launch, options)
     except SystemExit as exit_:  # SGLang's argparse already printed its message
         return EXIT_REFUSED if exit_.code else EXIT_OK
-    if args.json:
-        print(json.dumps({"ok": result.ok, "refusals": list(result.refusals),
-                          "not_checked": list(result.notes), "selection": result.selection,
-                          "plan": None if result.plan is None else plan_json(result.plan)},
-                         indent=2, default=str))
-    else:
-        if result.plan is not None:
-            print(plan_text(result.plan))
-        print(f"selection: {result.selection}")
-        for refusal in result.refusals:
-            sys.stderr.write(f"initorch sglang check: refused: {refusal}\n")
-        for note in result.notes:
-            sys.stderr.write(f"initorch sglang check: not checked: {note}\n")
-        print("pre-flight: ok" if result.ok else
-              f"pre-flight: {len(result.refusals)} problem(s); the launch would fail")
-    return EXIT_OK if result.ok else EXIT_REFUSED
+    return show_preflight(result, command="initorch sglang check", as_json=args.json)
 
 
 def cmd_drift(args: argparse.Namespace, registry: Registry) -> int:
     from initorch import load_plan
-    from initorch_sglang.drift import SourceError, SourceTree, check_drift
+    from initorch.kit import SourceError
+    from initorch_sglang.drift import check_drift, open_tree
     from initorch_sglang.selection import OVERLAYS
 
     try:
-        tree = SourceTree.open(args.source)
+        tree = open_tree(args.source)
     except (SourceError, OSError) as error:
         raise UsageError(f"initorch sglang drift: {error}") from None
     plan = load_plan(list(OVERLAYS), device=args.device, registry=registry)
@@ -125,11 +105,12 @@ def cmd_drift(args: argparse.Namespace, registry: Registry) -> int:
     except SourceError as error:  # a file of the tree that cannot be read as Python
         raise UsageError(f"initorch sglang drift: {error}") from None
     print(report.text(plan))
-    return EXIT_DRIFT if report.drifted else EXIT_OK
+    return EXIT_FOUND if report.drifted else EXIT_OK
 
 
 def cmd_audit(args: argparse.Namespace, registry: Registry) -> int:
-    from initorch_sglang.audit import audit_path, exit_code, render_table, version_key
+    from initorch.kit import exit_code, version_key
+    from initorch_sglang.audit import audit_path, table
 
     audits = sorted((audit_path(source, args.device) for source in args.sources),
                     key=lambda audit: (version_key(audit.version), str(audit.origin)))
@@ -137,5 +118,5 @@ def cmd_audit(args: argparse.Namespace, registry: Registry) -> int:
         print(json.dumps({"device": args.device, "releases": [a.to_dict() for a in audits],
                           "exit": exit_code(audits)}, indent=2))
     else:
-        print(render_table(audits, args.device))
+        print(table(audits, args.device))
     return exit_code(audits)

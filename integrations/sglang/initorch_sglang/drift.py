@@ -1,79 +1,32 @@
 """``initorch sglang drift``: the ``sglang`` profile's ordering claims against SGLang's code.
 
-Reads an SGLang source tree or wheel as text (``ast``), never importing it.  The tree's
-layout is recognised from its own files (:mod:`initorch_sglang.layouts`); each step that
-SGLang performs has a call chain in that layout's map, from a function SGLang runs down to
-the call itself.  Each hop is followed into SGLang's own helpers, and every call site
-counts, the conditional ones too (:mod:`initorch_sglang.chains`).  For every edge of the
-plan between two such steps the chains are followed to where they part, inside one
-function, and the calls' lines there decide the order SGLang really has.  A claim whose
-lines disagree, a chain whose call is no longer where it was, or a hook target the tree
-no longer defines is drift (exit 1); an edge whose chains start in different functions
-cannot be decided from the source and is listed as such (verify mode checks it in a
-running server).  A tree of no known layout is all drift: nothing of it can be trusted.
+Reads an SGLang source tree or wheel as text, never importing it.  The tree's layout is
+recognised from its own files (:mod:`initorch_sglang.layouts`); the kit's drift
+(:func:`initorch.kit.check_drift`) then follows that layout's chains to where each
+claim's two calls part and judges the claim by their lines there.  A tree of no known
+layout is all drift: nothing of it can be trusted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-from initorch_sglang.chains import MissingCall, Site, locate_chain, order
-from initorch_sglang.follow import resolve_target
-from initorch_sglang.layouts import Layout, SGLangCall, recognise
-from initorch_sglang.source import SourceError, SourceTree
+from initorch.kit import DriftReport, SourceTree
+from initorch.kit import check_drift as check_layout
+from initorch_sglang.engine import SGLANG
+from initorch_sglang.layouts import Layout, recognise
 
 if TYPE_CHECKING:
-    from initorch import Edge, Plan
+    from initorch import Plan
 
-__all__ = ["DriftReport", "EdgeCheck", "SourceError", "SourceTree", "check_drift"]
-
-Verdict = Literal["ok", "drift", "undecidable"]
-
-@dataclass(frozen=True, slots=True)
-class EdgeCheck:
-    """One claim (``edge``) and what SGLang's source says of it."""
-
-    edge: Edge
-    verdict: Verdict
-    evidence: str
-
-    def line(self) -> str:
-        label = {"ok": "ok", "drift": "DRIFT", "undecidable": "run-time"}[self.verdict]
-        reason = f"\n           profile: {self.edge.reason}" if self.edge.reason else ""
-        return (f"  {label:<8} {self.edge.source} before {self.edge.target}: "
-                f"{self.evidence}{reason}")
+__all__ = ["check_drift", "open_tree"]
 
 
-@dataclass(frozen=True, slots=True)
-class DriftReport:
-    """Every checked claim, and the chains that could not be followed."""
-
-    version: str | None
-    origin: Path
-    checks: tuple[EdgeCheck, ...]
-    missing: tuple[str, ...]
-    layout: str | None = None
-
-    @property
-    def drifted(self) -> bool:
-        return bool(self.missing) or any(check.verdict == "drift" for check in self.checks)
-
-    def text(self, plan: Plan) -> str:
-        counts = {verdict: sum(1 for c in self.checks if c.verdict == verdict)
-                  for verdict in ("ok", "drift", "undecidable")}
-        head = (f"SGLang {self.version or '(version unknown)'} at {self.origin} (layout "
-                f"{self.layout or 'unknown'}), against profiles {' -> '.join(plan.profiles)}")
-        body = [check.line() for check in self.checks]
-        body += [f"  MISSING  {problem}" for problem in self.missing]
-        tail = (f"{len(self.checks)} claim(s): {counts['ok']} ok, {counts['drift']} drift, "
-                f"{counts['undecidable']} not decidable from the source (verify mode checks "
-                f"them in a running server); {len(self.missing)} call(s) missing")
-        verdict = "drift: SGLang's code no longer matches the profile" if self.drifted \
-            else "no drift"
-        return "\n".join([head, *body, tail, verdict])
+def open_tree(path: Path) -> SourceTree:
+    """The ``sglang`` package of the wheel or tree at ``path``
+    (:class:`initorch.kit.SourceError` when there is none)."""
+    return SourceTree.open(path, SGLANG)
 
 
 def check_drift(tree: SourceTree, plan: Plan, layout: Layout | None = None) -> DriftReport:
@@ -81,43 +34,5 @@ def check_drift(tree: SourceTree, plan: Plan, layout: Layout | None = None) -> D
     of the tree's layout (``layout``: the one recognised from ``tree`` by default)."""
     layout = recognise(tree) if layout is None else layout
     if layout is None:
-        return DriftReport(tree.version(), tree.origin, (), (
-            "layout: no known call map fits this tree (see initorch_sglang/layouts)",))
-    sites: dict[str, list[Site]] = {}
-    missing: list[str] = []
-    for target in layout.hook_targets():
-        if resolve_target(tree, target) is None:
-            missing.append(f"hook target {target} is not defined in this tree")
-    for step in plan.order:
-        call = layout.call_for(step)
-        if call is None or not call.chain:
-            continue
-        try:
-            sites[step] = locate_chain(tree, call.chain)
-        except MissingCall as problem:
-            missing.append(f"{step}: {problem} (call chain: {_chain(call)})")
-    checks = tuple(_judge(edge, sites[edge.source], sites[edge.target])
-                   for edge in _unique_edges(plan) if edge.source in sites
-                   and edge.target in sites)
-    return DriftReport(tree.version(), tree.origin, checks, tuple(missing), layout.name)
-
-
-def _unique_edges(plan: Plan) -> Iterator[Edge]:
-    """One edge per ordered pair, the declared one (with a reason) first."""
-    seen: set[tuple[str, str]] = set()
-    for edge in sorted(plan.graph.edges(), key=lambda e: (e.reason is None, e.source,
-                                                          e.target)):
-        if (edge.source, edge.target) not in seen:
-            seen.add((edge.source, edge.target))
-            yield edge
-
-
-def _judge(edge: Edge, first: list[Site], second: list[Site]) -> EdgeCheck:
-    found = order(first, second)
-    verdict: Verdict = {"before": "ok", "not-before": "drift",
-                        "separate": "undecidable"}[found.verdict]  # type: ignore[assignment]
-    return EdgeCheck(edge, verdict, found.evidence)
-
-
-def _chain(call: SGLangCall) -> str:
-    return " / ".join(str(hop) for hop in call.chain)
+        return DriftReport.unknown_layout(tree, "initorch_sglang/layouts")
+    return check_layout(tree, plan, layout)

@@ -20,7 +20,6 @@ and only the rendezvous store is left when the run ends.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from collections.abc import Callable
@@ -28,16 +27,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from initorch import StepFailedError
-from initorch_sglang.cost import COST
+from initorch.kit import COST, Action, active, engine_performed
+from initorch_sglang.engine import SGLANG
 from initorch_sglang.options import Options, read_options
 from initorch_sglang.selection import DRIVE_OVERLAY, selection_for
-from initorch_sglang.session import active
 
 if TYPE_CHECKING:
-    from initorch import Registry, Run
-    from initorch.plugin import Step, StepContext
+    from initorch import Run
+    from initorch.plugin import StepContext
 
-__all__ = ["DRIVEN_STEPS", "DriveError", "drive_parallel_runtime", "drive_registry"]
+__all__ = ["DRIVEN_STEPS", "DriveError", "bind_deadline_thread", "core_split",
+           "drive_parallel_runtime", "indexed_split"]
 
 logger = logging.getLogger("initorch_sglang")
 
@@ -201,7 +201,7 @@ def init_model_parallel(ctx: StepContext) -> Any:
     return group
 
 
-_ACTIONS: dict[str, Callable[[StepContext], Any]] = {
+_ACTIONS: dict[str, Action] = {
     "bind_cpu_threads": bind_cpu_threads,
     "set_device": set_device,
     "init_shared_mooncake_transfer_engine": init_shared_mooncake_transfer_engine,
@@ -209,31 +209,6 @@ _ACTIONS: dict[str, Callable[[StepContext], Any]] = {
     "init_model_parallel": init_model_parallel,
 }
 DRIVEN_STEPS = tuple(_ACTIONS)
-
-
-def _driven(step: Step) -> Step:
-    """``step`` with SGLang's function as its action and no teardown or preview: the
-    same contract (edges, settings, device flags), so the plan keeps its shape."""
-    action = _ACTIONS[step.name]
-    summary = (action.__doc__ or "").split(";")[0].split(".")[0].strip()
-    return dataclasses.replace(step, action=action, teardown=None, preview=None,
-                               description=f"SGLang: {summary}")
-
-
-def drive_registry() -> Registry:
-    """The installed plugins' registry, with the driven steps' actions replaced by SGLang's."""
-    from initorch import Registry
-
-    installed = Registry.with_plugins()
-    registry = Registry()
-    for step in installed.steps:
-        registry.steps.provider = installed.steps.plugin_of(step.name)
-        registry.steps.add(_driven(step) if step.name in _ACTIONS else step)
-    registry.steps.provider = None
-    registry.profiles, registry.diagnoses, registry.probes = (
-        installed.profiles, installed.diagnoses, installed.probes)
-    registry.plugins = [*installed.plugins]
-    return registry
 
 
 # -- the replacement of init_parallel_runtime --------------------------------------------
@@ -345,7 +320,7 @@ def _refuse_unmodelled(device: str, exec_args: Any, parallel: Any) -> None:
 def _run(options: Options, server_args: Any, parallel: Any) -> Run:
     from initorch import RankInfo, Run
 
-    registry = drive_registry()
+    registry = engine_performed(_ACTIONS, engine=SGLANG.name)
     plan = selection_for(server_args, options).with_overlay(DRIVE_OVERLAY).plan(registry)
     _keep_profile_environment(plan)
     world = int(parallel.tp_size * parallel.pp_size)

@@ -14,7 +14,8 @@ SGLang starts exactly as without initorch.  With it:
   ``Scheduler.__init__`` that frames them, and in drive mode ``init_parallel_runtime``
   and the deadline helper its engine init runs in, and checks that every hook took;
 - in a rank, it wraps the vendor calls that need the device context when their modules
-  load (:mod:`initorch_sglang.vendor`), so that they are recorded where they are made.
+  load (:func:`initorch.kit.install_vendor_hooks`), so that they are recorded where they
+  are made.
 
 SGLang only logs an exception from a plugin (``plugins/__init__.py:79-84``), so each
 refusal here is a ``SystemExit`` with its message: the launch stops, naming the cause.
@@ -57,13 +58,20 @@ def load() -> None:
             os.environ[RENDEZVOUS_ENV] = f"127.0.0.1:{free_port('127.0.0.1')}"
         return
     _follow_the_launcher()
+    from initorch.kit import (
+        COST,
+        MOONCAKE_CALLS,
+        HookError,
+        apply_hooks,
+        install_vendor_hooks,
+        observe_vendor,
+    )
     from initorch_sglang.calls import installed_layout
-    from initorch_sglang.hooks import HookError, apply
-    from initorch_sglang.session import observe_vendor, observer_hooks, scheduler_hook
-    from initorch_sglang.vendor import install_vendor_hooks
+    from initorch_sglang.engine import SGLANG
+    from initorch_sglang.verify import observer_hooks, scheduler_hook
 
     layout = installed_layout()  # every upstream name below is the layout's
-    install_vendor_hooks(observe_vendor)
+    install_vendor_hooks(observe_vendor, MOONCAKE_CALLS)
     hooks = observer_hooks()
     hooks[layout.scheduler_init] = (scheduler_hook(options), "around")
     if options.mode == "drive" and layout.parallel_runtime is not None:
@@ -72,11 +80,9 @@ def load() -> None:
         hooks[layout.parallel_runtime] = (drive_parallel_runtime, "replace")
         if layout.deadline_helper is not None:  # SGLang's engine init thread (0.5.20 on)
             hooks[layout.deadline_helper] = (bind_deadline_thread, "around")
-    from initorch_sglang.cost import COST
-
     COST.add("plugin load", time.perf_counter() - started)  # "hooks" has the rest
     try:
-        apply(hooks)
+        apply_hooks(hooks, SGLANG)
     except HookError as error:
         raise SystemExit(str(error)) from None
 

@@ -4,7 +4,8 @@ SGLang's own parser and resolver read the command line (``prepare_server_args``,
 ``ServerArgs.resolve_once``), so the check sees exactly what the server would.  The
 result is mapped to initorch's selection (:mod:`initorch_sglang.selection`) and planned;
 then each check below asks the question that, on this machine, was answered by a crash
-after the weights loaded.  Each refusal is one line; any refusal is exit 2.
+after the weights loaded.  Each refusal is one line; any refusal is exit 2 (the kit's
+pre-flight framework, :class:`initorch.kit.Preflight`, holds the result and prints it).
 
 Pre-flight, like ``initorch plan``, never runs model code and never downloads:
 SGLang's resolver runs with ``trust_remote_code`` off (the model's ``config.json`` is
@@ -14,21 +15,28 @@ so is said in one line each (:attr:`Preflight.notes`), not refused.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from initorch.kit import (
+    Check,
+    Preflight,
+    auto_map,
+    cpu_list_problem,
+    is_mla,
+    one_line,
+    run_checks,
+)
 from initorch.plugin import MAX_WORLD_SIZE, NumberError, non_ascii_problem, parse_count
 from initorch_sglang.options import Options
 from initorch_sglang.selection import selection_for
 from initorch_sglang.store_config import store_source
 
-__all__ = ["CHECKS", "Preflight", "preflight"]
+__all__ = ["CHECKS", "preflight"]
 
 SEGMENT_ENV = "MOONCAKE_GLOBAL_SEGMENT_SIZE"
 OMP_BIND_ENV = "SGLANG_CPU_OMP_THREADS_BIND"
@@ -56,8 +64,6 @@ class Launch:
         return bool(self.args.enable_hierarchical_cache) and \
             self.args.hicache_storage_backend == "mooncake"
 
-
-Check = Callable[[Launch], "str | None"]
 
 
 def segment_size(launch: Launch) -> str | None:
@@ -121,29 +127,11 @@ def cpu_threads_bind(launch: Launch) -> str | None:
             return (f"{OMP_BIND_ENV}={bind!r} names {len(groups)} core group(s), but rank "
                     f"{rank} reads entry {index} (its gpu_id): SGLang would assert at "
                     "start-up (numa_utils.py:492-496); give one '|'-separated group per rank")
-        problem = _cpu_group_problem(groups[index])
+        problem = cpu_list_problem(groups[index])
         if problem is not None:
             return (f"{OMP_BIND_ENV}={bind!r}: group {index} (rank {rank}'s) {problem}: "
                     "sgl-kernel's init_cpu_threads_env would fail at start-up "
                     "(bootstrap.py:277-285); write each group as a CPU list, e.g. 0-3,8")
-    return None
-
-
-_CPU_ITEM = r"\+?(?:[0-9]+(?:-[0-9]+)?(?::[0-9]+)?|all)"
-_CPU_LIST = re.compile(rf"!?{_CPU_ITEM}(?:,{_CPU_ITEM})*")
-"""libnuma's cpu string (``numa_parse_cpustring``, numa(3)): comma-separated CPUs and
-ranges (``0-3``, ``0-31:2``), ``all``, a leading ``!`` (inverse) or ``+`` (relative)."""
-
-
-def _cpu_group_problem(group: str) -> str | None:
-    """Why libnuma would not parse ``group`` as a CPU list; None when it would."""
-    if not group.strip():
-        return "is empty"
-    problem = non_ascii_problem(group, "group")
-    if problem is not None:
-        return problem.removeprefix(f"group {group!r} ")
-    if not _CPU_LIST.fullmatch(group.strip()):
-        return f"{group!r} is not a CPU list"
     return None
 
 
@@ -182,22 +170,12 @@ def store_layout(launch: Launch) -> str | None:
     (``mooncake_store.py:1318-1323``)."""
     if not launch.uses_mooncake_store or launch.args.hicache_mem_layout != "layer_first":
         return None
-    if launch.model_config is None or _is_mla(launch.model_config):
+    if launch.model_config is None or is_mla(launch.model_config):
         return None  # a model that is not local is not judged (said in the notes)
     return ("--hicache-mem-layout layer_first (as SGLang resolved it for io backend "
             f"{launch.args.hicache_io_backend}) with the mooncake backend and an MHA model: "
             "the store refuses it on the first transfer ('Mooncake layer_first multi-buffer "
             "is only supported for MLA host KV pool'); use page_first or page_first_direct")
-
-
-def _is_mla(config_file: Path) -> bool:
-    """Whether the checkpoint's config is an MLA model (DeepSeek's ``kv_lora_rank``),
-    read as data."""
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(config, dict) and bool(config.get("kv_lora_rank"))
 
 
 def master_reachable(launch: Launch) -> str | None:
@@ -239,7 +217,7 @@ def master_reachable(launch: Launch) -> str | None:
                 f"{'mooncake_client' if source.standalone else 'mooncake_master'} there first")
 
 
-CHECKS: tuple[Check, ...] = (segment_size, cpu_threads_bind, host_allocator, world_split,
+CHECKS: tuple[Check[Launch], ...] = (segment_size, cpu_threads_bind, host_allocator, world_split,
                              store_layout, master_reachable)
 
 
@@ -275,22 +253,6 @@ def counts_problem(args: Any) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class Preflight:
-    """The plan for the launch (``None`` when it cannot be made), every refusal, and
-    ``notes``: what pre-flight did not judge, one line each (a model that is not on this
-    machine, a config whose remote code it would have to run)."""
-
-    selection: str
-    plan: Any
-    refusals: tuple[str, ...]
-    notes: tuple[str, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return not self.refusals
-
-
 def preflight(argv: list[str], options: Options,
               environ: Mapping[str, str] | None = None) -> Preflight:
     """Parse and resolve ``argv`` as SGLang does (remote code off, nothing downloaded),
@@ -311,7 +273,7 @@ def preflight(argv: list[str], options: Options,
     config = Path(model) / "config.json"
     local = config.is_file()
     remote_code = bool(getattr(raw, "trust_remote_code", False))
-    auto_map = _auto_map(config) if local and remote_code else None
+    remote = auto_map(config) if local and remote_code else None
     if not local:
         notes.append(f"the model {model!r} is not a folder with a config.json on this "
                      "machine: pre-flight does not download it, so SGLang's resolution and "
@@ -323,20 +285,20 @@ def preflight(argv: list[str], options: Options,
             raw.resolve_once()
         except Exception as error:  # SGLang's own refusal, in its own words
             failed = error
-        if auto_map:
+        if remote:
             unchecked = "" if failed is None else \
                 f"; SGLang's resolution failed without it ({type(failed).__name__})"
             notes.append(f"the model's config.json names remote code (auto_map: "
-                         f"{', '.join(sorted(auto_map))}): pre-flight read config.json as "
+                         f"{', '.join(sorted(remote))}): pre-flight read config.json as "
                          f"data and did not run that code, so what it would change was not "
                          f"checked{unchecked}")
         elif failed is not None:
             refusals.append("SGLang refuses the arguments: "
-                            f"{type(failed).__name__}: {_one_line(failed)}")
+                            f"{type(failed).__name__}: {one_line(failed)}")
     args = resolved_view(raw)  # what resolution decided (the layout it rewrote, ...)
     launch = Launch(args, environ, options, config if local else None)
     selection = selection_for(args, options, environ)
-    checked = [problem for check in CHECKS if (problem := check(launch)) is not None]
+    checked = run_checks(CHECKS, launch)
     plan = None
     try:
         plan = selection.plan()
@@ -347,18 +309,3 @@ def preflight(argv: list[str], options: Options,
                         if not any(f"{name}=" in str(problem) for name in named))
     refusals.extend(checked)
     return Preflight(selection.describe(), plan, tuple(refusals), tuple(notes))
-
-
-def _auto_map(config: Path) -> dict[str, Any] | None:
-    """The config's ``auto_map`` (the modules ``--trust-remote-code`` would import)."""
-    try:
-        loaded = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    found = loaded.get("auto_map") if isinstance(loaded, dict) else None
-    return found if isinstance(found, dict) and found else None
-
-
-def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return text if len(text) <= 300 else text[:300] + "..."

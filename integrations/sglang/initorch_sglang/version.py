@@ -17,14 +17,14 @@ release whose layout has no ``init_parallel_runtime`` to replace.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import sys
 import tempfile
 from dataclasses import asdict, dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+
+from initorch_sglang.engine import SGLANG
 
 __all__ = ["KNOWN_SGLANG", "UNVERIFIED_ENV", "SGLangVerdict", "UnknownSGLangError",
            "accept_installed_sglang", "check_sglang_version", "installed_sglang",
@@ -60,40 +60,31 @@ class SGLangVerdict:
 
 def installed_sglang() -> str | None:
     """The installed ``sglang`` distribution's version, without importing it."""
-    try:
-        return version("sglang")
-    except PackageNotFoundError:
-        return None
+    return SGLANG.version()
 
 
 def installed_tree_path() -> Path | None:
     """The installed ``sglang`` package's folder, found without importing it."""
-    try:
-        spec = importlib.util.find_spec("sglang")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
+    return SGLANG.package_root()
 
 
 def prove(tree_path: Path, found: str | None) -> SGLangVerdict:
     """Read the release at ``tree_path`` and decide (no cache)."""
     from initorch import Registry, load_plan
-    from initorch_sglang.audit import support
-    from initorch_sglang.drift import check_drift
+    from initorch.kit import SourceError
+    from initorch_sglang.audit import sglang_support
+    from initorch_sglang.drift import check_drift, open_tree
     from initorch_sglang.layouts import recognise
     from initorch_sglang.registration import register
     from initorch_sglang.selection import OVERLAYS
-    from initorch_sglang.source import SourceError, SourceTree
 
     try:
-        tree = SourceTree.open(tree_path)
+        tree = open_tree(tree_path)
         layout = recognise(tree)
         if layout is None:
             return SGLangVerdict(found, False, False, None, "its code layout has no call map "
                                  "in initorch_sglang/layouts")
-        supported, detail = support(tree, layout)
+        supported, detail = sglang_support(tree, layout)
         if not supported:
             return SGLangVerdict(found, False, False, layout.name, detail)
         registry = Registry.with_plugins()
@@ -118,13 +109,18 @@ def prove(tree_path: Path, found: str | None) -> SGLangVerdict:
 
 
 def _fingerprint(tree_path: Path, found: str) -> str:
-    """The cache key: the release, its tree, and this integration's code and profiles."""
+    """The cache key: the release, its tree, and the code that judges it (this
+    integration's code and profiles, and the kit's drift and audit)."""
+    import initorch.kit
+
     digest = hashlib.sha256(f"{found}\0{tree_path}".encode())
-    marker = tree_path / "srt" / "managers" / "scheduler.py"
+    marker = tree_path / SGLANG.marker
     if marker.exists():
         stat = marker.stat()
         digest.update(f"\0{stat.st_size}\0{stat.st_mtime_ns}".encode())
-    for source in sorted([*_PACKAGE.rglob("*.py"), *_PACKAGE.rglob("*.yaml")]):
+    kit = Path(initorch.kit.__file__).parent
+    for source in sorted([*_PACKAGE.rglob("*.py"), *_PACKAGE.rglob("*.yaml"),
+                          *kit.glob("*.py")]):
         digest.update(source.read_bytes())
     return digest.hexdigest()[:20]
 

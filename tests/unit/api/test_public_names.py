@@ -40,7 +40,8 @@ def python_files(folder: Path) -> list[tuple[str, str]]:
 
 SOURCES = documented_snippets() + python_files(REPO / "examples")
 PUBLIC_TIERS = ("initorch", "initorch.plugin", "initorch.errors", "initorch.renderers",
-                "initorch.steps")  # the built-in plugin's exports, for plugins built on it
+                "initorch.steps",  # the built-in plugin's exports, for plugins built on it
+                "initorch.kit")  # the engine integrations' kit (docs/kit.md)
 
 
 def imports_of(code: str, label: str) -> list[ast.Import | ast.ImportFrom]:
@@ -90,7 +91,8 @@ def test_the_built_in_steps_import_only_the_public_tiers():
 
 def test_the_engine_integrations_import_only_the_public_tiers():
     # An integration is a plugin of initorch's like any third party's: it may reuse the
-    # built-in steps' exports, never a private module (import-linter cannot see it).
+    # built-in steps' exports and the kit's, never a private module (import-linter
+    # cannot see it); ``import initorch.kit.session`` is refused like any other.
     found = [problem for label, code in python_files(REPO / "integrations")
              for problem in non_public_imports(code, label)]
     assert found == []

@@ -5,13 +5,13 @@ from __future__ import annotations
 from initorch_sglang.layouts.model import (
     DEVICE_MODULE,
     AllocatorTable,
+    EngineCall,
     EngineInit,
     Hop,
     Layout,
     Marker,
-    SGLangCall,
 )
 from initorch_sglang.layouts.recognise import LAYOUTS, layout_named, recognise
 
-__all__ = ["DEVICE_MODULE", "LAYOUTS", "AllocatorTable", "EngineInit", "Hop", "Layout",
-           "Marker", "SGLangCall", "layout_named", "recognise"]
+__all__ = ["DEVICE_MODULE", "LAYOUTS", "AllocatorTable", "EngineCall", "EngineInit", "Hop",
+           "Layout", "Marker", "layout_named", "recognise"]

@@ -4,56 +4,21 @@ A *layout* is a stretch of SGLang releases whose start-up sits in the same funct
 the same files.  Everything the integration names upstream for such a stretch is one
 :class:`Layout` value in a module of its own (``layouts/bootstrap.py`` and its siblings),
 so that a new release of a known layout needs no code change, and a new layout is one
-new file.  Paths are inside the ``sglang/`` package; every line number cites the release
-named beside it.
+new file.  The kit's call-map types (:class:`~initorch.kit.Hop`,
+:class:`~initorch.kit.EngineCall`, :class:`~initorch.kit.Marker`) carry the calls; a
+:class:`Layout` adds SGLang's own facts (the host pool's allocator table, where the
+shared engine calls Mooncake).  Paths are inside the ``sglang/`` package; every line
+number cites the release named beside it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEVICE_MODULE", "AllocatorTable", "EngineInit", "Hop", "Layout", "Marker",
-           "SGLangCall"]
+from initorch.kit import DEVICE_MODULE, EngineCall, Hop, Marker
 
-DEVICE_MODULE = "{device_module}"
-"""Placeholder in a target for the profile's ``device.torch_module`` (``torch.cpu``,
-``torch.npu``): SGLang sets the device through ``torch.get_device_module(device)``."""
-
-
-@dataclass(frozen=True, slots=True)
-class Hop:
-    """In ``file`` (inside the ``sglang`` package), function ``function`` (qualified
-    within the file: ``Scheduler.__init__``) calls ``calls`` (a name or attribute)."""
-
-    file: str
-    function: str
-    calls: str
-
-    def __str__(self) -> str:
-        return f"{self.file} {self.function} -> {self.calls}"
-
-
-@dataclass(frozen=True, slots=True)
-class SGLangCall:
-    """SGLang's own function that performs initorch step ``step``.
-
-    ``chain`` leads from a function SGLang runs down to the call; an empty chain means
-    the call is hooked (verify mode records it) but its place is not followed in the
-    source, so drift cannot order it."""
-
-    step: str
-    target: str
-    chain: tuple[Hop, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Marker:
-    """``file`` defines ``function`` (qualified within the file) at module or class level,
-    or, with ``function`` empty, ``file`` exists: how a layout is recognised from the tree
-    itself, without importing it."""
-
-    file: str
-    function: str = ""
+__all__ = ["DEVICE_MODULE", "AllocatorTable", "EngineCall", "EngineInit", "Hop", "Layout",
+           "Marker"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +64,7 @@ class Layout:
     releases: str
     markers: tuple[Marker, ...]
     absent: tuple[Marker, ...]
-    calls: tuple[SGLangCall, ...]
+    calls: tuple[EngineCall, ...]
     set_device: tuple[Hop, ...]
     engine: tuple[Hop, ...]
     process_group: tuple[Hop, ...]
@@ -111,7 +76,7 @@ class Layout:
     plugin_registry: str = "srt/plugins/hook_registry.py"
     notes: tuple[str, ...] = ()
 
-    def call_for(self, step: str) -> SGLangCall | None:
+    def call_for(self, step: str) -> EngineCall | None:
         """The SGLang call that performs ``step`` in this layout, if any."""
         return next((call for call in self.calls if call.step == step), None)
 

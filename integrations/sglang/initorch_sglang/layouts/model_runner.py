@@ -24,11 +24,11 @@ from __future__ import annotations
 from initorch_sglang.layouts.model import (
     DEVICE_MODULE,
     AllocatorTable,
+    EngineCall,
     EngineInit,
     Hop,
     Layout,
     Marker,
-    SGLangCall,
 )
 
 __all__ = ["LAYOUT"]
@@ -53,38 +53,38 @@ LAYOUT = Layout(
     markers=(Marker(_RUNNER, "ModelRunner.init_torch_distributed"),),
     absent=(Marker(_BOOTSTRAP),),
     calls=(
-        SGLangCall("bind_cpu_threads",
+        EngineCall("bind_cpu_threads",
                    "sglang.srt.model_executor.model_runner.ModelRunner.init_threads_binding",
                    (Hop(_RUNNER, _INIT, "init_threads_binding"),)),
-        SGLangCall("set_device", f"{DEVICE_MODULE}.set_device",
+        EngineCall("set_device", f"{DEVICE_MODULE}.set_device",
                    (*_DISTRIBUTED, Hop(_RUNNER, "ModelRunner.init_torch_distributed",
                                        "set_device"))),
-        SGLangCall("init_shared_mooncake_transfer_engine",
+        EngineCall("init_shared_mooncake_transfer_engine",
                    "sglang.srt.model_executor.model_runner.ModelRunner."
                    "init_shared_mooncake_transfer_engine", _ENGINE),
-        SGLangCall("init_torch_distributed",
+        EngineCall("init_torch_distributed",
                    "sglang.srt.distributed.parallel_state.init_distributed_environment",
                    _PROCESS_GROUP),
-        SGLangCall("init_model_parallel",
+        EngineCall("init_model_parallel",
                    "sglang.srt.distributed.parallel_state.initialize_model_parallel",
                    (*_DISTRIBUTED, Hop(_RUNNER, "ModelRunner.init_torch_distributed",
                                        "initialize_model_parallel"))),
         # No memory_baseline: the baseline is a get_available_gpu_memory call inside
         # init_torch_distributed (:1350), a function SGLang calls everywhere.
-        SGLangCall("sglang_load_model",
+        EngineCall("sglang_load_model",
                    "sglang.srt.model_executor.model_runner.ModelRunner.load_model",
                    (Hop(_RUNNER, _INIT, "initialize"),
                     Hop(_RUNNER, "ModelRunner.initialize", "load_model"))),
-        SGLangCall("sglang_alloc_kv_pool",
+        EngineCall("sglang_alloc_kv_pool",
                    "sglang.srt.model_executor.model_runner.ModelRunner.init_memory_pool", ()),
         # memory_pool_host.py defines HostKVCache up to 0.5.13 and re-exports it after.
-        SGLangCall("alloc_host_mem_pool",
+        EngineCall("alloc_host_mem_pool",
                    "sglang.srt.mem_cache.memory_pool_host.HostKVCache.__init__", ()),
-        SGLangCall("init_mooncake_store",
+        EngineCall("init_mooncake_store",
                    "sglang.srt.mem_cache.storage.mooncake_store.mooncake_store."
                    "MooncakeStore.__init__",
                    (Hop(_CONTROLLER, _ATTACH, "create_backend"),)),
-        SGLangCall("register_mem_pool_host",
+        EngineCall("register_mem_pool_host",
                    "sglang.srt.mem_cache.storage.mooncake_store.mooncake_store."
                    "MooncakeStore.register_mem_pool_host",
                    (Hop(_CONTROLLER, _ATTACH, "register_mem_pool_host"),)),

@@ -1,11 +1,11 @@
-"""What the integration costs inside one SGLang process, measured where it is spent.
+"""What an integration costs inside one engine process, measured where it is spent.
 
 The promise is a share: initorch's own time in a rank is at most 1% of that rank's time
-from process start to *up* (its ``Scheduler`` built).  Timing the whole server from
+from process start to *up* (the engine's per-rank worker built).  Timing the whole server from
 outside cannot show it: two launches of the same line differ by seconds on a shared
 machine.  So each phase that runs initorch's code in the process adds its own
-``perf_counter`` span here (plugin load, the plan and hooks at the start of
-``Scheduler.__init__``, the bookkeeping of each recorded call, the report), and the
+``perf_counter`` span here (plugin load, the plan and hooks when the rank's start-up
+begins, the bookkeeping of each recorded call, the report), and the
 rank's report states the sum beside the process's age when it came up (from
 ``/proc/self/stat``, so the interpreter's own start counts too).
 """
@@ -62,7 +62,7 @@ class Cost:
 
 
 COST = Cost()
-"""This process's account (SGLang builds one Scheduler per rank process)."""
+"""This process's account (an engine starts one rank per process)."""
 
 
 def process_age() -> float | None:

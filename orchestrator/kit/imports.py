@@ -1,16 +1,17 @@
 """Run code right after a module executes, without importing it.
 
-The integration changes two kinds of module it must not import itself: vendor modules
-(importing ``mooncake.engine`` before ``set_device`` aborts an NPU worker) and SGLang
-modules the launch may never import (the Mooncake store's, with HiCache off) or would
-import later (its hook targets: importing them at plugin load moved seconds of SGLang's
-own imports into the plugin).  :func:`after_import` runs a callback at once for a module
-already imported, else right after the module's code ran, through one ``sys.meta_path``
-finder that asks the other finders for the real spec and wraps its loader.
+An integration changes two kinds of module it must not import itself: vendor modules
+(importing ``mooncake.engine`` before ``set_device`` aborts an NPU worker) and the
+engine's modules that the launch may never import (a storage backend's, with its cache
+off) or would import later (its hook targets: importing them at plugin load moves seconds
+of the engine's own imports into the plugin).  :func:`after_import` runs a callback at
+once for a module already imported, else right after the module's code ran, through one
+``sys.meta_path`` finder that asks the other finders for the real spec and wraps its
+loader.
 
 That finder goes first on the meta path (again, each time a callback is added): a finder
-consulted earlier may swap what the module holds after it ran (the simulated Ascend build
-swaps Mooncake's classes), and the callback must see what SGLang will use.
+consulted earlier may swap what the module holds after it ran (a simulated vendor build
+swaps Mooncake's classes), and the callback must see what the engine will use.
 """
 
 from __future__ import annotations

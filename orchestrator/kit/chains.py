@@ -1,13 +1,12 @@
-"""A call map's chains followed through an SGLang tree, and two chains ordered.
+"""A call map's chains followed through an engine's tree, and two chains ordered.
 
-A chain (:class:`~initorch_sglang.layouts.Hop` after hop) leads from a function SGLang
+A chain (:class:`~initorch.kit.callmap.Hop` after hop) leads from a function the engine
 runs to the call of a step.  Each hop is found with every call site it has
-(:func:`~initorch_sglang.follow.call_sites`), and two chains are ordered where they part,
+(:func:`~initorch.kit.follow.call_sites`), and two chains are ordered where they part,
 inside one function: "A before B" holds only if A's first call comes before B's first in
 every run of that function, that is if the latest site that can be A's first call (its
-first unconditional one, else its last) precedes B's earliest site.  Shared by
-``initorch sglang drift`` (the profile's claims) and ``initorch sglang audit`` (the
-hazards).
+first unconditional one, else its last) precedes B's earliest site.  Shared by drift
+(a profile's claims) and an audit (the hazards of a release).
 """
 
 from __future__ import annotations
@@ -15,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from initorch_sglang.follow import CallSite, MissingCall, call_sites
-from initorch_sglang.layouts import Hop
-from initorch_sglang.source import SourceTree
+from initorch.kit.callmap import Hop
+from initorch.kit.follow import CallLine, MissingCall, call_sites
+from initorch.kit.source import SourceTree
 
 __all__ = ["MissingCall", "Order", "Site", "locate", "locate_chain", "order"]
 
@@ -27,7 +26,7 @@ class Site:
     """Every site of ``hop``'s call in its function."""
 
     hop: Hop
-    sites: tuple[CallSite, ...]
+    sites: tuple[CallLine, ...]
 
     @property
     def first(self) -> int:

@@ -1,20 +1,20 @@
 """The vendor boundary: the calls that need a device context, recorded where they are made.
 
-SGLang's own functions (:mod:`initorch_sglang.calls`) say which start-up step SGLang is
-in; whether that step works on an accelerator is decided one level down, by the vendor
-call it makes and the thread it makes it on.  SGLang 0.5.23 enters
-``maybe_init_shared_mooncake_transfer_engine`` on a rank's main thread, where it set the
-device, but makes the Mooncake call ``TransferEngine.initialize`` inside
-``run_with_deadline`` (``srt/utils/common.py:3755-3775``), on a daemon thread that never
-set it (``srt/distributed/device_communicators/mooncake_transfer_engine.py:211-220``).
-On Ascend that call fails there (``aclrtGetDevice``, 107002); recording the wrapper's
-thread would call it correct.  So the vendor classes themselves are wrapped.
+An engine's own functions (its call map) say which start-up step it is in; whether that
+step works on an accelerator is decided one level down, by the vendor call it makes and
+the thread it makes it on.  An engine may enter its engine-init wrapper on a rank's main
+thread, where it set the device, and make the vendor call itself on a helper thread that
+never set it (a deadline helper's daemon thread): on Ascend that call fails there
+(``aclrtGetDevice``, 107002), and recording the wrapper's thread would call it correct.
+So the vendor classes themselves are wrapped (:func:`install_vendor_hooks`), and each
+call is told where it came from (:func:`call_site`: the innermost frame of the engine's
+package, and the function its thread started in).
 
 Two rules keep this an observation:
 
 - **No import.**  A vendor module is never imported here: importing ``mooncake.engine``
   before ``set_device`` aborts an NPU worker (``../shared/CONTEXT.md``, field reports).
-  A class is wrapped when SGLang imports its module (:mod:`initorch_sglang.imports`),
+  A class is wrapped when the engine imports its module (:mod:`initorch.kit.imports`),
   or at once if it was already imported.
 - **No device query.**  Which device a thread has bound is what the recorder saw
   ``set_device`` do on it; nothing here asks the runtime.  torch_npu 2.14.0's
@@ -22,6 +22,9 @@ Two rules keep this an observation:
   which would pass an unbound thread for a bound one, and builds before Ascend/pytorch
   4d2bd5e93 bound device 0 there, changing what they observed
   (``tests/support/simulated/README.md``).
+
+The calls themselves are a table of :class:`VendorCall` (Mooncake's:
+:data:`initorch.kit.mooncake.MOONCAKE_CALLS`).
 """
 
 from __future__ import annotations
@@ -36,15 +39,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from initorch_sglang.imports import after_import
+from initorch.kit.imports import after_import
 
-__all__ = ["VENDOR_CALLS", "CallSite", "VendorCall", "call_site", "install_vendor_hooks",
+__all__ = ["CallSite", "Observe", "VendorCall", "call_site", "install_vendor_hooks",
            "wrap_vendor_function"]
 
 
 @dataclass(frozen=True, slots=True)
 class VendorCall:
-    """A vendor method that needs the calling thread's device context.
+    """A vendor method that needs the calling thread's device context: ``owner.method``
+    of module ``module``.
 
     ``label`` names it as a person reports it upstream; ``step`` is the initorch step it
     performs; ``why`` is the vendor source that reads the thread's device."""
@@ -63,34 +67,15 @@ class VendorCall:
         return f"{self.module.split('.')[0].capitalize()} {self.owner}.{self.method}"
 
 
-_ENGINE_WHY = ("Mooncake's Ascend transports read the calling thread's device at install "
-               "(ascend_direct_transport.cpp:244 allocateLocalSegmentID, hccl_transport.cpp:323 "
-               "rankInfoParse: aclrtGetDevice, 107002 without a context), as CUDA's per-thread "
-               "current device decides where RDMA buffers live")
-_STORE_WHY = ("the Mooncake Store's own engine installs the same transport at setup "
-              "(client_service.cpp:940), and ascend-direct stamps each buffer with the calling "
-              "thread's device (ascend_direct_transport.cpp:80 StampBufferDeviceId)")
-
-VENDOR_CALLS: tuple[VendorCall, ...] = (
-    VendorCall("mooncake.engine", "TransferEngine", "initialize",
-               "init_shared_mooncake_transfer_engine", _ENGINE_WHY),
-    VendorCall("mooncake.engine", "TransferEngine", "initialize_ext",
-               "init_shared_mooncake_transfer_engine", _ENGINE_WHY),
-    VendorCall("mooncake.store", "MooncakeDistributedStore", "setup", "init_mooncake_store",
-               _STORE_WHY),
-    VendorCall("mooncake.store", "MooncakeDistributedStore", "register_buffer",
-               "register_mem_pool_host", _STORE_WHY),
-)
-"""Every vendor call verify mode records (Mooncake 0.3.13's Python bindings)."""
-
 Observe = Callable[[VendorCall], AbstractContextManager[Any]]
 """Opens the record of one vendor call; the block runs the call itself."""
 
 
 @dataclass(frozen=True, slots=True)
 class CallSite:
-    """Where a vendor call came from: the innermost frame of ``package`` that led to it,
-    and the function the calling thread started in (``None`` on the main thread)."""
+    """Where a vendor call came from: the innermost frame of the engine's package that
+    led to it, and the function the calling thread started in (``None`` on the main
+    thread)."""
 
     file: str | None
     line: int | None
@@ -143,10 +128,9 @@ def _relative(path: str, root: Path | None) -> str:
 # -- wrapping the vendor classes when their modules load ---------------------------------
 
 
-def install_vendor_hooks(observe: Observe,
-                         calls: Sequence[VendorCall] = VENDOR_CALLS) -> None:
+def install_vendor_hooks(observe: Observe, calls: Sequence[VendorCall]) -> None:
     """Wrap each of ``calls`` with ``observe``: now for a module already imported, else
-    right after SGLang imports it (:func:`initorch_sglang.imports.after_import`, whose
+    right after the engine imports it (:func:`initorch.kit.imports.after_import`, whose
     finder goes first so that a class swapped by a later finder is the one wrapped).
     Idempotent per method."""
     for name in sorted({call.module for call in calls}):
@@ -167,7 +151,7 @@ def _wrap_module(module: types.ModuleType, calls: Sequence[VendorCall],
 
 def wrap_vendor_function(original: Callable[..., Any], call: VendorCall,
                          observe: Observe) -> Callable[..., Any]:
-    """``original`` recorded as ``call`` (for a function SGLang looks up in a table)."""
+    """``original`` recorded as ``call`` (for a function the engine looks up in a table)."""
     return _wrapped(original, call, observe)
 
 

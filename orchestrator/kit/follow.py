@@ -1,14 +1,14 @@
-"""Where a function of an SGLang tree calls a name: directly, or through its own helpers.
+"""Where a function of an engine's tree calls a name: directly, or through its own helpers.
 
-The call maps (:mod:`initorch_sglang.layouts`) name one hop per function: "``ModelRunner.
-__init__`` calls ``set_device``".  SGLang keeps moving such a call into a helper of its own
-(0.5.16 sets the device inside ``bootstrap.init_torch_distributed``; 0.5.17 in
-``ModelRunner.__init__`` itself), so a hop is followed into the helpers the function
-calls, as far as they are SGLang's: methods of the same class, functions of the same
-file, and functions imported from the ``sglang`` package.  Every call site counts, each
-marked unconditional or not, so that a guarded early call cannot hide a real late one;
-nested ``def``s and lambdas are skipped unless the function calls them; of two
-definitions of one name the last is the one Python keeps.
+A call map names one hop per function: "``ModelRunner.__init__`` calls ``set_device``".
+Engines keep moving such a call into a helper of their own (one release sets the device
+inside a bootstrap function, the next in the constructor itself), so a hop is followed
+into the helpers the function calls, as far as they are the engine's: methods of the
+same class (or its bases), functions of the same file, and functions imported from the
+engine's package.  Every call site counts, each marked unconditional or not, so that a
+guarded early call cannot hide a real late one; nested ``def``s and lambdas are skipped
+unless the function calls them; of two definitions of one name the last is the one
+Python keeps.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from initorch_sglang.source import SourceTree
+from initorch.kit.source import SourceTree
 
-__all__ = ["CallSite", "MissingCall", "call_sites", "find_function", "module_file",
+__all__ = ["CallLine", "MissingCall", "call_sites", "find_function", "module_file",
            "resolve_call", "resolve_target"]
 
 _DEPTH = 3
-"""How many helpers deep a call is followed (0.5.16's set_device is two deep)."""
+"""How many helpers deep a call is followed (the deepest call a map names is two deep)."""
 
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
 _TRY: tuple[type[ast.AST], ...] = tuple(
@@ -35,7 +35,7 @@ class MissingCall(LookupError):
 
 
 @dataclass(frozen=True, slots=True)
-class CallSite:
+class CallLine:
     """A call of the name at ``line`` of the function (or of the helper call leading to
     it, ``via`` naming the helpers); ``unconditional``: it runs whenever the function
     runs to its end (no ``if``, loop, ``except`` or short-circuit on the way)."""
@@ -69,9 +69,9 @@ def find_function(scope: ast.AST, qualname: str) -> _Function | None:
 
 
 def module_file(tree: SourceTree, module: str) -> str | None:
-    """The file of dotted ``module`` inside the package (``sglang.srt.utils`` ->
-    ``srt/utils/__init__.py``), if the package holds it."""
-    if module != "sglang" and not module.startswith("sglang."):
+    """The file of dotted ``module`` inside the engine's package (``<package>.srt.utils``
+    -> ``srt/utils/__init__.py``), if the package holds it."""
+    if not tree.engine.owns(module):
         return None
     path = module.split(".")[1:]
     for candidate in ("/".join(path) + ".py", "/".join([*path, "__init__.py"])):
@@ -80,9 +80,9 @@ def module_file(tree: SourceTree, module: str) -> str | None:
     return None
 
 
-def call_sites(tree: SourceTree, file: str, function: str, name: str) -> list[CallSite]:
+def call_sites(tree: SourceTree, file: str, function: str, name: str) -> list[CallLine]:
     """Every site in ``function`` of ``file`` that calls ``name``, directly or through
-    SGLang's own helpers; :class:`MissingCall` if the file or function is missing."""
+    the engine's own helpers; :class:`MissingCall` if the file or function is missing."""
     module = tree.module(file)
     if module is None:
         raise MissingCall(f"{file} is missing")
@@ -99,14 +99,14 @@ class _Finder:
     name: str
 
     def sites(self, file: str, owner: str | None, function: _Function, depth: int,
-              seen: frozenset[tuple[str, int]]) -> list[CallSite]:
+              seen: frozenset[tuple[str, int]]) -> list[CallLine]:
         seen = seen | {(file, function.lineno)}
         local = {node.name: node for node in function.body
                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
-        found: list[CallSite] = []
+        found: list[CallLine] = []
         for call, unconditional in _calls(function.body, True):
             if _called_name(call) == self.name:
-                found.append(CallSite(call.lineno, unconditional))
+                found.append(CallLine(call.lineno, unconditional))
                 continue
             if depth == 0:
                 continue
@@ -116,14 +116,14 @@ class _Finder:
             inner = self.sites(callee[0], callee[1], callee[2], depth - 1, seen)
             if inner:
                 helper = f"{_called_name(call)} ({callee[0]}:{callee[2].lineno})"
-                found.append(CallSite(call.lineno,
+                found.append(CallLine(call.lineno,
                                       unconditional and any(s.unconditional for s in inner),
                                       (helper, *inner[0].via)))
         return found
 
     def _resolve(self, file: str, owner: str | None, func: ast.expr,
                  local: dict[str, _Function]) -> tuple[str, str | None, _Function] | None:
-        """The SGLang function a call goes to: (file, its class, its definition)."""
+        """The engine's function a call goes to: (file, its class, its definition)."""
         module = self.tree.module(file)
         assert module is not None
         if isinstance(func, ast.Name):
@@ -201,10 +201,10 @@ def _is_class(module: ast.Module, name: str) -> bool:
                for node in ast.iter_child_nodes(module))
 
 
-def _absolute(file: str, node: ast.ImportFrom) -> str:
+def _absolute(tree: SourceTree, file: str, node: ast.ImportFrom) -> str:
     if not node.level:
         return node.module or ""
-    package = ["sglang", *file.split("/")[:-1]]
+    package = [tree.engine.package, *file.split("/")[:-1]]
     base = package[:len(package) - (node.level - 1)] if node.level > 1 else package
     return ".".join([*base, *([node.module] if node.module else [])])
 
@@ -222,7 +222,7 @@ def _import_index(tree: SourceTree, file: str,
                     if alias.asname:
                         index.setdefault(alias.asname, []).append((alias.name, "", True))
             elif isinstance(node, ast.ImportFrom):
-                source = _absolute(file, node)
+                source = _absolute(tree, file, node)
                 for alias in node.names:
                     index.setdefault(alias.asname or alias.name, []).append(
                         (source, alias.name, False))
@@ -316,7 +316,7 @@ def _node_calls(node: ast.AST, unconditional: bool) -> Iterator[tuple[ast.Call, 
 
 
 def resolve_target(tree: SourceTree, target: str) -> str | None:
-    """Where dotted ``target`` (``sglang.srt.x.Class.method``) is defined in ``tree``:
+    """Where dotted ``target`` (``<package>.x.Class.method``) is defined in ``tree``:
     ``file:line``, following the module's re-exports and a class's bases; ``None`` if
     it is not."""
     parts = target.split(".")
@@ -346,8 +346,8 @@ def resolve_target(tree: SourceTree, target: str) -> str | None:
 
 def resolve_call(tree: SourceTree, file: str, function: str,
                  func: ast.expr) -> tuple[str, _Function] | None:
-    """The SGLang function that ``func`` (a call's callee, inside ``function`` of
-    ``file``) goes to: its file and definition; ``None`` if it is not SGLang's."""
+    """The engine's function that ``func`` (a call's callee, inside ``function`` of
+    ``file``) goes to: its file and definition; ``None`` if it is not the engine's."""
     owner = function.rpartition(".")[0] or None
     found = _Finder(tree, "")._resolve(file, owner, func, {})
     return None if found is None else (found[0], found[2])

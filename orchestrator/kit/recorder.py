@@ -1,6 +1,6 @@
-"""What SGLang did, as initorch step events, checked against the plan as it happens.
+"""What an engine did, as initorch step events, checked against the plan as it happens.
 
-Each hooked SGLang call becomes a :class:`Call`: step, start, end, thread, device.  The
+Each hooked engine call becomes a :class:`Call`: step, start, end, thread, device.  The
 first call of a step is checked when it starts, against the calls already seen:
 
 - **order**: no step that the plan puts after this one has started yet, and every step
@@ -10,16 +10,16 @@ first call of a step is checked when it starts, against the calls already seen:
   ``device.context_per_thread``), a device-bound step runs on a thread where
   ``set_device`` ran.
 
-Below SGLang's functions, the vendor calls that need the device context
-(:mod:`initorch_sglang.vendor`) are recorded as :class:`VendorRecord` on the thread that
+Below the engine's functions, the vendor calls that need the device context
+(:mod:`initorch.kit.vendor`) are recorded as :class:`VendorRecord` on the thread that
 makes them, and the thread rule is checked there: that is where the work happens.  The
 device of a thread is what ``set_device`` was seen to bind on it; the recorder never asks
 a runtime, since asking can create a context.
 
-A check that fails is an :class:`OrderViolation`; the recorder raises it into SGLang
-(stopping start-up) or only keeps it, as the launch asked.  Later calls of a step
-(SGLang sets the device a second time in ``ModelRunner.__init__``) are recorded and
-count as binding their thread, but are not ordered again.
+A check that fails is an :class:`OrderViolation`; the recorder raises it into the engine
+(stopping start-up) or only keeps it, as the launch asked.  Later calls of a step (an
+engine may set the device a second time) are recorded and count as binding their thread,
+but are not ordered again.
 """
 
 from __future__ import annotations
@@ -35,14 +35,15 @@ from initorch import InitorchError
 
 if TYPE_CHECKING:
     from initorch import Edge, Plan
-    from initorch_sglang.vendor import CallSite, VendorCall
+    from initorch.kit.engine import Engine
+    from initorch.kit.vendor import CallSite, VendorCall
 
 __all__ = ["Call", "OrderViolation", "Recorder", "VendorRecord"]
 
 
 @dataclass(slots=True)
 class Call:
-    """One call of an SGLang function that performs ``step``; times in seconds since
+    """One call of an engine function that performs ``step``; times in seconds since
     the recorder started."""
 
     step: str
@@ -69,12 +70,12 @@ class Call:
 
 @dataclass(slots=True)
 class VendorRecord:
-    """One vendor call (:data:`initorch_sglang.vendor.VENDOR_CALLS`): on which thread,
+    """One vendor call (a :class:`~initorch.kit.vendor.VendorCall`): on which thread,
     with which device bound there (``None``: ``set_device`` never ran on it), from where."""
 
     call: VendorCall
     step: str
-    """The step SGLang was performing when the call was made (the innermost of its calls
+    """The step the engine was performing when the call was made (the innermost of its calls
     still running, on any thread: the deadline thread's caller waits on another), else
     the call's own step."""
     started: float
@@ -107,7 +108,7 @@ class VendorRecord:
 
 
 class OrderViolation(InitorchError):
-    """SGLang's start-up broke a constraint of the plan: ``first`` should have come
+    """The engine's start-up broke a constraint of the plan: ``first`` should have come
     before ``second`` (``edges``: the chain that says so), or ``step`` ran on a thread
     without the device context."""
 
@@ -120,13 +121,19 @@ class OrderViolation(InitorchError):
 
 @dataclass(slots=True)
 class Recorder:
-    """The calls of one rank's start-up, checked against ``plan``.  ``engine`` names the
-    server in messages (``SGLang 0.5.23``)."""
+    """The calls of one rank's start-up of ``engine``, checked against ``plan``.
+
+    ``label`` names the server in messages (default: the engine's name; a session gives
+    its release: ``<name> <version>``); ``thread_fix`` is what the engine's integration
+    offers against a vendor call on a thread without the device (its drive mode), said
+    in the violation's hint."""
 
     plan: Plan
+    engine: Engine
     stop_on_violation: bool = True
     clock: Callable[[], float] = time.perf_counter
-    engine: str = "SGLang"
+    label: str | None = None
+    thread_fix: str | None = None
     calls: list[Call] = field(default_factory=list)
     vendor_calls: list[VendorRecord] = field(default_factory=list)
     violations: list[OrderViolation] = field(default_factory=list)
@@ -139,6 +146,8 @@ class Recorder:
 
     def __post_init__(self) -> None:
         self._origin = self.clock()
+        if self.label is None:
+            self.label = self.engine.name
 
     @property
     def per_thread(self) -> bool:
@@ -253,11 +262,11 @@ class Recorder:
         reasons = "; ".join(edge.describe() for edge in chain)
         late, early = (first, second) if how == "had already run" else (second, first)
         return OrderViolation(
-            f"{self.engine} called {late} but {early} {how}: the plan orders {first} before "
+            f"{self.label} called {late} but {early} {how}: the plan orders {first} before "
             f"{second} ({reasons})",
             step=late, edges=chain,
-            hint=f"{self.engine}'s start-up no longer matches the profile: see 'initorch "
-                 f"explain {first} {second}' and 'initorch sglang drift'")
+            hint=f"{self.label}'s start-up no longer matches the profile: see 'initorch "
+                 f"explain {first} {second}' and 'initorch {self.engine.command} drift'")
 
     def _bound_elsewhere(self) -> str:
         return ", ".join(f"{name} ({device})" for name, device in self.bound.values()) \
@@ -269,7 +278,7 @@ class Recorder:
         if not self.bound or call.thread_id in self.bound:
             return None
         return OrderViolation(
-            f"{self.engine} called {call.step} on thread {call.thread!r}, where set_device "
+            f"{self.label} called {call.step} on thread {call.thread!r}, where set_device "
             f"never ran (it ran on {self._bound_elsewhere()}): device context is per host "
             "thread",
             step=call.step,
@@ -280,11 +289,12 @@ class Recorder:
             return None
         kind = "daemon thread" if record.daemon else "thread"
         started = f", started in {record.site.thread_entry}" if record.site.thread_entry else ""
+        fix = f" ({self.thread_fix})" if self.thread_fix else ""
         return OrderViolation(
-            f"{self.engine} called {record.call.label} on {kind} {record.thread!r}{started}, "
+            f"{self.label} called {record.call.label} on {kind} {record.thread!r}{started}, "
             f"where set_device never ran (it ran on {self._bound_elsewhere()}); the call is "
             f"made at {record.site.where()}. Device context is per host thread, so the "
             f"vendor call fails there: {record.call.why}",
             step=record.step,
-            hint=f"set the device on that thread before {record.call.label} (INITORCH_SGLANG="
-                 f"drive does), and report it upstream with this line")
+            hint=f"set the device on that thread before {record.call.label}{fix}, and report it "
+                 "upstream with this line")

@@ -1,0 +1,73 @@
+"""The engine an integration observes, named once: its package, its distributions, its words.
+
+Every part of the kit that must say or find something of the engine (a message that names
+its release, the hook that re-points the engine's own stale bindings, the frame of the
+engine's package that made a vendor call, the package folder inside a wheel) reads it from
+one :class:`Engine` value that the integration declares.  Nothing here imports the engine:
+its version comes from the installed distribution's metadata and its folder from the
+import system's finders, so that asking costs a dry run nothing and never runs the
+engine's (torch-importing) code.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+__all__ = ["Engine"]
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """An inference engine as the kit names and finds it.
+
+    ``name`` is how messages name it; ``package`` its top-level import package;
+    ``distributions`` the names its release may be installed under
+    (a community build can publish the same package under another name); ``marker`` a
+    file inside the package that only a real tree of the engine has (how a wheel or a
+    folder is recognised as one); ``command`` the ``initorch`` sub-command of its
+    integration (``initorch <command> drift``); ``integration`` the integration's own name,
+    which starts each line it writes into the engine's log."""
+
+    name: str
+    package: str
+    distributions: tuple[str, ...]
+    marker: str
+    command: str
+    integration: str
+
+    def version(self) -> str | None:
+        """The installed release, read from its distribution's metadata (never imported)."""
+        for distribution in self.distributions:
+            try:
+                return version(distribution)
+            except PackageNotFoundError:
+                continue
+        return None
+
+    def label(self, unknown: str = "(version unknown)") -> str:
+        """``<name> <version>``: the engine and its installed release, as messages name
+        it (``unknown`` in place of a version it cannot find)."""
+        return f"{self.name} {self.version() or unknown}"
+
+    def package_root(self) -> Path | None:
+        """The installed package's folder: from the module when the engine imported it,
+        else found without executing it; ``None`` when it is not installed."""
+        module = sys.modules.get(self.package)
+        location = getattr(module, "__file__", None) if module is not None else None
+        if location:
+            return Path(location).parent
+        try:
+            spec = importlib.util.find_spec(self.package)
+        except (ImportError, ValueError):
+            return None
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        return Path(next(iter(spec.submodule_search_locations)))
+
+    def owns(self, module: str) -> bool:
+        """Whether dotted ``module`` is one of the engine's own modules."""
+        return module == self.package or module.startswith(f"{self.package}.")
