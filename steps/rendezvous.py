@@ -28,6 +28,14 @@ back to loopback, advertises ``127.0.0.1`` to the other hosts and fails with
 ``Gloo connectFullMesh failed ... Connection refused, remote=[127.0.0.1]``.  So
 unless ``GLOO_SOCKET_IFNAME`` is set, this step sets it to the interface that
 holds the address reaching the rendezvous (``HOST_IP`` wins), until teardown.
+
+The store holds two connections per rank (the client ``init_process_group`` uses,
+and its clone for the run's heartbeat and agreement): 2,048 sockets for 1,024
+ranks, against a common default of 1,024 open files.  The process that serves it
+raises its own soft ``RLIMIT_NOFILE`` as far as needed (up to the hard limit), and
+refuses to start a job the hard limit cannot hold, naming what to raise; under
+torchrun the agent serves it, so rank 0 only warns, since its limits are the
+agent's (inherited) and only the launching shell can raise them.
 """
 
 from __future__ import annotations
@@ -83,6 +91,44 @@ PEER_TIMEOUT_S = setting(
     maximum=MAX_TIMEOUT_S,
     description="a rank whose heartbeat has not moved for this long counts as lost: the "
                 "others stop, naming it, instead of waiting for the collective timeout")
+
+
+OPEN_FILES_SPARE = 128  # what a process holds besides the store's sockets (libraries, logs)
+
+
+def open_files_needed(world_size: int) -> int:
+    """Open files the process that serves the job's store needs: a socket per
+    connection, two connections per rank, and a spare for everything else."""
+    return 2 * world_size + OPEN_FILES_SPARE
+
+
+def ensure_open_files(ctx: StepContext, hosted_here: bool) -> None:
+    """Check, before the job meets, that its store can accept every rank: raise this
+    process's soft limit if it serves the store and the hard limit allows, refuse if
+    it does not; warn on rank 0 when torchrun's agent serves it with too low a limit."""
+    import resource  # POSIX only, as fcntl in steps/network.py
+
+    needed = open_files_needed(ctx.rank.world_size)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    fix = (f"raise it before the job starts: ulimit -n {needed} in the shell that starts "
+           "the ranks (the hard limit too: 'nofile' in /etc/security/limits.conf, "
+           "LimitNOFILE= for a systemd unit, --ulimit nofile= for docker)")
+    if not hosted_here:
+        if agent_store() and ctx.rank.rank == 0:
+            ctx.log.warning("open_files_low", needed=needed, limit=soft,
+                            why=f"torchrun's agent serves the job's store for "
+                                f"{ctx.rank.world_size} ranks with this process's limits; "
+                                f"{fix}")
+        return
+    if hard == resource.RLIM_INFINITY or hard >= needed:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+        ctx.log.info("open_files_raised", limit=needed, was=soft, hard_limit=hard)
+        return
+    raise StepError(f"serving the job's store for {ctx.rank.world_size} ranks takes about "
+                    f"{needed} open files (two connections per rank), but this process may "
+                    f"open only {hard} (the hard RLIMIT_NOFILE)", hint=fix)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +228,7 @@ def rendezvous(ctx: StepContext) -> JobStore:
     address = host_port(host, port)
     join = float(ctx.setting("distributed.join_timeout_s"))
     hosted_here = ctx.rank.rank == 0 and not agent_store()
+    ensure_open_files(ctx, hosted_here)
     ctx.log.info("job_store_joining", address=address, serving=hosted_here,
                  world_size=ctx.rank.world_size, launcher=ctx.rank.launcher)
     url = f"tcp://{address}"
