@@ -33,6 +33,7 @@ __all__ = ["DriftReport", "EdgeCheck", "check_drift"]
 
 Verdict = Literal["ok", "drift", "undecidable"]
 
+
 @dataclass(frozen=True, slots=True)
 class EdgeCheck:
     """One claim (``edge``) and what the engine's source says of it."""

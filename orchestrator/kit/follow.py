@@ -170,13 +170,10 @@ class _Finder:
             return file
         if hops == 0:
             return None
-        for source, original in _imports_of(self.tree, file, module, name):
-            target = module_file(self.tree, source)
-            inner = None if target is None else self.tree.module(target)
-            if target is not None and inner is not None:
-                found = self._home(target, inner, original, hops - 1)
-                if found is not None:
-                    return found
+        for target, inner, original in self._imported(file, module, name):
+            found = self._home(target, inner, original, hops - 1)
+            if found is not None:
+                return found
         return None
 
     def _named(self, file: str, module: ast.Module, name: str,
@@ -188,12 +185,19 @@ class _Finder:
             return file, owner, found
         if hops == 0:
             return None
+        for target, inner, original in self._imported(file, module, name):
+            return self._named(target, inner, original, hops - 1)
+        return None
+
+    def _imported(self, file: str, module: ast.Module,
+                  name: str) -> Iterator[tuple[str, ast.Module, str]]:
+        """(file, its parsed module, original name) of each ``from X import original as
+        name`` in ``file`` whose module ``X`` is in the engine's package."""
         for source, original in _imports_of(self.tree, file, module, name):
             target = module_file(self.tree, source)
             inner = None if target is None else self.tree.module(target)
             if target is not None and inner is not None:
-                return self._named(target, inner, original, hops - 1)
-        return None
+                yield target, inner, original
 
 
 def _is_class(module: ast.Module, name: str) -> bool:
