@@ -32,7 +32,7 @@ import sys
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import import_module
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint, distributions
 
 from initorch.errors import InitorchError, PluginError, RunInterrupted, describe_exception
 from initorch.loading.catalog import ProfileCatalog
@@ -135,7 +135,7 @@ class Registry:
         denied = selection.deny | set(deny)
         allowed = _allow_list(allow, environ)
         registry = cls()
-        for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=_builtin_first):
+        for entry in sorted(installed_entry_points(), key=_builtin_first):
             if entry.name in denied or (allowed is not None and entry.name != BUILTIN
                                         and entry.name not in allowed):
                 continue
@@ -204,6 +204,32 @@ def _allow_list(allow: Collection[str] | None, environ: Mapping[str, str]
         listed = {name.strip() for name in raw.split(",") if name.strip()}
         names = listed if names is None else names & listed
     return names
+
+
+def installed_entry_points(group: str = ENTRY_POINT_GROUP) -> list[EntryPoint]:
+    """The installed entry points of ``group``: what ``importlib.metadata.entry_points(
+    group=group)`` returns, in its order, without parsing every distribution's entry points.
+
+    That call parses the ``entry_points.txt`` of every installed distribution and sorts
+    all of them into groups; in an SGLang venv (about 200 distributions, 50 with entry
+    points) that is two thirds of its time.  Here each file is read as there, and only
+    those naming the group's section (``[group]``: the one way a line of that file opens
+    it) are parsed.  The distributions are the same (``distributions()``), and so is
+    which one counts when two have one name: the first on ``sys.path``, with entry points
+    of the group or not."""
+    section = f"[{group}]"
+    seen: set[str] = set()
+    found: list[EntryPoint] = []
+    for dist in distributions():
+        # The key entry_points() takes them unique by (Python 3.10-3.13; typeshed omits it).
+        name: str = dist._normalized_name  # type: ignore[attr-defined]
+        if name in seen:
+            continue
+        seen.add(name)
+        text = dist.read_text("entry_points.txt")
+        if text and section in text:
+            found.extend(dist.entry_points.select(group=group))
+    return found
 
 
 def _builtin_first(entry: EntryPoint) -> tuple[int, str]:

@@ -8,6 +8,7 @@ import itertools
 import json
 import re
 import textwrap
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from initorch import Registry
 from initorch.errors import EXIT_INVALID_INPUT, PluginError, StepDefinitionError
 from initorch.plugin import setting
-from initorch.plugins import PluginSelection
+from initorch.plugins import ENTRY_POINT_GROUP, PluginSelection, installed_entry_points
 from tests.support.profiles import BUILTIN_PROFILES, assert_single_error_line, run_initorch_in
 from tests.support.synthetic import define
 
@@ -392,3 +393,23 @@ def test_schema_also_leaves_out_a_plugin_whose_declarations_are_refused(run_cli,
     assert code == 0 and json.loads(out)["title"] == "initorch profile"
     assert err.startswith("initorch: warning: plugin 'vendor' failed to register: ")
     assert "profile 'npu' of plugin 'vendor' has the name of profile 'npu'" in err
+
+
+# --- discovery ------------------------------------------------------------------------------------
+
+def test_discovery_finds_what_importlib_metadata_finds(site: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch):
+    # Two distributions of one name: the first on sys.path counts, with its entry points or
+    # without them (here without: the shadowed copy's plugin is not installed).
+    shadowed = install_entry_point(site, "shadowed", "def register(registry):\n    pass\n")
+    first = tmp_path / "first"
+    (first / f"{shadowed}-2.0.dist-info").mkdir(parents=True)
+    (first / f"{shadowed}-2.0.dist-info" / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {shadowed}\nVersion: 2.0\n", encoding="utf-8")
+    install_entry_point(site, "plain", "def register(registry):\n    pass\n")
+    monkeypatch.syspath_prepend(str(first))
+    for group in (ENTRY_POINT_GROUP, "console_scripts"):
+        expected = list(entry_points(group=group))
+        assert installed_entry_points(group) == expected
+    names = [entry.name for entry in installed_entry_points()]
+    assert "plain" in names and "shadowed" not in names
