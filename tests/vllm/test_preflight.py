@@ -1,0 +1,142 @@
+"""``initorch vllm check``: vLLM's own parser and config, refusals in one line each,
+citing the vLLM ``file:line`` that would fail, before anything is launched.
+
+The accepted launches (tp=1, and tp=2 with a CPU list per worker) are the ones
+``test_server.py`` checks and then starts: each acceptance is a launch vLLM serves.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.sglang.tiny_model import make_tiny_model as make_head16_model
+from tests.vllm.server import environment, initorch_in_vllm, server_arguments
+
+CASES = """
+import json, os, sys
+from initorch_vllm.preflight import preflight
+found = {}
+for name, arguments, env in json.loads(sys.argv[1]):
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update({key: value for key, value in env.items() if value is not None})
+    for key in [key for key, value in env.items() if value is None]:
+        os.environ.pop(key, None)
+    result = preflight(arguments)
+    found[name] = list(result.refusals)
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+print("CASES " + json.dumps(found))
+"""
+
+
+def test_tp2_on_one_numa_node_is_refused_in_one_line(vllm_python: Path,
+                                                     tiny_model: Path) -> None:
+    result = initorch_in_vllm("vllm", "check", "--", *server_arguments(tiny_model, tp=2))
+    assert result.returncode == 2, result.stderr[-3000:]
+    refusals = [line for line in result.stderr.splitlines()
+                if line.startswith("initorch vllm check: refused: ")]
+    assert len(refusals) == 1
+    assert ("2 CPU worker(s) on this host with VLLM_CPU_OMP_THREADS_BIND='auto': vLLM's "
+            "executor would stop before starting them (utils/ompmultiprocessing.py:216: Not "
+            "enough allowed NUMA nodes to bind threads of 2 local CPUWorkers." in refusals[0])
+    assert refusals[0].endswith("VLLM_CPU_OMP_THREADS_BIND='0|1'")
+    assert "pre-flight: 1 problem(s); the launch would fail" in result.stdout
+    assert "vllm_kv_connector" in result.stdout  # the plan a worker is checked against
+
+
+def test_a_bad_argument_is_vllms_own_usage_error(vllm_python: Path, tiny_model: Path) -> None:
+    result = initorch_in_vllm("vllm", "check", "--", "--model", str(tiny_model),
+                              "--tensor-parallel-size", "two")
+    assert result.returncode == 2
+    assert "argument --tensor-parallel-size/-tp: invalid int value: 'two'" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def refusals(vllm_python: Path, tiny_model: Path,
+             tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
+    """The refusals of each launch below, from one process of the vLLM venv."""
+    folder = tmp_path_factory.mktemp("preflight")
+    head16 = make_head16_model(folder / "head16")
+    no_master = folder / "no-master.json"
+    no_master.write_text(json.dumps({"metadata_server": "P2PHANDSHAKE", "protocol": "tcp"}))
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    silent = folder / "silent-master.json"
+    silent.write_text(json.dumps({"metadata_server": "P2PHANDSHAKE", "protocol": "tcp",
+                                  "master_server_address": f"127.0.0.1:{closed}"}))
+    base = server_arguments(tiny_model)
+    mooncake = ["--kv-transfer-config",
+                json.dumps({"kv_connector": "MooncakeConnector", "kv_role": "kv_both"})]
+    store = ["--kv-transfer-config",
+             json.dumps({"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"})]
+    unbound = {"VLLM_CPU_OMP_THREADS_BIND": None}
+    cases = [
+        ("tp1", base, unbound),
+        ("tp2 bound", server_arguments(tiny_model, tp=2), {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}),
+        ("tp2 one list", server_arguments(tiny_model, tp=2),
+         {"VLLM_CPU_OMP_THREADS_BIND": "0"}),
+        ("head 16", server_arguments(head16), unbound),
+        ("mooncake p2p", base + mooncake, unbound),
+        ("store without config", base + store, {"MOONCAKE_CONFIG_PATH": None}),
+        ("store without master", base + store, {"MOONCAKE_CONFIG_PATH": str(no_master)}),
+        ("store, silent master", base + store, {"MOONCAKE_CONFIG_PATH": str(silent)}),
+    ]
+    result = subprocess.run([str(vllm_python), "-c", CASES, json.dumps(cases)],
+                            capture_output=True, text=True, env=environment({}),
+                            timeout=600, check=False)
+    line = next((line for line in result.stdout.splitlines() if line.startswith("CASES ")),
+                None)
+    assert line is not None, result.stderr[-4000:]
+    found: dict[str, list[str]] = json.loads(line.removeprefix("CASES "))
+    return found
+
+
+def test_accepted_launches(refusals: dict[str, list[str]]) -> None:
+    assert refusals["tp1"] == []
+    assert refusals["tp2 bound"] == []
+
+
+def test_one_cpu_list_for_two_workers(refusals: dict[str, list[str]]) -> None:
+    [refused] = refusals["tp2 one list"]
+    assert "VLLM_CPU_OMP_THREADS_BIND='0'" in refused
+    assert "(utils/ompmultiprocessing.py:163: Given number of CPU id list ['0'] doesn't " \
+           "match local world size 2.)" in refused
+
+
+def test_head_size_the_cpu_attention_refuses(refusals: dict[str, list[str]]) -> None:
+    assert refusals["head 16"] == [
+        "the model's head size 16 is not one vLLM's CPU attention supports (32, 64, 80, 96, "
+        "112, 128, 160, 192, 224, 256, 512; v1/attention/backends/cpu_attn.py:69): each "
+        "worker would fail in its first forward pass (\"Unsupported CPU attention "
+        "configuration: head_dim=16\")"]
+
+
+def test_mooncake_connector_without_mooncake(refusals: dict[str, list[str]]) -> None:
+    assert refusals["mooncake p2p"] == [
+        "MooncakeConnector needs mooncake.engine (Mooncake), which is not installed: each "
+        "worker would fail building its KV connector (distributed/kv_transfer/kv_connector/"
+        "v1/mooncake/mooncake_connector.py:1178)"]
+
+
+def test_store_connector_needs_its_master(refusals: dict[str, list[str]]) -> None:
+    module = ("MooncakeStoreConnector needs mooncake.store (Mooncake), which is not "
+              "installed: each worker would fail building its KV connector "
+              "(distributed/kv_transfer/kv_connector/v1/mooncake/store/worker.py:1362)")
+    assert refusals["store without config"] == [
+        module, "MooncakeStoreConnector reads its store config from MOONCAKE_CONFIG_PATH "
+                "(distributed/mooncake_store.py:72): The environment variable "
+                "'MOONCAKE_CONFIG_PATH' is not set."]
+    without, = (r for r in refusals["store without master"] if r != module)
+    assert "names no master_server_address: the store cannot set up without its master " \
+           "(distributed/mooncake_store.py:133-144)" in without
+    silent, = (r for r in refusals["store, silent master"] if r != module)
+    assert "does not answer" in silent and "distributed/mooncake_store.py:133-144" in silent
