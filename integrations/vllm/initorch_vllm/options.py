@@ -56,17 +56,20 @@ def read_options(environ: Mapping[str, str] | None = None) -> Options:
     """The options in ``environ`` (default ``os.environ``); :class:`OptionsError` naming
     the variable when one is malformed."""
     environ = os.environ if environ is None else environ
-    mode = environ.get(MODE_ENV, "off").strip().lower() or "off"
-    if mode not in MODES:
-        raise OptionsError(f"initorch-vllm: {MODE_ENV}={mode!r} is not one of "
-                           f"{', '.join(MODES)}")
-    on_violation = environ.get(ON_VIOLATION_ENV, "stop").strip().lower()
-    if on_violation not in ("stop", "warn"):
-        raise OptionsError(f"initorch-vllm: {ON_VIOLATION_ENV}={on_violation!r} is not "
-                           "stop or warn")
-    profiles = tuple(item.strip() for item in environ.get(PROFILE_ENV, "").split(",")
-                     if item.strip())
-    return Options(mode=mode,  # checked against MODES above
-                   profiles=profiles, stop_on_violation=on_violation == "stop",
+    mode = _choice(environ, MODE_ENV, MODES)
+    on_violation = _choice(environ, ON_VIOLATION_ENV, ("stop", "warn"))
+    return Options(mode=mode,  # type: ignore[arg-type]  # one of MODES, checked
+                   profiles=tuple(item.strip() for item in
+                                  environ.get(PROFILE_ENV, "").split(",") if item.strip()),
+                   stop_on_violation=on_violation == "stop",
                    report=environ.get(REPORT_ENV) or None,
                    trace=environ.get(TRACE_ENV) or None)
+
+
+def _choice(environ: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """Variable ``name`` (case and blanks ignored; unset or empty: the first choice)."""
+    value = environ.get(name, "").strip().lower() or choices[0]
+    if value not in choices:
+        raise OptionsError(f"initorch-vllm: {name}={value!r} is not one of "
+                           f"{', '.join(choices)}")
+    return value
