@@ -66,6 +66,7 @@ POLL_START_S = 0.02
 POLL_MAX_S = 0.5
 DISAGREEMENT_LINGER_S = 4 * POLL_MAX_S  # a rank between two polls reads the store by then
 AGREEMENT_KEY = "agreement"
+ROSTER_KEY = "roster"  # "0,3,1,...": each rank adds itself once, when it starts beating
 DISAGREED_KEY = "disagreed"  # counts the ranks that have read a disagreement
 
 
@@ -83,7 +84,7 @@ class KeyValueStore(Protocol):
 
     def multi_get(self, keys: list[str]) -> list[bytes]: ...
 
-    def compare_set(self, key: str, expected: bytes, desired: bytes) -> bytes: ...
+    def append(self, key: str, value: bytes) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +157,7 @@ class JobPeers:
         self._seen: dict[int, Seen] = {}
         self._states: dict[int, PeerState] = {}  # as last read, by rank
         self._view = View()
-        self._placed = False  # the watcher made every progress key exist
+        self._joined: set[int] = set()  # the ranks the watcher knows have published
         self._summary_beat = 0
         self._summary_seen = False
         self._verdict: str | None = None  # the watcher's, once published
@@ -293,11 +294,15 @@ class JobPeers:
                              error=f"{type(exc).__name__}: {exc}")
 
     def _publish(self, **changes: Any) -> None:
+        """Write this rank's progress; the first write also puts it on the roster."""
         with self._lock:
             self._progress.update(changes)
             self._progress["beat"] += 1
+            first = self._progress["beat"] == 1
             value = json.dumps(self._progress, separators=(",", ":")).encode()
         self._store.set(progress_key(self.rank.rank), value)
+        if first and self.rank.world_size > 1:
+            self._store.append(ROSTER_KEY, f"{self.rank.rank},".encode())
 
     def _beat(self) -> None:
         """Move the heartbeat and read the job; log ``peer_lost`` once per peer that
@@ -350,18 +355,19 @@ class JobPeers:
 
     def _scan(self) -> View:
         """The watcher's read: every rank's progress in one ``multi_get``, judged here,
-        and the summary published.  The keys are made to exist first (empty: never
-        published), once, since ``multi_get`` would wait for a missing one."""
-        keys = [progress_key(rank) for rank in range(self.rank.world_size)]
-        if not self._placed:
-            for key in keys:
-                self._store.compare_set(key, b"", b"")
-            self._placed = True
-        values = self._store.multi_get(keys)
+        and the summary published.  ``multi_get`` would wait for a key that does not
+        exist yet, so until every rank has joined the roster says which ones do."""
+        world = self.rank.world_size
+        if len(self._joined) < world - 1 and self._store.check([ROSTER_KEY]):
+            roster = self._store.get(ROSTER_KEY).decode().split(",")
+            self._joined = {int(r) for r in roster if r and int(r) < world} - {self.rank.rank}
+        ranks = sorted(self._joined)
+        values = self._store.multi_get([progress_key(rank) for rank in ranks]) if ranks else []
         with self._lock:
             own = dict(self._progress)
-        progresses: dict[int, dict[str, Any] | None] = {
-            rank: json.loads(value) if value else None for rank, value in enumerate(values)}
+        progresses: dict[int, dict[str, Any] | None] = dict.fromkeys(range(world))
+        progresses.update({rank: json.loads(value) for rank, value in zip(ranks, values,
+                                                                          strict=True)})
         progresses[self.rank.rank] = own
         self._latest = progresses
         states = self._judge({r: p for r, p in progresses.items() if r != self.rank.rank})

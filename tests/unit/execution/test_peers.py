@@ -59,13 +59,9 @@ class MemoryStore:
         with self._lock:  # torch's would wait for a missing key: here it is a bug
             return [self.data[key] for key in keys]
 
-    def compare_set(self, key: str, expected: bytes, desired: bytes) -> bytes:
+    def append(self, key: str, value: bytes) -> None:
         with self._lock:
-            current = self.data.get(key)
-            if (current is None and expected == b"") or current == expected:
-                self.data[key] = bytes(desired)
-                return bytes(desired)
-            return expected if current is None else current
+            self.data[key] = self.data.get(key, b"") + bytes(value)
 
 
 @dataclass
@@ -359,7 +355,7 @@ class DyingStore(MemoryStore):
     dead = False
 
     def __getattribute__(self, name: str) -> Any:
-        if name in ("set", "get", "add", "check", "multi_get", "compare_set") and \
+        if name in ("set", "get", "add", "check", "multi_get", "append") and \
                 object.__getattribute__(self, "dead"):
             raise ConnectionResetError("Connection reset by peer")
         return object.__getattribute__(self, name)

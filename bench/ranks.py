@@ -1,0 +1,513 @@
+"""Simulated ranks at scale: initorch's own peer code, N ranks, one real store.
+
+    python bench/ranks.py [--sizes 8,32,128,512,1024] [--processes 4] [--peer-timeout 3]
+
+A **simulated rank** here is a thread that runs initorch's own
+:class:`~initorch.execution.peers.JobPeers` -- the plan agreement, the heartbeat
+thread, the watcher and the summary -- against torch's real ``TCPStore``, served by a
+process of its own on loopback, as torchrun's agent serves it.  Only the rank's steps
+are left out: it agrees on the real ``cpu`` plan, says it runs a step ``serve``, and
+beats.  Many ranks per process, a few processes, so that two cores hold 1,024 ranks.
+
+Each rank's store client is wrapped in :class:`CountingStore`, which counts every call
+initorch's code makes and its bytes (keys and values, both ways): the operation counts
+are exact, not sampled.  Per size it measures:
+
+* the store operations and bytes per beat of the whole job, at rest after the
+  agreement (one beat: every rank moved its heartbeat once);
+* the time for every rank to agree, from the moment all have joined;
+* the time for every other rank to name a rank killed mid-run (its heartbeat stops,
+  as when its process is SIGKILLed), a whole simulation process killed (SIGKILL),
+  and the watcher (rank 0) killed;
+* in a second job where one rank has another setting, the time for every rank to
+  name the difference;
+* the store process's CPU time (per beat at rest, and for the agreement).
+
+:func:`rank_rows` gives the rows of ``bench/table.py``; :func:`measure` one size, for
+tests.  The worker processes run this file with ``--worker``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve()
+SIZES = (8, 32, 128, 512, 1024)
+PROCESSES = 4
+PEER_TIMEOUT_S = 3.0  # beats every 0.5 s: losses are found in seconds, not half a minute
+SETTLE_BEATS = 2  # beats after the agreement before the traffic at rest is counted
+COUNTED_BEATS = 6
+ODD_SETTING = ("hicache.host_pool_mb", 128)  # the mismatch: 64 in the cpu profile
+SERVED_STEP = "serve"
+
+
+# -- the counting store client ------------------------------------------------------------
+
+class CountingStore:
+    """The store client initorch's code is given, counting each call and its bytes
+    (keys and values sent, values received).  Thread-safe: a rank's heartbeat thread
+    and its main thread share it."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self.ops: Counter[str] = Counter()
+        self.bytes = 0
+        self.beats = 0  # progress writes: one per heartbeat (and per step said)
+
+    def _count(self, op: str, size: int) -> None:
+        with self._lock:
+            self.ops[op] += 1
+            self.bytes += size
+
+    def set(self, key: str, value: bytes) -> None:
+        self._count("set", len(key) + len(value))
+        if key.startswith("progress/"):
+            with self._lock:
+                self.beats += 1
+        self._store.set(key, value)
+
+    def get(self, key: str) -> bytes:
+        value: bytes = self._store.get(key)
+        self._count("get", len(key) + len(value))
+        return value
+
+    def add(self, key: str, amount: int) -> int:
+        self._count("add", len(key) + 8)
+        return int(self._store.add(key, amount))
+
+    def check(self, keys: list[str]) -> bool:
+        self._count("check", sum(map(len, keys)))
+        return bool(self._store.check(keys))
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        values: list[bytes] = self._store.multi_get(keys)
+        self._count("multi_get", sum(map(len, keys)) + sum(map(len, values)))
+        return values
+
+    def append(self, key: str, value: bytes) -> None:
+        self._count("append", len(key) + len(value))
+        self._store.append(key, value)
+
+
+# -- a worker process: many simulated ranks -----------------------------------------------
+
+class _Log:
+    """A rank's logger: keeps each event with the time it was said (monotonic, which
+    every process of one machine shares)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any], float]] = []
+
+    def _say(self, event: str, **fields: Any) -> None:
+        self.events.append((event, fields, time.monotonic()))
+
+    info = warning = error = _say
+
+
+@dataclass
+class _Rank:
+    peers: Any
+    store: CountingStore
+    log: _Log
+    outcome: dict[str, Any] = field(default_factory=dict)
+
+
+def _worker(spec: dict[str, Any]) -> None:
+    """Run the simulated ranks ``spec["ranks"]``; obey one JSON command per stdin line,
+    answer one JSON line each on stdout."""
+    import datetime
+
+    from torch.distributed import PrefixStore, TCPStore
+
+    from initorch import RankInfo, load_plan
+    from initorch.execution.peers import JobPeers, PeerBounds
+
+    world, peer_s = spec["world"], spec["peer_s"]
+    plan = load_plan(["cpu"])
+    odd = load_plan(["cpu"], settings={ODD_SETTING[0]: ODD_SETTING[1]})
+    bounds = PeerBounds(join_s=600, peer_s=peer_s, barrier_s=600)
+    ranks: dict[int, _Rank] = {}
+    go = threading.Event()
+    lock = threading.Lock()
+
+    @dataclass(frozen=True)
+    class Job:  # a JobStore: served elsewhere, as torchrun's agent serves it
+        peers: Any
+        address: str
+        hosted_here: bool
+        bounds: PeerBounds
+
+    def rank_body(rank: int, joined: threading.Barrier) -> None:
+        client = TCPStore("127.0.0.1", spec["port"], world, False,
+                          timeout=datetime.timedelta(seconds=600), wait_for_workers=False)
+        store = CountingStore(PrefixStore(spec["namespace"], client))
+        log = _Log()
+        peers = JobPeers(Job(store, f"127.0.0.1:{spec['port']}", False, bounds),
+                         RankInfo(rank, rank % 8, world), log)
+        peers.start()
+        with lock:
+            ranks[rank] = _Rank(peers, store, log)
+        joined.wait()
+        go.wait()
+        try:
+            peers.agree(odd if rank == spec.get("odd_rank") else plan)
+            peers.step_started(SERVED_STEP)
+            ranks[rank].outcome = {"t": time.monotonic()}
+        except Exception as exc:
+            details = list(getattr(exc, "details", ()))
+            ranks[rank].outcome = {"t": time.monotonic(), "error": str(exc), "details": details}
+
+    joined = threading.Barrier(len(spec["ranks"]) + 1)
+    threads = [threading.Thread(target=rank_body, args=(rank, joined), daemon=True)
+               for rank in spec["ranks"]]
+    for thread in threads:
+        thread.start()
+    joined.wait()
+    _answer({"ready": True})
+    _obey(ranks, threads, go)
+
+
+def _obey(ranks: dict[int, _Rank], threads: list[threading.Thread], go: threading.Event
+          ) -> None:
+    """The harness's commands, one per stdin line, each answered on stdout."""
+    for line in sys.stdin:
+        command = json.loads(line)
+        what = command["cmd"]
+        if what == "go":
+            go.set()
+            for thread in threads:
+                thread.join()
+            _answer({"outcomes": {r: state.outcome for r, state in ranks.items()}})
+        elif what == "counts":
+            _answer(_rank_counts(ranks))
+        elif what == "stop":
+            ranks[command["rank"]].peers.stop()  # its heartbeat stops: SIGKILL, for it
+            _answer({"stopped": time.monotonic()})
+        elif what == "lost":
+            _answer({"lost": {r: _first_lost(state.log) for r, state in ranks.items()}})
+        elif what == "leave":
+            for state in ranks.values():
+                state.peers.leave(failed_step=None)
+            _answer({"left": True})
+            return
+
+
+def _rank_counts(ranks: dict[int, _Rank]) -> dict[str, Any]:
+    ops: Counter[str] = Counter()
+    total_bytes = beats = 0
+    for state in ranks.values():
+        with state.store._lock:
+            ops.update(state.store.ops)
+            total_bytes += state.store.bytes
+            beats += state.store.beats
+    return {"ops": dict(ops), "bytes": total_bytes, "beats": beats}
+
+
+def _first_lost(log: _Log) -> dict[int, tuple[float, str]]:
+    """When this rank first named each lost peer, and how."""
+    found: dict[int, tuple[float, str]] = {}
+    for event, fields, at in list(log.events):
+        if event == "peer_lost" and fields["lost_rank"] not in found:
+            found[fields["lost_rank"]] = (at, fields["problem"])
+    return found
+
+
+def _answer(message: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+# -- the harness: a store process, worker processes, the scenarios ------------------------
+
+class _Process:
+    """A child process spoken to in JSON lines."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, bufsize=1)
+
+    def ask(self, message: dict[str, Any] | None = None, timeout: float = 600) -> Any:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        if message is not None:
+            self.proc.stdin.write(json.dumps(message) + "\n")
+            self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            raise TimeoutError(f"no answer to {message} within {timeout:g}s")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the process ended (exit {self.proc.wait()}) before answering")
+        return json.loads(line)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+
+SERVE = """\
+import sys, time
+from torch.distributed import TCPStore
+store = TCPStore("127.0.0.1", 0, 1, True, wait_for_workers=False)
+print(store.port, flush=True)
+sys.stdin.read()
+"""
+
+
+class StoreServer:
+    """torch's TCPStore, served by a process of its own (as torchrun's agent serves it),
+    so that its CPU time is its own."""
+
+    def __init__(self) -> None:
+        # stderr: torch's server warns, once per connection, that it cannot name a
+        # loopback client's host (socket.cpp, "cannot be retrieved"): 1,024 lines of noise.
+        self.proc = subprocess.Popen([sys.executable, "-c", SERVE], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True)
+        assert self.proc.stdout is not None
+        self.port = int(self.proc.stdout.readline())
+
+    def cpu_s(self) -> float:
+        """User and system CPU seconds the store has used so far."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(30)
+
+
+@contextmanager
+def _job(world: int, processes: int, peer_s: float, namespace: str,
+         odd_rank: int | None = None) -> Iterator[tuple[StoreServer, list[_Process],
+                                                        list[list[int]]]]:
+    """A store and ``processes`` workers holding ``world`` ranks between them, all
+    joined (connected, heartbeat started) when this yields."""
+    server = StoreServer()
+    count = max(1, min(processes, world // 2))
+    chunks = [list(range(world))[i::count] for i in range(count)]
+    chunks = [sorted(chunk) for chunk in chunks]
+    workers: list[_Process] = []
+    try:
+        for chunk in chunks:
+            spec = {"world": world, "ranks": chunk, "port": server.port, "peer_s": peer_s,
+                    "namespace": namespace, "odd_rank": odd_rank}
+            workers.append(_Process([sys.executable, str(HERE), "--worker", json.dumps(spec)]))
+        for worker in workers:
+            assert worker.ask()["ready"]
+        yield server, workers, chunks
+    finally:
+        for worker in workers:
+            worker.kill()
+        server.close()
+
+
+def _agree(workers: list[_Process]) -> tuple[float, dict[int, dict[str, Any]]]:
+    began = time.monotonic()
+    for worker in workers:
+        assert worker.proc.stdin is not None
+        worker.proc.stdin.write(json.dumps({"cmd": "go"}) + "\n")
+        worker.proc.stdin.flush()
+    outcomes: dict[int, dict[str, Any]] = {}
+    for worker in workers:
+        outcomes.update({int(r): o for r, o in worker.ask()["outcomes"].items()})
+    return began, outcomes
+
+
+def _counts(workers: list[_Process]) -> dict[str, Any]:
+    total: dict[str, Any] = {"ops": Counter(), "bytes": 0, "beats": 0}
+    for worker in workers:
+        counts = worker.ask({"cmd": "counts"})
+        total["ops"].update(counts["ops"])
+        total["bytes"] += counts["bytes"]
+        total["beats"] += counts["beats"]
+    return total
+
+
+def _named(workers: list[_Process], lost: int, since: float, bound: float,
+           silent: set[int]) -> tuple[float, list[str]]:
+    """Seconds from ``since`` until every rank of ``workers`` (but ``lost``, and the
+    ``silent`` ones, whose heartbeat was stopped before) named rank ``lost`` lost
+    (``inf`` if one did not within ``bound``), and what each said."""
+    deadline = since + bound
+    while True:
+        said: dict[int, tuple[float, str] | None] = {}
+        for worker in workers:
+            for rank, first in worker.ask({"cmd": "lost"})["lost"].items():
+                if int(rank) != lost and int(rank) not in silent:
+                    found = first.get(str(lost))
+                    said[int(rank)] = None if found is None else (found[0], found[1])
+        if all(said.values()):
+            return (max(at for at, _ in said.values() if at) - since,  # type: ignore[misc]
+                    [text for _, text in said.values()])  # type: ignore[misc]
+        if time.monotonic() > deadline:
+            return math.inf, [text for _, text in filter(None, said.values())]
+        time.sleep(0.1)
+
+
+@dataclass
+class Measured:
+    """One size's figures (seconds, counts, bytes) and what the ranks said."""
+
+    ranks: int
+    ops_per_beat: float
+    bytes_per_beat: float
+    ops_by_kind: dict[str, float]
+    ops_per_s_per_rank: float
+    agree_s: float
+    agreed: int
+    store_cpu_agree_s: float
+    store_cpu_per_beat_ms: float
+    rank_lost_s: float
+    rank_lost_texts: list[str]
+    process_lost_s: float
+    process_lost_texts: list[str]
+    watcher_lost_s: float
+    watcher_lost_texts: list[str]
+    mismatch_s: float
+    mismatch_details: list[list[str]]
+
+
+def measure(world: int, processes: int = PROCESSES, peer_s: float = PEER_TIMEOUT_S
+            ) -> Measured:
+    """Every figure for a job of ``world`` simulated ranks."""
+    beat = min(max(peer_s / 6, 0.05), 2.0)
+    bound = 3 * peer_s + 10
+    with _job(world, processes, peer_s, f"bench/{world}") as (server, workers, chunks):
+        cpu = server.cpu_s()
+        began, outcomes = _agree(workers)
+        agree_s = max(o["t"] for o in outcomes.values()) - began
+        store_cpu_agree = server.cpu_s() - cpu
+        time.sleep(SETTLE_BEATS * beat)
+        before, cpu, at = _counts(workers), server.cpu_s(), time.monotonic()
+        time.sleep(COUNTED_BEATS * beat)
+        after, cpu_after, now = _counts(workers), server.cpu_s(), time.monotonic()
+        beats = (after["beats"] - before["beats"]) / world
+        ops = {op: (after["ops"][op] - before["ops"][op]) / beats for op in after["ops"]}
+        ops = {op: count for op, count in ops.items() if count}
+        victim = chunks[1 % len(chunks)][-1]  # a rank of another process than rank 0's
+        stopped = _owner(workers, chunks, victim).ask({"cmd": "stop", "rank": victim})["stopped"]
+        rank_lost_s, rank_texts = _named(workers, victim, stopped, bound, set())
+        process_lost_s, process_texts = math.nan, []
+        if len(workers) > 2:  # neither rank 0's process nor the killed rank's
+            killed_at = time.monotonic()
+            workers.pop().kill()
+            process_lost_s, process_texts = _named(workers, chunks[-1][0], killed_at, bound,
+                                                   {victim})
+        stopped = workers[0].ask({"cmd": "stop", "rank": 0})["stopped"]
+        watcher_lost_s, watcher_texts = _named(workers, 0, stopped, bound, {victim})
+    mismatch_s, details = _mismatch(world, processes, peer_s)
+    total = sum(after["ops"].values()) - sum(before["ops"].values())
+    return Measured(
+        world, sum(ops.values()), (after["bytes"] - before["bytes"]) / beats, ops,
+        total / (now - at) / world, agree_s, sum("error" not in o for o in outcomes.values()),
+        store_cpu_agree, (cpu_after - cpu) / beats * 1000, rank_lost_s, rank_texts,
+        process_lost_s, process_texts, watcher_lost_s, watcher_texts, mismatch_s, details)
+
+
+def _owner(workers: list[_Process], chunks: list[list[int]], rank: int) -> _Process:
+    return next(w for w, chunk in zip(workers, chunks, strict=True) if rank in chunk)
+
+
+def _mismatch(world: int, processes: int, peer_s: float) -> tuple[float, list[list[str]]]:
+    """A job where the last rank has another setting: seconds until every rank named
+    the difference, and the lines each named."""
+    odd = world - 1
+    with _job(world, processes, peer_s, f"bench/{world}/mismatch", odd) as (_, workers, _c):
+        began, outcomes = _agree(workers)
+    return (max(o["t"] for o in outcomes.values()) - began,
+            [o.get("details", []) for _, o in sorted(outcomes.items())])
+
+
+def expected_mismatch(world: int) -> str:
+    """The line every rank must name in :func:`measure`'s mismatched job."""
+    from initorch.execution.agreement import rank_list
+
+    return (f"{ODD_SETTING[0]}: 64 on {rank_list(range(world - 1))}; "
+            f"{ODD_SETTING[1]} on rank {world - 1}")
+
+
+# -- rows for bench/table.py ----------------------------------------------------------------
+
+Fields = tuple[str, str, list[float], float, str]
+"""A row of ``bench/table.py``: figure, goal, values, limit (the median must be at most
+this), unit: ``Row(*fields)``."""
+
+
+def growth(small: float, large: float, sizes: tuple[int, int]) -> float:
+    """``k`` in ``figure ~ size ** k`` between two sizes."""
+    return math.log(large / small) / math.log(sizes[1] / sizes[0])
+
+
+FIGURES: tuple[tuple[str, Callable[[Measured], float], str, float], ...] = (
+    ("store operations per beat", lambda m: m.ops_per_beat, "", 1.15),
+    ("store bytes per beat", lambda m: m.bytes_per_beat, " B", 1.15),
+    ("store CPU per beat", lambda m: m.store_cpu_per_beat_ms, " ms", 1.15),
+    ("time for every rank to agree", lambda m: m.agree_s, " s", 1.15),
+    ("time to name a killed rank on every rank", lambda m: m.rank_lost_s, " s", 1.15),
+    ("time to name a mismatch on every rank", lambda m: m.mismatch_s, " s", 1.15),
+)
+
+
+def rank_rows(sizes: tuple[int, ...] = SIZES, processes: int = PROCESSES,
+              peer_s: float = PEER_TIMEOUT_S) -> list[Fields]:
+    """The rows of ``make bench`` for simulated ranks: per size, every figure, against the
+    goal that every loss is named within the peer timeout; then each figure's growth
+    exponent from 128 ranks (or the smallest size) to the largest, against 1.15."""
+    measured = {size: measure(size, processes, peer_s) for size in sizes}
+    rows: list[Fields] = []
+    for size, m in measured.items():
+        rows.append((f"simulated ranks, {size:,}: ops/beat {m.ops_per_beat:.0f}, "
+                     f"bytes/beat {m.bytes_per_beat:,.0f}, agree {m.agree_s:.2f} s, "
+                     f"killed rank named {m.rank_lost_s:.2f} s, node {m.process_lost_s:.2f} s, "
+                     f"watcher {m.watcher_lost_s:.2f} s, mismatch {m.mismatch_s:.2f} s, "
+                     f"store CPU {m.store_cpu_per_beat_ms:.1f} ms/beat",
+                     f"every loss named <= {peer_s:g} s", [max(m.rank_lost_s,
+                                                              m.process_lost_s,
+                                                              m.watcher_lost_s)],
+                     peer_s, " s"))
+    low = 128 if 128 in measured and sizes[-1] > 128 else sizes[0]
+    pair = (low, sizes[-1])
+    for name, read, unit, goal in FIGURES:
+        k = growth(read(measured[pair[0]]), read(measured[pair[1]]), pair)
+        rows.append((f"growth exponent of the {name}, simulated ranks {pair[0]:,} -> "
+                     f"{pair[1]:,} ({read(measured[pair[1]]):.3g}{unit} at {pair[1]:,})",
+                     f"<= {goal}", [k], goal, ""))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    parser.add_argument("--processes", type=int, default=PROCESSES)
+    parser.add_argument("--peer-timeout", type=float, default=PEER_TIMEOUT_S)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        _worker(json.loads(args.worker))
+        return
+    for size in (int(s) for s in args.sizes.split(",")):
+        found = asdict(measure(size, args.processes, args.peer_timeout))
+        print(json.dumps({k: v for k, v in found.items() if not k.endswith(("texts", "details"))}),
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
