@@ -1,30 +1,54 @@
-"""The real SGLang 0.5.23 server's time to ready: stock, under verify mode, under drive mode.
+"""The real SGLang 0.5.23 server's start-up: stock, under verify mode, under drive mode.
 
-The same launch line each time (tp=2, HiCache with the Mooncake Store, one managed
-master, the tiny model of tests/sglang), started round-robin so that the noise of a
-shared machine hits all three alike.  Two points are timed: *up*, when ``/model_info``
-answers (every rank's ``Scheduler`` built: all of the start-up initorch observes or
-drives), and *ready*, when ``/health_generate`` answers 200 (SGLang's warm-up
-generation through every rank done, the same work in all three, and most of the noise).
-Stock SGLang needs the test vehicle's CPU host-pool
-allocator to start HiCache at all (``INITORCH_TEST_STOCK_CPU_POOL=1``); the initorch
-runs install theirs.  Ratios are medians over stock's median, measured in this run:
-reported, not gated, since two launches of one line differ by more than initorch adds.
-What is gated is measured inside each rank: initorch's own time in the process (its
-report's ``cost``: plugin load, plan and hooks, recording, report) over the process's
-time from its start to up, at most 1%.
+The same launch line each time (HiCache with the Mooncake Store, one managed master, the
+tiny model of tests/sglang; tp=2 unless ``--tp`` says otherwise), started round-robin so
+that the noise of a shared machine hits every variant alike.  Two points are timed:
+*up*, when ``/model_info`` answers (every rank's ``Scheduler`` built: all of the start-up
+initorch observes or drives), and *ready*, when ``/health_generate`` answers 200
+(SGLang's warm-up generation through every rank done, the same work in all variants, and
+most of the noise).  Stock SGLang needs the test vehicle's CPU host-pool allocator to
+start HiCache at all (``INITORCH_TEST_STOCK_CPU_POOL=1``); the initorch runs install
+theirs.  Ratios are medians over stock's median, measured in this run: reported, not
+gated, since two launches of one line differ by more than initorch adds.
 
-    .venv/bin/python bench/sglang_startup.py [--runs 3]
+What is gated is measured inside each process: initorch's own time there over that
+process's time from its start to up, at most 1%.  In a rank it is the report's ``cost``
+(plugin load, plan and hooks, recording, report) plus the import of the plugin module,
+which SGLang does before the plugin's account starts; in the launcher and the
+detokenizer (where SGLang also loads its plugins) it is the import and the call of the
+plugin.  The probe in ``bench/sglang_probe`` times what the report cannot see, in every
+process; with ``--profile`` it also writes a cProfile of each span.
+
+``--rank-path N`` times initorch's own path through a rank instead, N rounds per tree, in
+fresh interpreters of the SGLang venv that import SGLang's scheduler module first (what a
+rank has imported when it loads the plugins): the import of the integration's session,
+``Registry.with_plugins``, the plan, then drive mode's registry, plan and ``Run``.
+
+``--tree LABEL=REV`` adds verify and drive mode on initorch as it was at git revision
+REV (its core and its SGLang integration, put ahead of the installed ones on the
+servers' ``PYTHONPATH``), interleaved with the others: a change measured against the
+state before it, in one session.  ``--integration-from REV`` takes every tree's
+integration from REV instead, so that only the core differs between trees.  Every
+initorch tree is compiled to bytecode first, as ``pip install`` does for a wheel: an
+editable checkout under ``PYTHONDONTWRITEBYTECODE`` would compile its sources in every
+process (about 0.3 s, a cost no installed user pays).
+
+    .venv/bin/python bench/sglang_startup.py [--runs 3] [--tp 1 2] [--tree before=ad2bfe2]
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
+import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,71 +56,268 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo, for
 
 from measure import interleaved, print_ratios
 
-from tests.sglang.server import Master, managed_master, running
+from tests.sglang.server import BIND, SITE, Master, managed_master, running
 from tests.sglang.tiny_model import make_tiny_model
 
-BIND = {"SGLANG_CPU_OMP_THREADS_BIND": "0|1"}
-VARIANTS = {
-    "stock SGLang": {"INITORCH_TEST_STOCK_CPU_POOL": "1", **BIND},
-    "verify mode": {"INITORCH_SGLANG": "verify", **BIND},
-    "drive mode": {"INITORCH_SGLANG": "drive", **BIND},
-}
+REPO = Path(__file__).resolve().parent.parent
+PROBE = REPO / "bench" / "sglang_probe"
+STOCK = "stock SGLang"
+MODES = {"verify mode": "verify", "drive mode": "drive"}
+ROLES = {"launcher": "launcher", "run_scheduler_process": "rank",
+         "run_detokenizer_process": "detokenizer"}
+"""SGLang's processes that load the plugins, by the function each runs
+(``srt/managers/scheduler.py:6323``, ``detokenizer_manager.py:552``, the launcher's
+``entrypoints/engine.py:286``)."""
+TREE_PARTS = {"orchestrator": "initorch", "steps": "initorch/steps",
+              "profiles": "initorch/profiles",
+              "integrations/sglang/initorch_sglang": "initorch_sglang"}
+"""Where each part of the repository goes in a tree's site folder: the layout of the
+installed wheels (``initorch.steps`` and ``initorch.profiles`` inside ``initorch``)."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to start the server: its environment and the site folder of its tree."""
+
+    environ: dict[str, str]
+    site: Path | None = None
 
 
 @dataclass
 class Samples:
-    """Seconds to up and to ready by variant, and initorch's share of each rank's
-    start-up to up (from the ranks' reports; none for stock SGLang)."""
+    """Seconds to up and to ready by variant, initorch's share of each rank's start-up
+    to up (``share``), and every process's own seconds and share by variant and role."""
 
-    up: dict[str, list[float]] = field(default_factory=lambda: {name: [] for name in VARIANTS})
+    up: dict[str, list[float]] = field(default_factory=dict)
     ready: dict[str, list[float]] = field(default_factory=dict)
-    share: dict[str, list[float]] = field(default_factory=lambda: {name: [] for name in VARIANTS})
+    share: dict[str, list[float]] = field(default_factory=dict)
+    own: dict[str, dict[str, list[tuple[float, float]]]] = field(default_factory=dict)
+    phases: dict[str, dict[str, list[float]]] = field(default_factory=dict)
 
 
-def start_up(model: Path, master: Master, environ: dict[str, str], work: Path, name: str,
-             found: Samples) -> float:
-    """Seconds to ready; the seconds to up and the ranks' cost shares go to ``found``."""
-    reports = work / "reports"
-    shutil.rmtree(reports, ignore_errors=True)
-    environ = environ | {"INITORCH_SGLANG_REPORT": str(reports / "report-{rank}.json")}
-    with running(model, master, environ, work / "server.log") as server:
+def variants(trees: dict[str, Path]) -> dict[str, Variant]:
+    """Stock SGLang, then verify and drive mode on each tree (``""``: the installed one)."""
+    found = {STOCK: Variant({"INITORCH_TEST_STOCK_CPU_POOL": "1", **BIND})}
+    for label, site in trees.items():
+        for name, mode in MODES.items():
+            key = f"{name} ({label})" if label else name
+            found[key] = Variant({"INITORCH_SGLANG": mode, **BIND}, site if label else None)
+    return found
+
+
+def build_tree(revision: str, integration: str | None, folder: Path) -> Path:
+    """A site folder with initorch and initorch-sglang as they were at ``revision`` (the
+    integration at ``integration`` when given), compiled to bytecode."""
+    site = folder / "site"
+    for part, target in TREE_PARTS.items():
+        source = integration if integration and part.startswith("integrations/") \
+            else revision
+        unpacked = folder / "unpacked" / source
+        if not (unpacked / part).exists():
+            unpacked.mkdir(parents=True, exist_ok=True)
+            archive = subprocess.run(["git", "-C", str(REPO), "archive", source, part],
+                                     check=True, capture_output=True).stdout
+            subprocess.run(["tar", "x", "-C", str(unpacked)], input=archive, check=True)
+        shutil.copytree(unpacked / part, site / target, dirs_exist_ok=True)
+    compileall.compile_dir(site, quiet=1)
+    return site
+
+
+def compile_checkout() -> None:
+    """Write the checkout's bytecode (the installed editable initorch and integration)."""
+    for part in TREE_PARTS:
+        compileall.compile_dir(REPO / part, quiet=1)
+
+
+def process_start(probe: dict[str, int]) -> float:
+    """When the probed process started, in seconds of ``/proc/uptime``."""
+    return probe["started_ticks"] / probe["ticks_per_s"]
+
+
+def uptime() -> float:
+    return float(Path("/proc/uptime").read_text().split()[0])
+
+
+def collect(work: Path, name: str, up_at: float, found: Samples) -> None:
+    """Each process's own seconds and share, from the probe and the ranks' reports."""
+    for path in sorted((work / "probe").glob("*.json")):
+        probe = json.loads(path.read_text())
+        role = ROLES.get(str(probe["role"]), str(probe["role"]))
+        spans = probe["spans_s"]
+        imported = spans.get("plugin import", 0.0)
+        report = work / "reports" / f"report-{probe['rank']}.json"
+        if role == "rank" and probe["rank"] is not None and report.exists():
+            cost = json.loads(report.read_text())["sglang"]["cost"]
+            own, process_up = imported + cost["total_s"], cost["process_up_s"]
+            found.share[name].append(own / process_up)
+            for phase, seconds in {"plugin import": imported, **cost["phases_s"]}.items():
+                found.phases[name].setdefault(phase, []).append(seconds)
+        else:  # stock SGLang's processes too: the plugin is installed, not asked for
+            own = imported + spans.get("plugin call", 0.0)
+            process_up = up_at - process_start(probe)
+        found.own[name].setdefault(role, []).append((own, own / process_up))
+
+
+def start_up(model: Path, master: Master, variant: Variant, work: Path, name: str, tp: int,
+             profile: bool, found: Samples) -> float:
+    """Seconds to ready; the seconds to up and each process's account go to ``found``."""
+    for folder in ("reports", "probe"):
+        shutil.rmtree(work / folder, ignore_errors=True)
+        (work / folder).mkdir(parents=True)
+    environ = variant.environ | {"INITORCH_SGLANG_REPORT": str(work / "reports" /
+                                                                "report-{rank}.json"),
+                                 "INITORCH_BENCH_PROBE": str(work / "probe"),
+                                 "INITORCH_BENCH_PROFILE": "1" if profile else ""}
+    site = (*(() if variant.site is None else (variant.site,)), SITE, PROBE)
+    with running(model, master, environ, work / "server.log", site=site, tp=tp) as server:
         ready = server.wait_ready()
-        found.up[name].append(server.up_after if server.up_after is not None else ready)
-    for report in sorted(reports.glob("report-*.json")):
-        share = json.loads(report.read_text())["sglang"]["cost"]["share"]
-        if share is not None:
-            found.share[name].append(share)
+        up = server.up_after if server.up_after is not None else ready
+        up_at = uptime() - (time.monotonic() - server.started - up)
+        found.up[name].append(up)
+    collect(work, name, up_at, found)
+    if profile:
+        kept = work / "profiles" / f"{name}-{len(found.up[name])}"
+        shutil.copytree(work / "probe", kept, dirs_exist_ok=True)
     return ready
 
 
-def samples(runs: int) -> Samples:
-    """Every variant ``runs`` times, interleaved."""
-    found = Samples()
+def samples(runs: int, tp: int = 2, trees: dict[str, Path] | None = None,
+            profile: bool = False) -> Samples:
+    """Every variant ``runs`` times, interleaved, on ``tp`` ranks."""
+    chosen = variants(trees or {"": REPO})
+    found = Samples(up={name: [] for name in chosen}, share={name: [] for name in chosen},
+                    own={name: {} for name in chosen}, phases={name: {} for name in chosen})
+    if not trees:
+        compile_checkout()
     with tempfile.TemporaryDirectory(prefix="initorch-bench-sglang-") as folder:
         work = Path(folder)
         model = make_tiny_model(work / "tiny-llama")
         with managed_master() as master:
-            found.ready = interleaved(
-                {name: (lambda name=name, environ=environ: start_up(
-                    model, master, environ, work, name, found))
-                 for name, environ in VARIANTS.items()}, runs)
+            def sampler(name: str, variant: Variant) -> Callable[[], float]:
+                return lambda: start_up(model, master, variant, work, name, tp, profile, found)
+
+            found.ready = interleaved({name: sampler(name, variant)
+                                       for name, variant in chosen.items()}, runs)
+        if profile:
+            kept = REPO / "out" / "sglang-profiles"
+            shutil.copytree(work / "profiles", kept, dirs_exist_ok=True)
+            print(f"cProfile of each span: {kept}")
     return found
+
+
+RANK_PATH_PHASES = ("import", "plugins", "plan", "drive")
+
+
+def rank_path() -> None:
+    """In an SGLang venv: initorch's path through a rank, its phases' seconds as JSON."""
+    import importlib
+
+    importlib.import_module("sglang.srt.managers.scheduler")  # as a rank has, first
+    spent: dict[str, float] = {}
+    began = time.perf_counter()
+    importlib.import_module("initorch_sglang.session")
+    spent["import"] = time.perf_counter() - began
+    from initorch import Registry, Run  # noqa: F401 (drive mode's run, imported below)
+    from initorch_sglang.drive import drive_registry
+    from initorch_sglang.selection import DRIVE_OVERLAY, Selection
+
+    selection = Selection(("sglang",), "cpu", (("hicache.enabled", True),))
+    began = time.perf_counter()
+    registry = Registry.with_plugins()
+    spent["plugins"] = time.perf_counter() - began
+    began = time.perf_counter()
+    selection.plan(registry)
+    spent["plan"] = time.perf_counter() - began
+    began = time.perf_counter()
+    importlib.import_module("initorch.execution.run")
+    selection.with_overlay(DRIVE_OVERLAY).plan(drive_registry())
+    spent["drive"] = time.perf_counter() - began
+    print(json.dumps(spent))
+
+
+def rank_path_samples(runs: int, trees: dict[str, Path]) -> dict[str, dict[str, list[float]]]:
+    """``runs`` rounds of :func:`rank_path` per tree, interleaved: seconds by phase."""
+    from tests.sglang.server import sglang_venv
+
+    found: dict[str, dict[str, list[float]]] = {
+        label: {phase: [] for phase in (*RANK_PATH_PHASES, "total")} for label in trees}
+    python = str(sglang_venv() / "bin" / "python")
+    for _ in range(runs):
+        for label, site in trees.items():
+            result = subprocess.run(
+                [python, str(Path(__file__).resolve()), "--rank-path-child"],
+                env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True,
+                check=True)
+            spent = json.loads(result.stdout.strip().splitlines()[-1])
+            for phase in RANK_PATH_PHASES:
+                found[label][phase].append(spent[phase])
+            found[label]["total"].append(sum(spent.values()))
+    return found
+
+
+def print_rank_path(found: dict[str, dict[str, list[float]]]) -> None:
+    print("initorch's path through a rank (SGLang's scheduler module imported first), "
+          "milliseconds, median [min-max]; each tree's ratio to the first's:")
+    first = next(iter(found))
+    for phase in (*RANK_PATH_PHASES, "total"):
+        print(f"  {phase}:")
+        print_ratios({label: by_phase[phase] for label, by_phase in found.items()}, first,
+                     "ms", 1000)
+
+
+def print_samples(found: Samples, tp: int) -> None:
+    print(f"the real SGLang server (tp={tp}, HiCache + Mooncake Store), seconds to up:")
+    print_ratios(found.up, STOCK, "s")
+    print("seconds to ready:")
+    print_ratios(found.ready, STOCK, "s")
+    print("initorch's own time in each process: seconds, and share of the process's "
+          "start-up to up (goal <= 1%), median [min-max]:")
+    for name, roles in found.own.items():
+        for role, values in sorted(roles.items()):
+            seconds = [value for value, _ in values]
+            shares = [share for _, share in values]
+            print(f"  {name:<28} {role:<12} {statistics.median(seconds):6.3f} s "
+                  f"[{min(seconds):.3f}-{max(seconds):.3f}]  "
+                  f"{statistics.median(shares):6.2%} [{min(shares):.2%}-{max(shares):.2%}]"
+                  f"  ({len(values)})")
+    print("a rank's own time by phase, milliseconds, median [min-max]:")
+    for name, phases in found.phases.items():
+        if phases:
+            print(f"  {name}: " + ", ".join(
+                f"{phase} {statistics.median(values) * 1000:.0f} "
+                f"[{min(values) * 1000:.0f}-{max(values) * 1000:.0f}]"
+                for phase, values in phases.items()))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="rounds (default 3)")
+    parser.add_argument("--tp", type=int, nargs="+", default=[2],
+                        help="tensor-parallel sizes, each a run of its own (default 2)")
+    parser.add_argument("--tree", action="append", default=[], metavar="LABEL=REV",
+                        help="also initorch at git revision REV (repeatable; then the "
+                             "installed checkout is left out)")
+    parser.add_argument("--integration-from", metavar="REV",
+                        help="every tree's SGLang integration from REV")
+    parser.add_argument("--profile", action="store_true",
+                        help="a cProfile of each span, kept in out/sglang-profiles")
+    parser.add_argument("--rank-path", type=int, metavar="N",
+                        help="time initorch's path through a rank instead, N rounds per tree")
+    parser.add_argument("--rank-path-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    found = samples(args.runs)
-    print("the real SGLang server (tp=2, HiCache + Mooncake Store), seconds to up:")
-    print_ratios(found.up, "stock SGLang", "s")
-    print("seconds to ready:")
-    print_ratios(found.ready, "stock SGLang", "s")
-    print("initorch's own time in a rank, share of the rank's start-up to up (goal <= 1%):")
-    for name, shares in found.share.items():
-        if shares:
-            print(f"  {name}: median {statistics.median(shares):.2%} "
-                  f"[{min(shares):.2%}-{max(shares):.2%}] over {len(shares)} rank start-ups")
+    if args.rank_path_child:
+        rank_path()
+        return
+    with tempfile.TemporaryDirectory(prefix="initorch-bench-trees-") as folder:
+        trees = {}
+        for item in args.tree:
+            label, _, revision = item.partition("=")
+            trees[label] = build_tree(revision, args.integration_from, Path(folder) / label)
+        if args.rank_path:
+            print_rank_path(rank_path_samples(args.rank_path, trees or {"checkout": REPO}))
+            return
+        for tp in args.tp:
+            print_samples(samples(args.runs, tp, trees or None, args.profile), tp)
 
 
 if __name__ == "__main__":
