@@ -46,7 +46,14 @@ from initorch.execution.agreement import (
 )
 from initorch.execution.launchers import RankInfo
 from initorch.execution.liveness import READS_PER_BEAT, WAIT_LOG_S, beat_interval, silence_bound
-from initorch.execution.peer_states import PeerState, Seen, state_of, stopped_peers, where
+from initorch.execution.peer_states import (
+    PeerState,
+    Seen,
+    first_causes,
+    state_of,
+    stopped_peers,
+    where,
+)
 from initorch.execution.watch import (
     LISTED,
     PLAN,
@@ -156,7 +163,6 @@ class JobPeers:
         self._silence = silence_bound(job.bounds.peer_s)
         self._seen: dict[int, Seen] = {}
         self._states: dict[int, PeerState] = {}  # as last read, by rank
-        self._view = View()
         self._joined: set[int] = set()  # the ranks the watcher knows have published
         self._summary_beat = 0
         self._summary_seen = False
@@ -165,6 +171,7 @@ class JobPeers:
         self._own: Manifest = {}
         self._lost: dict[int, str] = {}  # peers whose heartbeat stopped, as peer_lost said
         self._broken: list[PeerState] = []  # peers that broke off, as last read
+        self._unlisted = 0  # peers that stopped, as last read, beyond the summary's list
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -330,9 +337,9 @@ class JobPeers:
         (a process group forming) can ask it often and stop waiting for a peer that
         will never come, instead of waiting for the collective timeout."""
         with self._lock:
-            broken = list(self._broken)
-        return stopped_peers(broken[:LISTED], self.rank.rank, len(broken[LISTED:])) \
-            if broken else None
+            broken, unlisted = first_causes(self._broken), self._unlisted
+        return stopped_peers(broken[:LISTED], self.rank.rank,
+                             len(broken[LISTED:]) + unlisted) if broken else None
 
     def lost(self) -> dict[int, str]:
         """The peers found lost so far (their heartbeat stopped), each with what this
@@ -349,8 +356,8 @@ class JobPeers:
         with self._reading:
             view = self._scan() if self._watching else self._read_summary()
         with self._lock:
-            self._view = view
             self._broken = [s for s in view.stopped if s.broke_off]
+            self._unlisted = view.unlisted
         return view
 
     def _scan(self) -> View:
@@ -371,7 +378,7 @@ class JobPeers:
         progresses[self.rank.rank] = own
         self._latest = progresses
         states = self._judge({r: p for r, p in progresses.items() if r != self.rank.rank})
-        stopped = [s for s in states.values() if s.problem]
+        stopped = first_causes([s for s in states.values() if s.problem])
         points = [*([] if self._verdict else [PLAN]), *barrier_points(progresses.values())]
         late = behind(progresses, points)
         self._summary_beat += 1
@@ -452,7 +459,7 @@ class JobPeers:
                 return
             if view.stopped:
                 raise stopped_peers(list(view.stopped[:LISTED]), self.rank.rank,
-                                    view.stopped_count - min(len(view.stopped), LISTED))
+                                    view.unlisted + max(len(view.stopped) - LISTED, 0))
             now = self._clock()
             late = self._behind(view, point)
             if now >= deadline:

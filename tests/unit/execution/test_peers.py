@@ -586,3 +586,104 @@ def test_a_plugin_planned_on_one_rank_only_is_named_with_its_setting():
     assert "step acme_banner: planned (declaration " in first.details[0]
     assert ("acme.banner: hello on rank 0; (not declared: a plugin missing there?) on rank 1"
             in first.details)
+
+
+# -- store traffic: linear in the ranks (issue 30) --------------------------------------------
+
+class CountingMemoryStore(MemoryStore):
+    """A :class:`MemoryStore` that counts the calls made to it, by kind and key."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, str]] = []
+
+    def __getattribute__(self, name: str) -> Any:
+        found = object.__getattribute__(self, name)
+        if name in ("set", "get", "add", "check", "multi_get", "append"):
+            calls = object.__getattribute__(self, "calls")
+
+            def counted(first: Any, *rest: Any) -> Any:
+                calls.append((name, first if isinstance(first, str) else ",".join(first)))
+                return found(first, *rest)
+            return counted
+        return found
+
+
+def joined_job(world: int, store: MemoryStore, clock: Clock | None = None) -> list[JobPeers]:
+    """``world`` ranks that have agreed (one plan), their heartbeats then driven by hand;
+    ``clock`` (standing still while they agree, in real time) judges them."""
+    import time
+
+    plan = load_plan(["cpu"])
+    everyone = [JobPeers(Job(store, hosted_here=rank == 0), RankInfo(rank, 0, world), _Quiet(),
+                         clock=clock or time.monotonic, sleep=time.sleep)
+                for rank in range(world)]
+    for peers in everyone:
+        peers._publish()
+    results = in_threads(world, lambda rank: everyone[rank].agree(plan))
+    assert all(result is None for result in results.values()), results
+    return everyone
+
+
+def one_beat(everyone: list[JobPeers]) -> None:
+    """What each rank's heartbeat thread does once: publish, then read the job."""
+    for peers in everyone:
+        peers._publish()
+        peers._refresh()
+
+
+def test_a_beat_of_the_whole_job_costs_two_store_calls_per_rank():
+    store = CountingMemoryStore()
+    world = 64
+    everyone = joined_job(world, store)
+    one_beat(everyone)  # every rank has seen the summary once
+    store.calls.clear()
+    one_beat(everyone)
+    kinds = [kind for kind, _ in store.calls]
+    # each rank writes its progress; the others read the summary; the watcher reads
+    # every progress in one call and writes the summary
+    assert len(kinds) == 2 * world + 1
+    assert kinds.count("multi_get") == 1 and kinds.count("get") == world - 1
+    assert all(key == "summary" for kind, key in store.calls if kind == "get")
+
+
+def test_agreeing_ranks_never_read_each_others_plans():
+    store = CountingMemoryStore()
+    joined_job(16, store)
+    assert not [key for kind, key in store.calls if "plan/" in key and kind != "set"]
+
+
+def test_the_summary_stays_small_when_many_ranks_are_lost_and_names_the_first():
+    clock = Clock()
+    store = MemoryStore()
+    world = 200
+    everyone = joined_job(world, store, clock)
+    one_beat(everyone)
+    everyone[0]._refresh()  # the watcher has read every rank's last beat
+    alive = everyone[:100]  # ranks 100-199 die: their heartbeat stops
+    clock.now += silence_bound(QUICK.peer_s) + 1
+    one_beat(alive)
+    clock.now += 1
+    one_beat(alive)
+    assert len(store.data["summary"]) < 4096
+    [lost_on_1] = [everyone[1].broken_off()]
+    assert lost_on_1 is not None
+    assert str(lost_on_1).startswith("rank 100 stopped answering: its heartbeat has not moved")
+    assert lost_on_1.ranks == tuple(range(100, 116))
+    assert lost_on_1.details[-1] == "... and 84 more ranks"
+    assert everyone[0].broken_off().ranks == tuple(range(100, 116))  # listed alike
+
+
+def test_a_watcher_whose_summary_stops_moving_is_named_by_every_other_rank():
+    clock = Clock()
+    store = MemoryStore()
+    everyone = joined_job(4, store, clock)
+    everyone[0].step_started("serve")
+    one_beat(everyone)
+    clock.now += silence_bound(QUICK.peer_s) + 1  # rank 0 is killed: nothing moves
+    one_beat(everyone[1:])
+    for peers in everyone[1:]:
+        error = peers.broken_off()
+        assert error is not None and error.ranks == (0,)
+        assert str(error).startswith("rank 0 stopped answering: its heartbeat has not moved")
+        assert "it was last seen in step serve (running)" in str(error)
