@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from initorch import Run
     from initorch.plugin import StepContext
 
-__all__ = ["DRIVEN_STEPS", "DriveError", "bind_deadline_thread", "core_split",
+__all__ = ["DriveError", "bind_deadline_thread", "core_split",
            "drive_parallel_runtime", "indexed_split"]
 
 logger = logging.getLogger("initorch_sglang")
@@ -208,7 +208,6 @@ _ACTIONS: dict[str, Action] = {
     "init_torch_distributed": init_torch_distributed,
     "init_model_parallel": init_model_parallel,
 }
-DRIVEN_STEPS = tuple(_ACTIONS)
 
 
 # -- the replacement of init_parallel_runtime --------------------------------------------
