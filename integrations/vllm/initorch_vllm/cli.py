@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from initorch.kit.preflight import EXIT_FOUND, EXIT_REFUSED, UsageError
+from initorch.kit import EXIT_FOUND, EXIT_REFUSED, UsageError
 
 if TYPE_CHECKING:
     from initorch import Registry
@@ -52,7 +52,7 @@ def _no_subcommand(args: argparse.Namespace, registry: Registry) -> int:
 
 
 def cmd_check(args: argparse.Namespace, registry: Registry) -> int:
-    from initorch.kit.preflight import show_preflight
+    from initorch.kit import show_preflight
     from initorch_vllm.preflight import preflight
 
     launch = args.launch[1:] if args.launch[:1] == ["--"] else args.launch
@@ -68,8 +68,7 @@ def cmd_check(args: argparse.Namespace, registry: Registry) -> int:
 
 def cmd_drift(args: argparse.Namespace, registry: Registry) -> int:
     from initorch import load_plan
-    from initorch.kit.drift import check_drift
-    from initorch.kit.source import SourceError, SourceTree
+    from initorch.kit import SourceError, SourceTree, check_drift
     from initorch_vllm.layout import ENGINE, layout_for
 
     try:

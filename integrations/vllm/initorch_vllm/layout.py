@@ -24,8 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from initorch.kit.callmap import EngineCall, Hop, Marker
-from initorch.kit.engine import Engine
+from initorch.kit import Engine, EngineCall, Hop, Marker
 
 __all__ = ["CPU_WORKER", "ENGINE", "GPU_WORKER", "HEAD_SIZES", "KV_CONNECTORS", "LAYOUTS",
            "NUMA_BIND", "PLUGIN_GROUP", "RELEASE", "SESSION_END", "SESSION_START",

@@ -36,7 +36,7 @@ def load() -> None:
         raise SystemExit(str(error)) from None
     if not options.active:
         return
-    from initorch.kit.cost import COST
+    from initorch.kit import COST
 
     if multiprocessing.parent_process() is None:  # the API server: workers come later
         from initorch_vllm.release import refusal
@@ -46,14 +46,12 @@ def load() -> None:
         if refused is not None:
             raise SystemExit(refused)
         return
-    from vllm.platforms import current_platform  # resolved before plugins load here
-
-    from initorch.kit.hooks import HookError, apply_hooks
+    from initorch.kit import HookError, apply_hooks
     from initorch_vllm.layout import ENGINE
     from initorch_vllm.session import hooks
 
     COST.add("plugin load", time.perf_counter() - started)  # "hooks" has the rest
     try:
-        apply_hooks(hooks(options, str(current_platform.device_type)), ENGINE)
+        apply_hooks(hooks(options), ENGINE)
     except HookError as error:
         raise SystemExit(str(error)) from None

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from initorch.kit.preflight import Preflight, one_line, run_checks
+from initorch.kit import Preflight, one_line, run_checks
 from initorch_vllm.layout import (
     ENGINE,
     HEAD_SIZES,

@@ -19,8 +19,7 @@ __all__ = ["refusal", "unresolved_targets"]
 
 def unresolved_targets(tree_path: Path) -> list[str]:
     """The hook targets that the vLLM tree at ``tree_path`` does not define."""
-    from initorch.kit.follow import resolve_target
-    from initorch.kit.source import SourceTree
+    from initorch.kit import SourceTree, resolve_target
 
     tree = SourceTree.open(tree_path, ENGINE)
     return [target for target in all_hook_targets() if resolve_target(tree, target) is None]
@@ -29,7 +28,7 @@ def unresolved_targets(tree_path: Path) -> list[str]:
 def refusal(tree_path: Path | None = None) -> str | None:
     """One line refusing the installed vLLM (or the tree at ``tree_path``) when a hook
     target does not resolve in it; ``None`` when every one does."""
-    from initorch.kit.source import SourceError
+    from initorch.kit import SourceError
 
     path = tree_path if tree_path is not None else ENGINE.package_root()
     if path is None:

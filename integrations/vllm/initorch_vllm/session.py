@@ -3,14 +3,16 @@
 vLLM builds each worker in its own process after loading the plugins (``v1/worker/
 worker_base.py:274-276``, :334-335); every worker class's constructor reaches
 ``WorkerBase.__init__`` with the rank and the whole ``VllmConfig``.  The session (the
-kit's :class:`~initorch.kit.session.RankSession`) begins there: the plan for the
-worker's device (its device profile, then the ``vllm`` overlay, or
-``INITORCH_VLLM_PROFILE``) and a recorder.  Each hooked call of :mod:`initorch_vllm.
-layout` is then one call of its step (the kit's observers), checked against the plan as
-it starts.  Unlike SGLang's rank, whose start-up is one constructor (the kit's
-``run_framed``), a vLLM worker starts in several calls the engine core makes one after
-another; the session ends when the last returns (the warm-up, ``v1/engine/core.py:379``)
-or when a recorded call raises, writing the rank's report and trace.
+kit's :class:`~initorch.kit.RankSession`: the plan for the worker's device, a recorder,
+the report and trace) begins there.  Each hooked call of :mod:`initorch_vllm.layout` is
+then one call of its step, checked against the plan by the kit's recorder as it starts.
+
+An SGLang rank starts inside one constructor, which the kit frames (``run_framed``); a
+vLLM worker starts in several calls that the engine core makes one after another (the
+worker's ``init_device``, ``load_model``, then the KV cache's sizing, building and
+warm-up, ``v1/engine/core.py:144-157``, :315-379).  So the session is held here from the
+constructor on, and ends when the last returns (the warm-up) or when a recorded call
+raises, writing the rank's report and trace.
 """
 
 from __future__ import annotations
@@ -19,26 +21,28 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from initorch.kit.session import RankSession, observer, plan_or_off, set_device_observer
 from initorch_vllm.layout import ENGINE, LAYOUTS, SESSION_END, SESSION_START
 
 if TYPE_CHECKING:
     from initorch import Plan
-    from initorch.kit.hooks import Hook
+    from initorch.kit import Hook, RankSession
     from initorch_vllm.options import Options
 
-__all__ = ["begin", "hooks"]
+__all__ = ["active", "begin", "hooks"]
 
 _SET_DEVICE = "set_device"
 
 
-def _activate(session: RankSession | None) -> None:
-    """Make ``session`` this process's active session (``None``: none).  The kit frames a
-    session around one call (``run_framed``); a vLLM worker's spans several, so its
-    start and end are set here, on the kit's own record of the active session."""
-    from initorch.kit import session as kit_session
+class _Current:
+    """This process's worker session, from its constructor to its warm-up (vLLM builds
+    one worker a process)."""
 
-    kit_session._Current.session = session
+    session: RankSession | None = None
+
+
+def active() -> RankSession | None:
+    """The session of this process's worker, while it starts."""
+    return _Current.session
 
 
 def begin(vllm_config: Any, options: Options, rank: int) -> RankSession | None:
@@ -46,9 +50,7 @@ def begin(vllm_config: Any, options: Options, rank: int) -> RankSession | None:
     made for it (verify only observes: the problem is logged in one line and vLLM starts
     as it would without initorch)."""
     from initorch import Registry, load_plan
-    from initorch.kit.cost import COST
-    from initorch.kit.recorder import Recorder
-    from initorch.kit.session import Outputs
+    from initorch.kit import COST, Outputs, RankSession, Recorder, plan_or_off
 
     device = str(vllm_config.device_config.device_type)
     profiles = options.profiles or (device, "vllm")
@@ -69,58 +71,66 @@ def begin(vllm_config: Any, options: Options, rank: int) -> RankSession | None:
                        extra={"profiles": list(profiles), "device": device})
 
 
-def _framed(observe: Callable[..., Any], *, ends: bool) -> Callable[..., Any]:
-    """``observe`` (a kit observer), ending the session when the call raises, and with
-    ``ends`` when it returns: the worker's start-up is over either way."""
-    from initorch.kit.session import active
+def _end(session: RankSession, error: BaseException | None) -> None:
+    """End ``session`` once (the calls around one that raised see the error too)."""
+    if _Current.session is session:
+        _Current.session = None
+        session.finish(error)
 
-    def call(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        session = active()
+
+def _recording(step: str, *, binds: Callable[..., str] | None = None,
+               ends: bool = False) -> Callable[..., Any]:
+    """An ``around`` hook that records each call as a call of ``step`` in this process's
+    session (none: straight through); ``binds(session, *args)`` names the device the call
+    sets on its thread; with ``ends`` the session ends when the call returns, and it ends
+    whenever the call raises: the worker's start-up is over either way."""
+
+    def record(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        session = _Current.session
         if session is None:
             return original(*args, **kwargs)
+        device = None if binds is None else binds(session, *args)
         try:
-            result = observe(original, *args, **kwargs)
+            with session.recorder.observe(step, binds=device) as call:
+                call.result = original(*args, **kwargs)
         except BaseException as error:
             _end(session, error)
             raise
         if ends:
             _end(session, None)
-        return result
+        return call.result
 
-    call.__qualname__ = getattr(observe, "__qualname__", "observe")
-    return call
+    record.__qualname__ = f"record_{step}"
+    return record
 
 
-def _end(session: RankSession, error: BaseException | None) -> None:
-    from initorch.kit.session import active
-
-    if active() is session:  # once: the calls around one that raised see it too
-        _activate(None)
-        session.finish(error)
+def _bound_device(session: RankSession, device: Any, *_: Any) -> str:
+    """What ``torch.accelerator.set_device_index(device)`` (the GPU worker's,
+    ``gpu_worker.py:501``) binds, from its argument: no device query (asking can create
+    a context)."""
+    return f"{session.plan.device.type}:{getattr(device, 'index', device)}"
 
 
 def _start(options: Options) -> Callable[..., Any]:
     """The ``around`` hook on ``WorkerBase.__init__`` that begins the session."""
-    from initorch.kit.session import active
 
     def start_session(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if active() is None:
+        if _Current.session is None:
             given = inspect.signature(original).bind(*args, **kwargs).arguments
-            _activate(begin(given["vllm_config"], options, int(given["rank"])))
+            _Current.session = begin(given["vllm_config"], options, int(given["rank"]))
         return original(*args, **kwargs)
 
     return start_session
 
 
-def hooks(options: Options, device_type: str) -> dict[str, Hook]:
+def hooks(options: Options) -> dict[str, Hook]:
     """Every hook of verify mode, by target: the session's start, and each call of
     every worker's call map (a worker imports only its own class's module, so only its
-    hooks take effect).  ``device_type`` (vLLM's platform's) names the device that
-    ``set_device`` binds."""
+    hooks take effect)."""
     found: dict[str, Hook] = {SESSION_START: (_start(options), "around")}
     for layout in LAYOUTS:
         for call in layout.calls:
-            observe = set_device_observer(f"torch.{device_type}") \
-                if call.step == _SET_DEVICE else observer(call.step)
-            found[call.target] = (_framed(observe, ends=call.step == SESSION_END), "around")
+            found[call.target] = (_recording(
+                call.step, binds=_bound_device if call.step == _SET_DEVICE else None,
+                ends=call.step == SESSION_END), "around")
     return found
