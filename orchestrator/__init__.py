@@ -15,6 +15,8 @@ a :class:`DeprecationWarning` that says where it lives now.
 
 from typing import TYPE_CHECKING
 
+# First: the moment initorch began importing (the timeline's "imports" phase).
+import initorch.reporting.process_marks  # noqa: F401
 from initorch._version import __version__
 from initorch.errors import InitorchError, RunInterrupted, StepFailedError
 from initorch.execution.context import RankInfo

@@ -31,6 +31,7 @@ from initorch.errors import (
 )
 from initorch.execution.signals import interrupt_on_signals
 from initorch.plugins import Registry
+from initorch.reporting.process_marks import mark
 
 
 def _report_json(message: str, exit_code: int, problems: list[str]) -> None:
@@ -88,8 +89,10 @@ def console_main() -> NoReturn:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
+    mark("main_entered")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(names_extension_command(argv)).parse_args(argv)
+    mark("arguments_parsed")
     in_json = getattr(args, "log_format", None) == "json"
     # A signal while plugins load ends every command like one during a run: it is the
     # user's (or a launcher's), never the plugin's failure, which is what a plugin that
@@ -99,6 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with ExitStack() as signals:
             signals.enter_context(interrupt_on_signals())
             registry = _registry(args)
+            mark("plugins_loaded")
             if args.handler is not cmd_run:
                 signals.close()  # then Ctrl-C is KeyboardInterrupt again, handled below
             code: int = args.handler(args, registry)

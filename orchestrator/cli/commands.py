@@ -1,5 +1,6 @@
 """The commands that read and show (``plan``, ``graph``, ``explain``, ``validate``,
-``profiles``, ``steps``, ``settings``, ``detect``, ``trace merge``, ``schema``): each a
+``profiles``, ``steps``, ``settings``, ``detect``, ``trace merge``, ``timeline``,
+``status``, ``schema``): each a
 :data:`~initorch.cli.parser.Command` that writes its output and returns the exit code.
 
 What a command needs beyond the selection (the resolver, the renderers, the saved plan
@@ -152,6 +153,38 @@ def cmd_trace_merge(args: argparse.Namespace, registry: Registry) -> int:
     ranks = merged["otherData"]["ranks"]
     sys.stderr.write(f"initorch: merged {len(ranks)} rank(s) into {display_path(args.out)}; "
                      "open it in Perfetto (ui.perfetto.dev)\n")
+    return EXIT_OK
+
+
+def cmd_timeline(args: argparse.Namespace, registry: Registry) -> int:
+    """The start-up timeline of one or more runs (their ``--report`` files, or timeline
+    files): blame and critical chain as text, and on request the merged trace and the
+    picture; with ``--compare A B``, what got slower from A to B."""
+    from initorch.errors import InitorchError
+    from initorch.reporting.redaction import redact
+    from initorch.reporting.timeline import merge, read_timeline
+    from initorch.reporting.timeline_text import compare_text, timeline_text
+
+    if args.compare:
+        if len(args.files) != 2 or args.trace or args.plot:
+            raise InitorchError("--compare takes exactly two files (A B) and no --trace or "
+                                "--plot", hint="initorch timeline --compare A.json B.json")
+        emit(compare_text(*(read_timeline(path) for path in args.files)))
+        return EXIT_OK
+    outputs = [OutputFile("--trace", args.trace), OutputFile("--plot", args.plot)]
+    check_outputs(outputs, args.files)
+    timeline = merge(read_timeline(path) for path in args.files)
+    emit(timeline_text(timeline))
+    if args.trace:
+        from initorch.reporting.timeline_trace import timeline_trace
+
+        write_atomically(args.trace, json.dumps(redact(timeline_trace(timeline)), indent=1))
+    if args.plot:
+        from initorch.reporting.timeline_plot import timeline_html, timeline_svg
+
+        picture = redact(timeline_svg(timeline) if args.plot.endswith(".svg")
+                         else timeline_html(timeline))
+        write_atomically(args.plot, picture)
     return EXIT_OK
 
 

@@ -22,6 +22,7 @@ from initorch.cli.commands import (
     cmd_schema,
     cmd_settings,
     cmd_steps,
+    cmd_timeline,
     cmd_trace_merge,
     cmd_validate,
 )
@@ -51,7 +52,7 @@ COMMANDS_GROUP = "initorch.commands"
 a function ``add_command(add)`` that declares its command with :data:`AddCommand`."""
 
 BUILTIN_COMMANDS = frozenset({"plan", "validate", "graph", "explain", "profiles", "steps",
-                              "settings", "detect", "trace", "schema", "run"})
+                              "settings", "detect", "trace", "schema", "run", "timeline"})
 """The commands :func:`build_parser` always declares (a test keeps it true)."""
 
 PLUGIN_HELP = ("load the plugin function MODULE:FUNCTION (default MODULE:register), or "
@@ -167,6 +168,20 @@ def build_parser(with_extensions: bool = True) -> argparse.ArgumentParser:
                  "(what --profile auto chooses)")
     _add_detect_options(detect)
     _add_trace_commands(sub, debug)
+    timeline = add("timeline", cmd_timeline,
+                   "where start-up time went: the critical chain and the phases longest "
+                   "first, from run reports (run --report) or timeline files")
+    timeline.add_argument("files", nargs="+", metavar="FILE",
+                          help="run reports or timeline files; several are merged")
+    timeline.add_argument("--compare", action="store_true",
+                          help="compare two start-ups (A B): every phase before and "
+                               "after, what got slower first")
+    timeline.add_argument("--trace", metavar="FILE",
+                          help="also write the merged Chrome/Perfetto trace (a process "
+                               "per server process, a track per thread)")
+    timeline.add_argument("--plot", metavar="FILE",
+                          help="also write the picture: a self-contained HTML page, or an "
+                               "SVG when FILE ends in .svg")
     schema = add("schema", cmd_schema,
                  "print the JSON Schema of profile files (for editors and CI)")
     schema.set_defaults(tolerate_broken_plugins=True)

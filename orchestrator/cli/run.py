@@ -15,8 +15,9 @@ import os
 import re
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from initorch.cli.commands import selected_plan
 from initorch.cli.output import emit
@@ -33,6 +34,7 @@ from initorch.execution.launchers import LaunchArguments, RankInfo, detect_rank
 from initorch.files import OutputFile, check_outputs, write_atomically
 from initorch.location import display_path
 from initorch.plugins import Registry
+from initorch.reporting.process_marks import mark
 from initorch.resolution.plan import Plan
 
 if TYPE_CHECKING:
@@ -119,7 +121,9 @@ def _run(args: argparse.Namespace, registry: Registry, rank: RankInfo,
     for people, or the ``run_summary`` (and ``run_failed``/``run_interrupted``) event."""
     from initorch.execution.run import Run
 
+    mark("plan_began")
     plan = _run_plan(args, registry)
+    mark("plan_ready")
     inputs = [*registry.profiles.read_files(), *([args.plan] if args.plan else [])]
     check_outputs([OutputFile("--report", args.report), OutputFile("--trace", args.trace)],
                   inputs)  # before anything runs: a bad path never costs a start-up
@@ -131,6 +135,7 @@ def _run(args: argparse.Namespace, registry: Registry, rank: RankInfo,
         capture.log = run.log  # native output carries the run's profile and rank
     interrupted: RunInterrupted | None = None
     try:
+        mark("run_starting")
         run.start()
         run.teardown()  # the CLI only proves start-up works; a server keeps the run alive
     except RunInterrupted as interrupt:
@@ -189,8 +194,10 @@ def _write_outputs(run: Run, args: argparse.Namespace, in_json: bool) -> None:
     warning that never replaces the run's own outcome (its exit code, its summary)."""
     from initorch.reporting.redaction import redact
 
-    for option, path, data in (("--report", args.report, run.report.to_dict),
-                               ("--trace", args.trace, run.report.trace_events)):
+    outputs: tuple[tuple[str, str | None, Callable[[], dict[str, Any]]], ...] = (
+        ("--report", args.report, lambda: report_with_timeline(run)),
+        ("--trace", args.trace, run.report.trace_events))
+    for option, path, data in outputs:
         if not path:
             continue
         try:
@@ -204,6 +211,18 @@ def _write_outputs(run: Run, args: argparse.Namespace, in_json: bool) -> None:
             else:
                 sys.stderr.write(f"initorch: warning: {option} {display_path(path)}: cannot "
                                  f"write it: {reason}; the run's outcome stands\n")
+
+
+def report_with_timeline(run: Run) -> dict[str, Any]:
+    """The run report with this process's timeline (``"timeline"``): from the
+    interpreter's start to the last teardown (:mod:`initorch.reporting.run_timeline`)."""
+    from initorch.reporting.process_marks import MARKS, process_start
+    from initorch.reporting.run_timeline import run_timeline
+
+    data = run.report.to_dict()
+    data["timeline"] = run_timeline(run.report, MARKS.snapshot(), pid=os.getpid(),
+                                    argv=sys.argv, start=process_start()).to_dict()
+    return data
 
 
 def failure_line(report: RunReport) -> str:

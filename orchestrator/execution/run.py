@@ -234,7 +234,8 @@ class Run:
                 self._signals.install(self._start_watchdog())
             if self._teardown_at_exit:
                 atexit.register(self.teardown)
-            self.report.started_at = datetime.datetime.now(datetime.timezone.utc).isoformat()
+            now = datetime.datetime.now(datetime.timezone.utc)
+            self.report.started_at, self.report.started_epoch = now.isoformat(), now.timestamp()
             self._t0 = self._clock()
             rank = self.state.rank
             self.log.info("run_started", executor=self.executor.name,

@@ -118,6 +118,8 @@ class RunReport:
     rank: int
     outcomes: dict[str, StepOutcome]
     started_at: str
+    # started_at as wall-clock seconds (time.time): the zero of every offset below.
+    started_epoch: float | None = None
     wall_time: float = 0.0  # the start-up: from the first step until the run returned
     # Seconds spent tearing down (every call of Run.teardown together); None until then.
     teardown_time: float | None = None

@@ -20,28 +20,35 @@ from initorch.files import describe_os_error, read_input
 from initorch.location import display_path
 
 
-def read_trace(path: str) -> dict[str, Any]:
-    """One rank's trace file; :class:`InitorchError` (exit 2) naming it when it is not one.
+def read_json_file(path: str, what: str, hint: str) -> Any:
+    """The JSON document in ``path``; :class:`InitorchError` (exit 2) naming it when it
+    cannot be read or is not JSON (``what`` names what it should be, ``hint`` how to
+    get one).
 
     It is read like every input (:func:`~initorch.files.read_input`): only a regular
     file, at most 16 MiB, so a FIFO or ``/dev/zero`` passed by mistake is refused at
     once instead of read for ever."""
     shown = display_path(path)
     try:
-        data = json.loads(read_input(path).decode("utf-8"), parse_constant=_refuse_constant)
+        return json.loads(read_input(path).decode("utf-8"), parse_constant=_refuse_constant)
     except OSError as exc:
         raise InitorchError(f"{shown}: cannot read it: {describe_os_error(exc)}",
                             hint="check the path") from None
     except RecursionError:
-        raise InitorchError(f"{shown}: not a Chrome trace (its JSON nests deeper than "
-                            "Python can read)",
-                            hint="pass the files 'initorch run --trace' wrote") from None
+        raise InitorchError(f"{shown}: not {what} (its JSON nests deeper than Python can "
+                            "read)", hint=hint) from None
     except ValueError as exc:  # not UTF-8 (UnicodeDecodeError), not JSON, NaN or Infinity
-        raise InitorchError(f"{shown}: not JSON ({exc})",
-                            hint="pass the files 'initorch run --trace' wrote") from None
+        raise InitorchError(f"{shown}: not JSON ({exc})", hint=hint) from None
+
+
+def read_trace(path: str) -> dict[str, Any]:
+    """One rank's trace file (:func:`read_json_file`); :class:`InitorchError` (exit 2)
+    naming it when it is not one."""
+    hint = "pass the files 'initorch run --trace' wrote"
+    data = read_json_file(path, "a Chrome trace", hint)
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise InitorchError(f"{shown}: not a Chrome trace (no traceEvents list)",
-                            hint="pass the files 'initorch run --trace' wrote")
+        raise InitorchError(f"{display_path(path)}: not a Chrome trace (no traceEvents list)",
+                            hint=hint)
     return data
 
 

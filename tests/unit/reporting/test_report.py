@@ -62,8 +62,8 @@ def test_report_json_shape(registry):
     data = json.loads(json.dumps(report.to_dict()))
     assert set(data) == {"fingerprint", "profiles", "device", "rank", "executor", "started_at",
                          "wall_time_s", "teardown_time_s", "total_time_s", "ok", "interrupted",
-                         "steps", "critical_chain", "blame", "teardown", "environment",
-                         "peers_lost"}
+                         "steps", "critical_chain", "blame", "teardown_mode", "teardown",
+                         "environment", "peers_lost"}
     assert data["interrupted"] is None
     assert data["peers_lost"] == []
     assert data["fingerprint"] == run.plan.fingerprint
