@@ -188,6 +188,20 @@ def cmd_timeline(args: argparse.Namespace, registry: Registry) -> int:
     return EXIT_OK
 
 
+def cmd_status(args: argparse.Namespace, registry: Registry) -> int:
+    """Where each rank's start-up is, from the files ``run --status`` writes; with
+    ``--ready``, a probe's exit code (:data:`~initorch.reporting.status.PROBE_EXIT_CODES`:
+    the worst of the files)."""
+    from initorch.reporting.status import read_status, verdict
+
+    verdicts = [verdict(read_status(path), max_age=args.max_age) for path in args.files]
+    for said in verdicts:
+        emit(said.line)
+    if not args.ready:
+        return EXIT_OK
+    return max(said.exit_code for said in verdicts)
+
+
 def cmd_schema(args: argparse.Namespace, registry: Registry) -> int:
     from initorch.loading.schema import profile_schema
 

@@ -21,6 +21,7 @@ from initorch.cli.commands import (
     cmd_profiles,
     cmd_schema,
     cmd_settings,
+    cmd_status,
     cmd_steps,
     cmd_timeline,
     cmd_trace_merge,
@@ -34,6 +35,7 @@ from initorch.execution.launchers import LaunchArguments, option_name
 from initorch.plugins import Registry
 from initorch.printable import shown
 from initorch.reporting.graph_formats import GRAPH_FORMATS
+from initorch.reporting.status import STALE_AFTER_S
 
 EPILOG = """exit codes: 0 ok, 1 a step failed at run time, 2 invalid input or usage,
 or a plugin that fails to load, 70 internal error (a bug; please report it),
@@ -52,7 +54,8 @@ COMMANDS_GROUP = "initorch.commands"
 a function ``add_command(add)`` that declares its command with :data:`AddCommand`."""
 
 BUILTIN_COMMANDS = frozenset({"plan", "validate", "graph", "explain", "profiles", "steps",
-                              "settings", "detect", "trace", "schema", "run", "timeline"})
+                              "settings", "detect", "trace", "schema", "run", "timeline",
+                              "status"})
 """The commands :func:`build_parser` always declares (a test keeps it true)."""
 
 PLUGIN_HELP = ("load the plugin function MODULE:FUNCTION (default MODULE:register), or "
@@ -168,20 +171,7 @@ def build_parser(with_extensions: bool = True) -> argparse.ArgumentParser:
                  "(what --profile auto chooses)")
     _add_detect_options(detect)
     _add_trace_commands(sub, debug)
-    timeline = add("timeline", cmd_timeline,
-                   "where start-up time went: the critical chain and the phases longest "
-                   "first, from run reports (run --report) or timeline files")
-    timeline.add_argument("files", nargs="+", metavar="FILE",
-                          help="run reports or timeline files; several are merged")
-    timeline.add_argument("--compare", action="store_true",
-                          help="compare two start-ups (A B): every phase before and "
-                               "after, what got slower first")
-    timeline.add_argument("--trace", metavar="FILE",
-                          help="also write the merged Chrome/Perfetto trace (a process "
-                               "per server process, a track per thread)")
-    timeline.add_argument("--plot", metavar="FILE",
-                          help="also write the picture: a self-contained HTML page, or an "
-                               "SVG when FILE ends in .svg")
+    _add_timeline_commands(add)
     schema = add("schema", cmd_schema,
                  "print the JSON Schema of profile files (for editors and CI)")
     schema.set_defaults(tolerate_broken_plugins=True)
@@ -205,6 +195,10 @@ def build_parser(with_extensions: bool = True) -> argparse.ArgumentParser:
     run.add_argument("--report", metavar="FILE",
                      help="write the run report as JSON ({rank} and {local_rank} are "
                           "filled in)")
+    run.add_argument("--status", metavar="FILE",
+                     help="keep this rank's start-up status in FILE (JSON, replaced "
+                          "atomically; 'initorch status --ready FILE' reads it; {rank} and "
+                          "{local_rank} are filled in)")
     run.add_argument("--trace", metavar="FILE",
                      help="write a Chrome trace-event file (open it in Perfetto; {rank} "
                           "and {local_rank} are filled in; 'initorch trace merge' joins "
@@ -241,6 +235,34 @@ def names_extension_command(argv: Sequence[str]) -> bool:
     which lists them): its first word is not a built-in command."""
     words = [word for word in argv if not word.startswith("-")]
     return not words or words[0] not in BUILTIN_COMMANDS
+
+
+def _add_timeline_commands(add: AddCommand) -> None:
+    """``timeline`` (where start-up time went) and ``status`` (where it is now)."""
+    timeline = add("timeline", cmd_timeline,
+                   "where start-up time went: the critical chain and the phases longest "
+                   "first, from run reports (run --report) or timeline files")
+    timeline.add_argument("files", nargs="+", metavar="FILE",
+                          help="run reports or timeline files; several are merged")
+    timeline.add_argument("--compare", action="store_true",
+                          help="compare two start-ups (A B): every phase before and "
+                               "after, what got slower first")
+    timeline.add_argument("--trace", metavar="FILE",
+                          help="also write the merged Chrome/Perfetto trace (a process "
+                               "per server process, a track per thread)")
+    timeline.add_argument("--plot", metavar="FILE",
+                          help="also write the picture: a self-contained HTML page, or an "
+                               "SVG when FILE ends in .svg")
+    status = add("status", cmd_status,
+                 "where each rank's start-up is, from the files 'run --status' writes "
+                 "(the /startupz answer); --ready for a probe's exit code")
+    status.add_argument("files", nargs="+", metavar="FILE", help="status files, one per rank")
+    status.add_argument("--ready", action="store_true",
+                        help="exit 0 when every rank is ready, 1 when one is not (yet), 3 "
+                             "when a file is stale (2: no status file)")
+    status.add_argument("--max-age", type=_seconds, default=STALE_AFTER_S, metavar="SECONDS",
+                        help="a file not rewritten for this long is stale (default "
+                             f"{STALE_AFTER_S:g})")
 
 
 def _add_launch_options(run: argparse.ArgumentParser) -> None:

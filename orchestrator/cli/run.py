@@ -40,6 +40,7 @@ from initorch.resolution.plan import Plan
 if TYPE_CHECKING:
     from initorch.execution.run import Run
     from initorch.reporting.report import RunReport
+    from initorch.reporting.status import StatusFile
     from initorch.reporting.stderr_events import StderrEvents
 
 
@@ -48,8 +49,9 @@ def cmd_run(args: argparse.Namespace, registry: Registry) -> int:
     from initorch.reporting.logs import configure_logging
 
     rank = job_rank(args)
-    args.report, args.trace = (per_rank_path(option, path, rank) for option, path in
-                               (("--report", args.report), ("--trace", args.trace)))
+    args.report, args.trace, args.status = (
+        per_rank_path(option, path, rank) for option, path in
+        (("--report", args.report), ("--trace", args.trace), ("--status", args.status)))
     level = logging.getLevelName(args.log_level.upper())
     if args.log_format == "json":
         # All of stderr becomes JSON lines: native output, warnings, the summary.
@@ -115,6 +117,17 @@ def _run_plan(args: argparse.Namespace, registry: Registry) -> Plan:
     return read_saved_plan(args.plan, registry.steps)
 
 
+def _status_file(path: str | None, rank: RankInfo, plan: Plan) -> StatusFile | None:
+    """The ``--status`` file, begun in the phase before the first step."""
+    if not path:
+        return None
+    from initorch.reporting.status import StatusFile
+
+    status = StatusFile(path, rank=rank.rank, steps_total=len(plan.steps))
+    status.phase("prepare run")
+    return status
+
+
 def _run(args: argparse.Namespace, registry: Registry, rank: RankInfo,
          capture: StderrEvents | None) -> int:
     """Run the plan once, tear it down, and conclude: the run table and the last line
@@ -125,12 +138,14 @@ def _run(args: argparse.Namespace, registry: Registry, rank: RankInfo,
     plan = _run_plan(args, registry)
     mark("plan_ready")
     inputs = [*registry.profiles.read_files(), *([args.plan] if args.plan else [])]
-    check_outputs([OutputFile("--report", args.report), OutputFile("--trace", args.trace)],
+    check_outputs([OutputFile("--report", args.report), OutputFile("--trace", args.trace),
+                   OutputFile("--status", args.status)],
                   inputs)  # before anything runs: a bad path never costs a start-up
+    status = _status_file(args.status, rank, plan)
     run = Run(plan, executor=args.executor, workers=args.workers, diagnoses=registry.diagnoses,
               rank=rank, handle_signals=True, teardown_at_exit=True,
               keep_going=args.keep_going, heartbeat=args.heartbeat or None,
-              teardown=args.teardown)
+              teardown=args.teardown, status=status)
     if capture is not None:
         capture.log = run.log  # native output carries the run's profile and rank
     interrupted: RunInterrupted | None = None
@@ -142,6 +157,8 @@ def _run(args: argparse.Namespace, registry: Registry, rank: RankInfo,
         interrupted = interrupt
     finally:
         _write_outputs(run, args, in_json=capture is not None)
+        if status is not None:
+            status.close()
     if capture is not None:
         return _conclude_in_json(run, interrupted)
     return _conclude_for_people(run.report, interrupted, debug=args.debug)

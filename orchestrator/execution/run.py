@@ -70,6 +70,7 @@ from initorch.execution.watchdog import Watchdog, start_watchdog, stop_watchdog
 from initorch.reporting.diagnosis import DiagnosisCatalog
 from initorch.reporting.logs import get_logger
 from initorch.reporting.report import RunReport, StepOutcome, TeardownOutcome
+from initorch.reporting.status import StatusFile
 from initorch.resolution.plan import Plan, PlannedStep
 
 HARD_EDGE_KINDS = frozenset({"requires", "device"})
@@ -154,7 +155,9 @@ class Run:
     it (the default fails fast: nothing new starts).  ``heartbeat`` is the interval
     in seconds at which a step that is still running logs ``step_still_running``
     (``None``: never).  ``teardown`` is one of
-    :data:`~initorch.execution.executors.TEARDOWN_MODES` (see the module).
+    :data:`~initorch.execution.executors.TEARDOWN_MODES` (see the module).  ``status``,
+    if given, is kept up to date with the step the run is in and its state
+    (:mod:`initorch.reporting.status`; the caller closes it).
     """
 
     def __init__(
@@ -171,6 +174,7 @@ class Run:
         keep_going: bool = False,
         heartbeat: float | None = DEFAULT_INTERVAL_S,
         teardown: str = TEARDOWN_MODES[0],
+        status: StatusFile | None = None,
         clock: Callable[[], float] = time.perf_counter,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -179,6 +183,7 @@ class Run:
                              f"{', '.join(TEARDOWN_MODES)}")
         self._plan = plan
         self.teardown_mode = teardown
+        self._status = status
         self.executor = make_executor(executor, workers) if isinstance(executor, str) \
             else executor
         self.diagnoses = diagnoses
@@ -248,6 +253,8 @@ class Run:
             for skipped in self._plan.skipped:
                 self.log.info("step_skipped", step=skipped.name, reason=skipped.reason)
             self.executor.execute(self)
+            if self._status is not None:
+                self._status.state("ready" if self.report.ok else "failed")
             self._stop_heartbeat()
             self._note_lost_peers(self._peers)
             if self.report.ok and self.state.has_binding:
@@ -294,6 +301,9 @@ class Run:
                 self._torn_down = self._closing = True
             if first:
                 self._signals.quiet()
+                if self._status is not None:
+                    self._status.state("stopping")
+                    self._status.phase("teardown")
             began = self._clock()
             try:
                 tear_down(self.teardown_mode, self._plan.graph, self._completed.names(),
@@ -321,6 +331,8 @@ class Run:
             stop_watchdog(watchdog, keep_wakeup_fd=self._signals.installed)
         if self._teardown_at_exit:
             atexit.unregister(self.teardown)
+        if self._status is not None:
+            self._status.state("stopped")
         _ACTIVE.release(self)
 
     def describe(self) -> str:
@@ -379,7 +391,11 @@ class Run:
             return
         if self._peers is not None:
             self._peers.step_started(planned.name)
+        if self._status is not None:
+            self._status.step_started(planned.name)
         self._invoker.invoke(planned, outcome=outcome)
+        if self._status is not None:
+            self._status.step_finished(planned.name, outcome.status == "succeeded")
         if self._peers is not None:  # joined by this very step, perhaps
             self._peers.step_finished(planned.name, outcome.status)
         if outcome.status == "failed":
