@@ -198,3 +198,9 @@ def test_independent_teardowns_at_interpreter_exit_all_run():
     lines = finished.stdout.splitlines()
     assert lines[0] == "STARTED"
     assert sorted(lines[1:]) == ["teardown a", "teardown b", "teardown c"]
+
+
+def test_the_cli_offers_every_mode_and_the_default_first():
+    from initorch.cli.parser import TEARDOWN_MODES as OFFERED
+
+    assert OFFERED == TEARDOWN_MODES
