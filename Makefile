@@ -15,7 +15,7 @@ SGLANG_STAMP := $(SGLANG_VENV)/.installed
 SGLANG_PIN := sglang==0.5.23
 MOONCAKE_CPU_PIN := mooncake-transfer-engine-non-cuda==0.3.13.post1
 
-.PHONY: demo demo-sglang vllm-venv test lint typecheck unit coverage e2e perf pythons docs bench clean system-deps sglang-venv audit-table sglang-old-venv e2e-sglang-old
+.PHONY: demo demo-sglang demo-vllm vllm-venv test lint typecheck unit coverage e2e perf pythons docs bench clean system-deps sglang-venv audit-table sglang-old-venv e2e-sglang-old
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -112,6 +112,10 @@ demo: system-deps $(STAMP)
 
 demo-sglang: system-deps $(STAMP) $(SGLANG_STAMP)
 	$(BIN)/python examples/sglang_demo.py
+
+# The real vLLM 0.32.0 server through initorch (pre-flight, drift, verify mode at tp=2).
+demo-vllm: $(STAMP) $(VLLM_STAMP)
+	$(BIN)/python examples/vllm_demo.py
 
 # Style, types, and the layer contract ([tool.importlinter] in pyproject.toml; the
 # built-in steps' own contract is tests/unit/api/test_public_names.py, import-linter cannot

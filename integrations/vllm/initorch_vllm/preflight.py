@@ -170,16 +170,14 @@ def preflight(arguments: list[str]) -> Preflight:
     except Exception as error:  # vLLM's own refusal, whatever its type
         return Preflight(" ".join(arguments), None, (f"{ENGINE.name} refuses the launch: "
                                            f"{type(error).__name__}: {one_line(error)}",))
-    launch = Launch(config)
-    device = str(config.device_config.device_type)
-    selection = f"--device {device} --profile vllm (vLLM {RELEASE}'s order; {ENGINE.label()})"
-    plan = _plan(device)
-    return Preflight(selection, plan, tuple(run_checks(CHECKS, launch)), notes)
+    from initorch_vllm.session import plan_for
 
-
-def _plan(device: str) -> Any:
-    """The plan a worker of this launch checks its start-up against in verify mode (an
-    error here is initorch's, not the launch's: it propagates)."""
-    from initorch import Registry, load_plan
-
-    return load_plan([device, "vllm"], device=device, registry=Registry.with_plugins())
+    parallel = config.parallel_config
+    selection = (f"--device {config.device_config.device_type} --profile vllm --set "
+                 f"parallel.tp_size={parallel.tensor_parallel_size} --set "
+                 f"parallel.pp_size={parallel.pipeline_parallel_size} (vLLM {RELEASE}'s "
+                 f"order; installed: {ENGINE.label()})")
+    # The plan each worker is checked against in verify mode; an error making it is
+    # initorch's, not the launch's: it propagates.
+    return Preflight(selection, plan_for(config), tuple(run_checks(CHECKS, Launch(config))),
+                     notes)

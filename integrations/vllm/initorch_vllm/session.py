@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from initorch.kit import Hook, RankSession
     from initorch_vllm.options import Options
 
-__all__ = ["active", "begin", "hooks"]
+__all__ = ["active", "begin", "hooks", "plan_for"]
 
 _SET_DEVICE = "set_device"
 
@@ -49,17 +49,13 @@ def begin(vllm_config: Any, options: Options, rank: int) -> RankSession | None:
     """The session of the worker ``vllm_config`` builds; ``None`` when no plan can be
     made for it (verify only observes: the problem is logged in one line and vLLM starts
     as it would without initorch)."""
-    from initorch import Registry, load_plan
     from initorch.kit import COST, Outputs, RankSession, Recorder, plan_or_off
 
     device = str(vllm_config.device_config.device_type)
     profiles = options.profiles or (device, "vllm")
-
-    def make() -> Plan:
-        return load_plan(list(profiles), device=device, registry=Registry.with_plugins())
-
     with COST.timed("plan"):
-        plan = plan_or_off(make, mode=options.mode, integration=ENGINE.integration,
+        plan = plan_or_off(lambda: plan_for(vllm_config, profiles), mode=options.mode,
+                           integration=ENGINE.integration,
                            describe=f"initorch plan --device {device} "
                                     + " ".join(f"--profile {p}" for p in profiles))
     if plan is None:
@@ -69,6 +65,19 @@ def begin(vllm_config: Any, options: Options, rank: int) -> RankSession | None:
     return RankSession(plan, recorder, rank, options.mode,
                        Outputs("vllm", options.report, options.trace),
                        extra={"profiles": list(profiles), "device": device})
+
+
+def plan_for(vllm_config: Any, profiles: tuple[str, ...] = ()) -> Plan:
+    """The plan a worker of ``vllm_config`` is checked against: ``profiles`` (default: its
+    device type, then ``vllm``), with the job's shape as vLLM resolved it."""
+    from initorch import Registry, load_plan
+
+    device = str(vllm_config.device_config.device_type)
+    parallel = vllm_config.parallel_config
+    return load_plan(list(profiles or (device, "vllm")), device=device,
+                     settings={"parallel.tp_size": int(parallel.tensor_parallel_size),
+                               "parallel.pp_size": int(parallel.pipeline_parallel_size)},
+                     registry=Registry.with_plugins())
 
 
 def _end(session: RankSession, error: BaseException | None) -> None:
