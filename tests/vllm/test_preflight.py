@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.sglang.tiny_model import make_tiny_model as make_head16_model
-from tests.vllm.server import environment, initorch_in_vllm, server_arguments
+from tests.vllm.server import environment, initorch_in_vllm, running, server_arguments
 
 CASES = """
 import json, os, sys
@@ -140,3 +140,26 @@ def test_store_connector_needs_its_master(refusals: dict[str, list[str]]) -> Non
            "(distributed/mooncake_store.py:133-144)" in without
     silent, = (r for r in refusals["store, silent master"] if r != module)
     assert "does not answer" in silent and "distributed/mooncake_store.py:133-144" in silent
+
+
+def test_tp2_refused_is_what_vllm_stops_on(vllm_python: Path, tiny_model: Path,
+                                           tmp_path: Path) -> None:
+    """The NUMA refusal launched anyway: vLLM's executor stops before any worker."""
+    with running(tiny_model, {}, tmp_path / "vllm.log", tp=2) as server, \
+            pytest.raises(RuntimeError, match="before it was ready"):
+        server.wait_ready()
+    assert "Not enough allowed NUMA nodes to bind threads of 2 local CPUWorkers" in \
+        server.text()
+    assert server.leftovers == []
+
+
+def test_head_size_refused_is_what_vllm_fails_on(vllm_python: Path, tmp_path: Path) -> None:
+    """The head-size refusal launched anyway: vLLM starts and says it is ready, then its
+    worker fails the first request in the CPU attention kernel."""
+    model = make_head16_model(tmp_path / "head16")
+    with running(model, {}, tmp_path / "vllm.log") as server:
+        server.wait_ready()
+        with pytest.raises(OSError):  # urllib's HTTPError (a 500) or a closed connection
+            server.generate()
+    assert "Unsupported CPU attention configuration: head_dim=16" in server.text()
+    assert server.leftovers == []
