@@ -162,7 +162,7 @@ def cmd_timeline(args: argparse.Namespace, registry: Registry) -> int:
     picture; with ``--compare A B``, what got slower from A to B."""
     from initorch.errors import InitorchError
     from initorch.reporting.redaction import redact
-    from initorch.reporting.timeline import merge, read_timeline
+    from initorch.reporting.timeline import merge, read_timeline, timeline_from_dict
     from initorch.reporting.timeline_text import compare_text, timeline_text
 
     if args.compare:
@@ -173,18 +173,19 @@ def cmd_timeline(args: argparse.Namespace, registry: Registry) -> int:
         return EXIT_OK
     outputs = [OutputFile("--trace", args.trace), OutputFile("--plot", args.plot)]
     check_outputs(outputs, args.files)
-    timeline = merge(read_timeline(path) for path in args.files)
+    merged = merge(read_timeline(path) for path in args.files)
+    # Redacted as data, before any rendering escapes it for its format.
+    timeline = timeline_from_dict(redact(merged.to_dict()), "the merged timeline")
     emit(timeline_text(timeline))
     if args.trace:
         from initorch.reporting.timeline_trace import timeline_trace
 
-        write_atomically(args.trace, json.dumps(redact(timeline_trace(timeline)), indent=1))
+        write_atomically(args.trace, json.dumps(timeline_trace(timeline), indent=1))
     if args.plot:
         from initorch.reporting.timeline_plot import timeline_html, timeline_svg
 
-        picture = redact(timeline_svg(timeline) if args.plot.endswith(".svg")
+        write_atomically(args.plot, timeline_svg(timeline) if args.plot.endswith(".svg")
                          else timeline_html(timeline))
-        write_atomically(args.plot, picture)
     return EXIT_OK
 
 

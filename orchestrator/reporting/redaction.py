@@ -25,15 +25,16 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 REDACTED = "<redacted>"
 
-SECRET_WORDS = frozenset({"token", "secret", "password", "passwd", "pwd", "credential",
+SECRET_WORDS = frozenset({"token", "secret", "password", "passwd", "credential",
                           "credentials", "auth", "authorization", "cookie", "apikey",
                           "passphrase"})
-"""Words that make a name secret wherever they stand in it."""
+"""Words that make a name secret wherever they stand in it (not ``pwd``: ``PWD`` is the
+working directory)."""
 
 KEY_QUALIFIERS = frozenset({"api", "access", "secret", "private", "admin", "signing",
                             "encryption", "client", "service"})
@@ -78,13 +79,11 @@ def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     return text
 
 
-def redact_argv(argv: Iterable[str], secrets: Iterable[str] = ()) -> list[str]:
-    """A command line with the value of every secret option (``--api-key X``,
-    ``--api-key=X``) and assignment (``HF_TOKEN=X``) redacted, and those values and
-    ``secrets`` scrubbed from every other word (a token given twice)."""
-    words = list(argv)
-    hidden: set[int] = set()  # positions whose whole word is a secret value
-    given: set[str] = set(secrets)
+def _given_on(words: list[str]) -> tuple[set[int], set[str]]:
+    """The positions of a command line whose whole word is a secret value (after
+    ``--api-key``), and every secret value it gives (``--api-key=X``, ``HF_TOKEN=X`` too)."""
+    hidden: set[int] = set()
+    given: set[str] = set()
     for index, word in enumerate(words):
         assignment = _ASSIGNMENT.match(word)
         if assignment is not None and is_secret_name(assignment.group("name")):
@@ -93,6 +92,16 @@ def redact_argv(argv: Iterable[str], secrets: Iterable[str] = ()) -> list[str]:
                 and not words[index + 1].startswith("--"):  # a flag hides no option
             hidden.add(index + 1)
             given.add(words[index + 1])
+    return hidden, given
+
+
+def redact_argv(argv: Iterable[str], secrets: Iterable[str] = ()) -> list[str]:
+    """A command line with the value of every secret option (``--api-key X``,
+    ``--api-key=X``) and assignment (``HF_TOKEN=X``) redacted, and those values and
+    ``secrets`` scrubbed from every other word (a token given twice)."""
+    words = list(argv)
+    hidden, given = _given_on(words)
+    given.update(secrets)
     result: list[str] = []
     for index, word in enumerate(words):
         assignment = _ASSIGNMENT.match(word)
@@ -116,11 +125,34 @@ def redact_environment(environ: Mapping[str, str]) -> dict[str, str]:
 def redact(data: Any, secrets: Iterable[str] | None = None) -> Any:
     """JSON-like ``data`` (dicts, lists, strings, numbers) with secrets redacted: the
     value under a secret key, a command line (a list of strings under a key named
-    ``argv``/``cmdline``/``command``), and ``secrets`` (default: this process's
-    :func:`environment_secrets`) in every string.  A new structure; ``data`` is left
+    ``argv``/``cmdline``/``command``), and, in every string, the secret values given
+    on any such command line and ``secrets`` (default: this process's
+    :func:`environment_secrets`).  A new structure; ``data`` is left
     as it is."""
-    known = environment_secrets() if secrets is None else frozenset(secrets)
-    return _redact(data, known)
+    known = set(environment_secrets() if secrets is None else secrets)
+    for words in _command_lines(data):  # a token given on a command line, found anywhere
+        known.update(_given_on(words)[1])
+    return _redact(data, frozenset(known))
+
+
+def _command_lines(data: Any) -> Iterator[list[str]]:
+    """Every command line in ``data`` (a list of strings under a command key)."""
+    pending = [data]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, Mapping):
+            for key, value in item.items():
+                if _is_command(key, value):
+                    yield list(value)
+                else:
+                    pending.append(value)
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+
+
+def _is_command(key: Any, value: Any) -> bool:
+    return key in _COMMAND_KEYS and isinstance(value, list) \
+        and all(isinstance(word, str) for word in value)
 
 
 _COMMAND_KEYS = frozenset({"argv", "cmdline", "command", "command_line", "args"})
@@ -138,8 +170,7 @@ def _redact(data: Any, secrets: frozenset[str]) -> Any:
             value_of_secret = record_of_secret and isinstance(key, str) and "value" in key
             if value is not None and (secret_key or value_of_secret):
                 redacted[key] = REDACTED
-            elif key in _COMMAND_KEYS and isinstance(value, list) \
-                    and all(isinstance(word, str) for word in value):
+            elif _is_command(key, value):
                 redacted[key] = redact_argv(value, secrets)
             else:
                 redacted[key] = _redact(value, secrets)

@@ -27,18 +27,20 @@ LEFT_PX = 12
 COLOURS = {"process": "#7baaf7", "step": "#f6bf26", "teardown": "#b0b0b0",
            "engine": "#57bb8a", NOT_MEASURED: "url(#unmeasured)"}
 
-_STYLE = """
+_PAGE_STYLE = """
 body { font: 13px system-ui, sans-serif; margin: 16px; color: #202124; }
 h1 { font-size: 16px; margin: 0 0 8px; }
+.legend span { display: inline-block; margin-right: 16px; }
+.legend i { display: inline-block; width: 12px; height: 12px; margin-right: 4px;
+            vertical-align: middle; border: 1px solid #3c4043; }
+"""
+_SVG_STYLE = """
 svg text { font: 11px ui-monospace, monospace; fill: #202124; }
 svg text.process { font-weight: bold; font-size: 12px; }
 svg text.tick { fill: #5f6368; }
 svg .grid { stroke: #e0e0e0; }
 svg .ready { stroke: #d93025; stroke-width: 2; stroke-dasharray: 6 3; }
 svg rect.phase { stroke: #3c4043; stroke-width: 0.5; }
-.legend span { display: inline-block; margin-right: 16px; }
-.legend i { display: inline-block; width: 12px; height: 12px; margin-right: 4px;
-            vertical-align: middle; border: 1px solid #3c4043; }
 """
 
 
@@ -66,6 +68,7 @@ def timeline_svg(timeline: Timeline) -> str:
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" id="timeline" '
              f'data-origin="{origin:.6f}" data-scale="{scale:.6f}" data-left="{LEFT_PX}">',
+             f"<style>{_SVG_STYLE}</style>",
              '<defs><pattern id="unmeasured" width="6" height="6" '
              'patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
              '<rect width="6" height="6" fill="#f1f3f4"/>'
@@ -86,7 +89,7 @@ def timeline_html(timeline: Timeline, title: str = "initorch start-up timeline")
     legend = "".join(f'<span><i style="background:{_swatch(kind)}"></i>{escape(kind)}</span>'
                      for kind in COLOURS)
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>"
+            f"<title>{escape(title)}</title><style>{_PAGE_STYLE}</style></head><body>"
             f"<h1>{escape(title)}</h1><div class=\"legend\">{legend}</div>\n"
             f"{timeline_svg(timeline)}\n</body></html>\n")
 

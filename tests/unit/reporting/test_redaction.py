@@ -23,8 +23,8 @@ from initorch.reporting.redaction import (
 SECRET_VARIABLES = ["HF_TOKEN", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD",
                     "GITHUB_TOKEN", "hf_token", "MY_SERVICE_CREDENTIALS", "WANDB_API_KEY"]
 SECRET_OPTIONS = ["--api-key", "--admin-api-key", "--hf-token", "--password", "--auth-token"]
-PLAIN_NAMES = ["PATH", "CUDA_VISIBLE_DEVICES", "cache_key", "--key-layout", "max_tokens",
-               "--tokenizer-path", "MC_FORCE_TCP", "--model-path", "page_size"]
+PLAIN_NAMES = ["PATH", "PWD", "OLDPWD", "CUDA_VISIBLE_DEVICES", "cache_key", "--key-layout",
+               "max_tokens", "--tokenizer-path", "MC_FORCE_TCP", "--model-path", "page_size"]
 
 secrets = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]),
                   min_size=MIN_SECRET_LENGTH, max_size=40)

@@ -229,3 +229,22 @@ def test_every_chain_ends_and_goes_back_in_time(spans):
     assert len(chain) == len({id(p) for p in chain})
     for later, earlier in itertools.pairwise(chain):
         assert earlier.end <= later.start + 1e-9
+
+
+def test_the_outputs_are_redacted_as_data_and_stay_well_formed(tmp_path, capsys):
+    import xml.etree.ElementTree as ElementTree
+
+    secret = "sk-live-0123456789"
+    timeline = two_processes()
+    timeline.processes[0] = Process(1, "launcher", ("server", "--api-key", secret))
+    timeline.phases.append(phase(f"connect with {secret}", 1.2, 1.3))
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(timeline.to_dict()))
+    svg, page, trace = tmp_path / "t.svg", tmp_path / "t.html", tmp_path / "trace.json"
+    for plot in (svg, page):
+        assert main(["timeline", str(path), "--plot", str(plot), "--trace", str(trace)]) == 0
+    out = capsys.readouterr().out
+    for text in (out, svg.read_text(), page.read_text(), trace.read_text()):
+        assert secret not in text
+    ElementTree.fromstring(svg.read_text())  # the marker is escaped like any text
+    assert "connect with &lt;redacted&gt;" in svg.read_text()
