@@ -217,7 +217,7 @@ def rank_path() -> None:
     began = time.perf_counter()
     importlib.import_module("initorch_sglang.session")
     spent["import"] = time.perf_counter() - began
-    from initorch import Registry, Run  # noqa: F401 (drive mode's run, imported below)
+    from initorch import Registry
     from initorch_sglang.drive import drive_registry
     from initorch_sglang.selection import DRIVE_OVERLAY, Selection
 
