@@ -14,8 +14,9 @@ import sys
 from datetime import date
 from pathlib import Path
 
-from initorch_sglang.audit import ReleaseAudit, audit_tree, version_key
-from initorch_sglang.source import SourceError, SourceTree
+from initorch.kit import ReleaseAudit, SourceError, version_key
+from initorch_sglang.audit import audit_tree
+from initorch_sglang.drift import open_tree
 from initorch_sglang.version import prove
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,7 +51,7 @@ def main() -> int:
     for version in releases():
         path = wheel(version)
         try:
-            tree = SourceTree.open(path)
+            tree = open_tree(path)
             audits[version] = {device: audit_tree(tree, device) for device in DEVICES}
         except SourceError as error:
             audits[version] = {device: ReleaseAudit(path, version, device, error=str(error))
