@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from initorch import Registry, load_plan
+from initorch.execution.executors import TEARDOWN_MODES
 from initorch.execution.run import Run
 from initorch.plugin import StepContext
 from initorch.resolution.plan import Plan
@@ -81,14 +82,16 @@ def expected_fates(plan: Plan, failing: str, keep_going: bool) -> dict[str, tupl
     return fates
 
 
+@pytest.mark.parametrize("mode", TEARDOWN_MODES)
 @pytest.mark.parametrize(("failing", "keep_going"),
                          [*((name, False) for name in CPU_STEPS),
                           ("import_backend", True), ("rendezvous", True)])
 def test_injected_fault_stops_the_start_up_and_tears_down_in_reverse(failing: str,
-                                                                     keep_going: bool) -> None:
+                                                                     keep_going: bool,
+                                                                     mode: str) -> None:
     registry = registry_failing_at(failing)
     plan = load_plan(["cpu"], settings={"checks.verify_transfer": True}, registry=registry)
-    run = Run(plan, diagnoses=registry.diagnoses, keep_going=keep_going)
+    run = Run(plan, diagnoses=registry.diagnoses, keep_going=keep_going, teardown=mode)
     report = run.start()  # a failed run tears itself down before returning
 
     assert isinstance(report.outcomes[failing].error, InjectedFault)
@@ -97,8 +100,15 @@ def test_injected_fault_stops_the_start_up_and_tears_down_in_reverse(failing: st
     completed = [o.name for o in sorted(report.outcomes.values(), key=lambda o: o.finished or 0)
                  if o.status == "succeeded"]
     with_teardown = [n for n in reversed(completed) if plan.step(n).step.teardown is not None]
-    assert [t.step for t in report.teardown] == with_teardown
+    torn = [t.step for t in report.teardown]  # in the order they ended
     assert all(t.status == "succeeded" for t in report.teardown)
+    if mode == "sequential":
+        assert torn == with_teardown
+        return
+    assert sorted(torn) == sorted(with_teardown)
+    for step in torn:  # side by side: after everything ordered after it
+        for later in plan.graph.successors(step):
+            assert later not in torn or torn.index(later) < torn.index(step), (later, step)
 
 
 @pytest.fixture
