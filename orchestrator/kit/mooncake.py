@@ -17,21 +17,26 @@ __all__ = ["MOONCAKE_CALLS"]
 
 _ENGINE_WHY = ("Mooncake's Ascend transports read the calling thread's device at install "
                "(ascend_direct_transport.cpp:244 allocateLocalSegmentID, hccl_transport.cpp:323 "
-               "rankInfoParse: aclrtGetDevice, 107002 without a context), as CUDA's per-thread "
-               "current device decides where RDMA buffers live")
+               "rankInfoParse: aclrtGetDevice, 107002 without a context)")
 _STORE_WHY = ("the Mooncake Store's own engine installs the same transport at setup "
               "(client_service.cpp:940), and ascend-direct stamps each buffer with the calling "
               "thread's device (ascend_direct_transport.cpp:80 StampBufferDeviceId)")
+_ASCEND = frozenset({"ascend"})
+"""The transports that read the calling thread's device.  The others do not: with
+``MC_FORCE_TCP`` the engine installs TCP only (transfer_engine_impl.cpp:209-223); the
+MUSA build's musa transport only writes its segment descriptor at install
+(nvlink_transport.cpp:701-731); topology discovery counts devices by index
+(topology.cpp:539-544).  Mooncake main@3b5a594, matching the 0.3.13.post1 wheels."""
 
 MOONCAKE_CALLS: tuple[VendorCall, ...] = (
     VendorCall("mooncake.engine", "TransferEngine", "initialize",
-               "init_shared_mooncake_transfer_engine", _ENGINE_WHY),
+               "init_shared_mooncake_transfer_engine", _ENGINE_WHY, protocols=_ASCEND),
     VendorCall("mooncake.engine", "TransferEngine", "initialize_ext",
-               "init_shared_mooncake_transfer_engine", _ENGINE_WHY),
+               "init_shared_mooncake_transfer_engine", _ENGINE_WHY, protocols=_ASCEND),
     VendorCall("mooncake.store", "MooncakeDistributedStore", "setup", "init_mooncake_store",
-               _STORE_WHY),
+               _STORE_WHY, protocols=_ASCEND),
     VendorCall("mooncake.store", "MooncakeDistributedStore", "register_buffer",
-               "register_mem_pool_host", _STORE_WHY),
+               "register_mem_pool_host", _STORE_WHY, protocols=_ASCEND),
 )
 """Every Mooncake call verify mode records (Mooncake 0.3.13's Python bindings)."""
 

@@ -287,6 +287,10 @@ class Recorder:
     def _unbound_vendor_call(self, record: VendorRecord) -> OrderViolation | None:
         if not self.per_thread or record.device is not None:
             return None
+        protocols = record.call.protocols
+        if protocols is not None and \
+                self.plan.config().get("device.mooncake_protocol") not in protocols:
+            return None  # this transport never asks the thread for its device
         kind = "daemon thread" if record.daemon else "thread"
         started = f", started in {record.site.thread_entry}" if record.site.thread_entry else ""
         fix = f" ({self.thread_fix})" if self.thread_fix else ""

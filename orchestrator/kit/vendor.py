@@ -51,7 +51,11 @@ class VendorCall:
     of module ``module``.
 
     ``label`` names it as a person reports it upstream; ``step`` is the initorch step it
-    performs; ``why`` is the vendor source that reads the thread's device."""
+    performs; ``why`` is the vendor source that reads the thread's device.  ``protocols``
+    narrows that to the transports whose code reads it (the plan's
+    ``device.mooncake_protocol``); ``None`` means every one.  Verify mode refuses only what
+    would fail: Mooncake's TCP transport and its MUSA build's transport install without
+    asking the calling thread for a device, so an unbound thread is harmless there."""
 
     module: str
     owner: str
@@ -59,6 +63,7 @@ class VendorCall:
     step: str
     why: str
     name: str | None = None
+    protocols: frozenset[str] | None = None
 
     @property
     def label(self) -> str:

@@ -14,7 +14,8 @@ from initorch_sglang.verify import new_recorder
 from tests.sglang.helpers import sglang_plan
 
 ENGINE_INIT = next(call for call in MOONCAKE_CALLS if call.method == "initialize")
-PER_THREAD = {"device.context_per_thread": True}
+# A device whose context is per thread and whose Mooncake transport reads it (Ascend's).
+PER_THREAD = {"device.context_per_thread": True, "device.mooncake_protocol": "ascend"}
 
 ORDER = ["bind_cpu_threads", "set_device", "init_shared_mooncake_transfer_engine",
          "init_torch_distributed", "init_model_parallel", "set_device", "memory_baseline",
@@ -81,7 +82,7 @@ def test_a_step_that_starts_inside_its_predecessor_is_a_violation() -> None:
 
 
 def test_a_device_bound_call_on_a_thread_without_the_device_is_a_violation() -> None:
-    recorder = new_recorder(sglang_plan(**{"device.context_per_thread": True}))
+    recorder = new_recorder(sglang_plan(**PER_THREAD))
     record(recorder, ["bind_cpu_threads", "set_device"])
     errors: list[BaseException] = []
 
@@ -185,3 +186,15 @@ def test_on_the_cpu_binding_threads_did_something_whatever_it_returned() -> None
         bind.result = None  # 0.5.17's ModelRunner.init_threads_binding binds, returns None
     outcomes = build_report(recorder, mode="verify", rank=0, started_at="now", idle=IDLE).outcomes
     assert outcomes["bind_cpu_threads"].status == "succeeded"
+
+
+def test_an_unbound_vendor_call_over_a_transport_that_reads_no_device_is_no_violation() -> None:
+    # MUSA: the context is per thread, but Mooncake's tcp and musa transports install
+    # without asking the thread for a device (initorch.kit.mooncake): record, never refuse.
+    recorder = new_recorder(sglang_plan(device="musa"))
+    assert recorder.per_thread
+    record(recorder, ["set_device"])
+    assert on_thread("helper", lambda: vendor_call(recorder), daemon=True) == []
+    assert recorder.violations == []
+    made = recorder.vendor_calls[0]
+    assert (made.device, made.daemon, made.result) == (None, True, 0)

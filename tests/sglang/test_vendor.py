@@ -29,7 +29,8 @@ SCRIPT = textwrap.dedent('''
     from initorch_sglang.verify import new_recorder
     from tests.sglang.helpers import sglang_plan
 
-    recorder = new_recorder(sglang_plan(**{{"device.context_per_thread": True}}),
+    recorder = new_recorder(sglang_plan(**{{"device.context_per_thread": True,
+                                             "device.mooncake_protocol": "ascend"}}),
                             label="SGLang (test)")
     import torch_npu  # SIMULATED: installs the simulated Ascend build's finder first
     from initorch_simulation.acl import ACL, SimulatedAclError
