@@ -1,0 +1,91 @@
+"""The real vLLM 0.32.0 OpenAI-compatible server on this CPU, with initorch's plugin.
+
+Each launch is first checked by ``initorch vllm check`` with the same arguments and
+environment (accepted: exit 0), then started; it answers ``/v1/completions``, and
+nothing of it is left after its stop.  Stock vLLM (the plugin installed, not asked for)
+and verify mode at tp=1 and tp=2 give the same greedy tokens; verify mode writes each
+worker's report and trace, with vLLM's own start-up calls in the ``vllm`` overlay's
+order, each with its thread and device.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from tests.sglang.server import assert_nothing_left
+from tests.vllm.server import BIND, initorch_in_vllm, running, server_arguments
+
+pytestmark = pytest.mark.usefixtures("vllm_python")
+
+WORKER_STEPS = ("vllm_init_device", "init_torch_distributed", "init_model_parallel",
+                "vllm_model_runner", "vllm_load_model", "vllm_profile_memory",
+                "vllm_kv_connector", "vllm_init_kv_cache", "vllm_warm_up")
+"""What every CPU worker calls, in vLLM 0.32.0's order (the first call of each)."""
+
+
+def verify_environment(folder: Path) -> dict[str, str | None]:
+    return {"INITORCH_VLLM": "verify",
+            "INITORCH_VLLM_REPORT": str(folder / "report-{rank}.json"),
+            "INITORCH_VLLM_TRACE": str(folder / "trace-{rank}.json")}
+
+
+def checked_and_served(model: Path, extra: Mapping[str, str | None], log: Path, *,
+                       tp: int) -> list[int]:
+    """Pre-flight accepts the launch, which then serves a completion and stops clean."""
+    check = initorch_in_vllm("vllm", "check", "--", *server_arguments(model, tp=tp),
+                             **{key: value for key, value in extra.items()
+                                if value is not None})
+    assert check.returncode == 0, check.stderr[-3000:]
+    assert "pre-flight: ok" in check.stdout
+    with running(model, extra, log, tp=tp) as server:
+        server.wait_ready()
+        tokens = server.generate()
+    assert_nothing_left(server)
+    assert len(tokens) == 8
+    return tokens
+
+
+def assert_verified(folder: Path, rank: int) -> None:
+    """Rank ``rank``'s report: every worker call seen, in the plan's order, on the
+    worker's main thread, no violation; its trace written."""
+    report = json.loads((folder / f"report-{rank}.json").read_text())
+    section = report["vllm"]
+    assert section["mode"] == "verify"
+    assert section["violations"] == [] and section["error"] is None
+    assert report["profiles"] == ["base", "cpu", "vllm"]
+    firsts = [call for call in section["calls"] if call["call"] == 1]
+    assert [call["step"] for call in firsts] == list(WORKER_STEPS)
+    assert {call["thread"] for call in firsts} == {"MainThread"}
+    assert all("device" in call for call in firsts)  # None: vLLM's CPU worker sets none
+    steps = {step["step"]: step for step in report["steps"]}
+    assert all(steps[name]["status"] == "succeeded" for name in WORKER_STEPS)
+    assert steps["set_device"]["status"] == "skipped"  # cpu_worker.py:108: no device set
+    assert report["rank"] == rank
+    assert json.loads((folder / f"trace-{rank}.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def stock_tokens(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> list[int]:
+    log = tmp_path_factory.mktemp("stock") / "vllm.log"
+    tokens = checked_and_served(tiny_model, {}, log, tp=1)
+    assert "initorch" not in log.read_text()  # installed, not asked for: not there
+    return tokens
+
+
+def test_verify_tp1(tiny_model: Path, tmp_path: Path, stock_tokens: list[int]) -> None:
+    tokens = checked_and_served(tiny_model, verify_environment(tmp_path),
+                                tmp_path / "vllm.log", tp=1)
+    assert tokens == stock_tokens
+    assert_verified(tmp_path, 0)
+
+
+def test_verify_tp2(tiny_model: Path, tmp_path: Path, stock_tokens: list[int]) -> None:
+    tokens = checked_and_served(tiny_model, verify_environment(tmp_path) | BIND,
+                                tmp_path / "vllm.log", tp=2)
+    assert tokens == stock_tokens  # tp=2 gives tp=1's greedy tokens
+    for rank in (0, 1):
+        assert_verified(tmp_path, rank)
