@@ -34,6 +34,8 @@ from pathlib import Path
 
 from graphs import SHAPES, chain, profile_text, random_dag, setup
 from measure import Sink, timed
+from ranks import rank_rows
+from teardown import rows as teardown_rows
 
 from initorch import Registry
 from initorch.execution.run import Run
@@ -403,6 +405,9 @@ def main() -> None:
                         help="leave out the two start-up rows (fresh interpreters, torch)")
     parser.add_argument("--skip-sglang", action="store_true",
                         help="leave out the real SGLang rows (9 server starts, minutes)")
+    parser.add_argument("--skip-ranks", action="store_true",
+                        help="leave out the simulated ranks (8 to 1,024 ranks against a "
+                             "TCPStore, about 10 minutes)")
     args = parser.parse_args()
     began = time.perf_counter()
     rows: list[Row] = []
@@ -417,6 +422,9 @@ def main() -> None:
         rows += executor_rows(args.runs, (1_000, 10_000), folder)
     if not args.skip_startup:
         rows += startup_rows(args.runs)
+        rows += [Row(*fields) for fields in teardown_rows(args.runs)]
+    if not args.skip_ranks:
+        rows += [Row(*fields) for fields in rank_rows()]
     if not args.skip_sglang:
         rows += sglang_rows()
     print_table(rows, time.perf_counter() - began)
