@@ -24,7 +24,8 @@ LAYOUT = {"initorch/steps": "steps", "initorch/profiles": "profiles", "initorch"
 # Example packages checked with it (they are launchers a user copies).
 EXAMPLE_PACKAGES = ("tiny_server",)
 # Distributions of their own in this repository, checked with it: package -> folder.
-INTEGRATIONS = {"initorch_sglang": "integrations/sglang/initorch_sglang"}
+INTEGRATIONS = {"initorch_sglang": "integrations/sglang/initorch_sglang",
+                "initorch_vllm": "integrations/vllm/initorch_vllm"}
 
 
 def build_tree() -> None:

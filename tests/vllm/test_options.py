@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from initorch_vllm.options import Options, OptionsError, read_options
 from initorch_vllm.plugin import load
 
