@@ -9,7 +9,9 @@ greedy generations are comparable across runs, modes and tensor-parallel sizes.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 VOCAB = [*(f"w{i}" for i in range(256)), "<s>", "</s>"]
 BOS, EOS = 256, 257
@@ -35,13 +37,13 @@ CONFIG = {
 }
 
 
-def _weights(seed: int) -> dict[str, object]:
+def _weights(config: Mapping[str, Any], seed: int) -> dict[str, object]:
     import torch
 
     generator = torch.Generator().manual_seed(seed)
-    hidden, inter = CONFIG["hidden_size"], CONFIG["intermediate_size"]
-    heads, kv_heads, head_dim = (CONFIG["num_attention_heads"], CONFIG["num_key_value_heads"],
-                                 CONFIG["head_dim"])
+    hidden, inter = config["hidden_size"], config["intermediate_size"]
+    heads, kv_heads, head_dim = (config["num_attention_heads"], config["num_key_value_heads"],
+                                 config["head_dim"])
 
     def rand(*shape: int) -> torch.Tensor:
         return (torch.randn(*shape, generator=generator) * 0.08).to(torch.bfloat16)
@@ -51,7 +53,7 @@ def _weights(seed: int) -> dict[str, object]:
         "model.norm.weight": torch.ones(hidden, dtype=torch.bfloat16),
         "lm_head.weight": rand(len(VOCAB), hidden),
     }
-    for layer in range(int(CONFIG["num_hidden_layers"])):
+    for layer in range(int(config["num_hidden_layers"])):
         prefix = f"model.layers.{layer}"
         tensors |= {
             f"{prefix}.self_attn.q_proj.weight": rand(heads * head_dim, hidden),
@@ -88,12 +90,15 @@ def _tokenizer() -> dict[str, object]:
     }
 
 
-def make_tiny_model(directory: Path, seed: int = 0) -> Path:
-    """Write the checkpoint into ``directory`` (created) and return it."""
+def make_tiny_model(directory: Path, seed: int = 0,
+                    shape: Mapping[str, Any] | None = None) -> Path:
+    """Write the checkpoint into ``directory`` (created) and return it; ``shape``
+    overrides sizes of :data:`CONFIG` (another engine's kernels may want others)."""
     from safetensors.torch import save_file
 
+    config = {**CONFIG, **(shape or {})}
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(CONFIG, indent=2))
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
     (directory / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": BOS, "eos_token_id": EOS}))
     (directory / "tokenizer.json").write_text(json.dumps(_tokenizer()))
@@ -101,7 +106,7 @@ def make_tiny_model(directory: Path, seed: int = 0) -> Path:
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
         "unk_token": "w0", "model_max_length": 512, "clean_up_tokenization_spaces": False,
     }))
-    save_file(_weights(seed), str(directory / "model.safetensors"))  # type: ignore[arg-type]
+    save_file(_weights(config, seed), str(directory / "model.safetensors"))  # type: ignore[arg-type]
     return directory
 
 

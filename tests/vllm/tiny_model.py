@@ -20,18 +20,8 @@ SHAPE = MappingProxyType({"hidden_size": 128, "head_dim": 32})
 
 
 def make_tiny_model(directory: Path, seed: int = 0) -> Path:
-    """Write the checkpoint into ``directory`` (created) and return it.
-
-    ``tests.sglang.tiny_model`` takes its sizes from its module-level ``CONFIG``; they are
-    changed for the one call and restored, whatever happens."""
-    config = sglang_tiny_model.CONFIG
-    saved = dict(config)
-    config.update(SHAPE)
-    try:
-        return sglang_tiny_model.make_tiny_model(directory, seed)
-    finally:
-        config.clear()
-        config.update(saved)
+    """Write the checkpoint into ``directory`` (created) and return it."""
+    return sglang_tiny_model.make_tiny_model(directory, seed, shape=SHAPE)
 
 
 if __name__ == "__main__":
