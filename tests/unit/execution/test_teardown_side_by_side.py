@@ -183,8 +183,9 @@ def test_independent_teardowns_at_interpreter_exit_all_run():
     # atexit teardown: threads may be refused this late (Python 3.12+); the calling
     # thread then undoes everything itself.
     process = spawn_python("""
-    def teardown(ctx, output):
-        print(f"teardown {ctx.step}", flush=True)
+    def teardown(ctx, output):  # one write per line: print's text and newline are two,
+        sys.stdout.write(f"teardown {ctx.step}\\n")  # which side-by-side threads interleave
+        sys.stdout.flush()
 
     steps = [define(name) for name in ("a", "b", "c")]
     for definition in steps:
