@@ -1,4 +1,4 @@
-"""Structured logging: structlog's bound-logger API on top of the stdlib ``initorch`` logger.
+"""Structured logging: structlog on top of the stdlib ``initorch`` logger.
 
 Library code only calls :func:`get_logger` and binds fields (profile, rank,
 step).  Each event becomes one stdlib record on the logger named ``initorch``,
@@ -9,13 +9,6 @@ initorch-specific setup:
   ``logging.basicConfig(format="%(message)s")`` shows every field;
 * every field is also a record attribute (``record.step``, ``record.rank``),
   and ``record.event`` is the bare event name, for structured handlers.
-
-The logger is structlog's ``BoundLogger`` API (``bind``, ``info``, ``exception``,
-...) without importing structlog: the package imports all its modules, ``dev`` among
-them, which imports ``rich``'s console, traceback and pretty-printer wherever rich is
-installed (in an SGLang 0.5.23 rank, 25 more modules, 0.1-0.2 s on a loaded 2-core
-machine: a run in a host's process paid that before its first step), and no structlog
-processor runs here anyway: each event goes straight to one stdlib record.
 
 Only the CLI calls :func:`configure_logging`, whose handler renders the same
 events for people (console) or machines (JSON lines) straight from the
@@ -34,6 +27,8 @@ import traceback
 from collections.abc import Mapping
 from types import FrameType
 from typing import Any, Literal, TextIO
+
+import structlog
 
 from initorch.printable import printable, printable_json
 
@@ -108,76 +103,27 @@ class EventMessage:
         return f"EventMessage({self.event!r}, {dict(self.fields)!r})"
 
 
-class EventLogger:
-    """A bound logger: fields bound once (``bind``) go with every event it logs.
+_STRUCTLOG_DIR = os.path.dirname(structlog.__file__)
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+           "error": logging.ERROR, "exception": logging.ERROR, "critical": logging.CRITICAL}
 
-    The methods are structlog's ``BoundLogger``'s (``bind``, ``new``, ``unbind``,
-    ``try_unbind``, ``debug`` ... ``critical``, ``exception``, ``log``), so that a step
-    logs through ``ctx.log`` as it would through structlog.  An event below the stdlib
-    logger's level costs one level check: nothing is copied.  Otherwise the record is
-    made through the logger's ``makeRecord`` (so a host's record factory applies), with
-    the code that logged as its source (found once: the stdlib would walk the stack a
-    second time), and handed to the logger's filters and handlers (``Logger.handle``).
-    A run logs two events per step, so this is most of what the CLI's console logging
-    costs.
+
+class EventLogger(structlog.stdlib.BoundLogger):
+    """structlog's stdlib bound logger (``bind``, ``info``, ``exception``, the stdlib
+    pass-through attributes) that turns each event into one stdlib record itself.
+
+    An event below the stdlib logger's level costs one level check: nothing is
+    copied, no processor runs.  Otherwise the record is made through the logger's
+    ``makeRecord`` (so a host's record factory applies), with the code that logged
+    as its source (found once: the stdlib would walk the stack a second time), and
+    handed to the logger's filters and handlers (``Logger.handle``).  A run logs two
+    events per step, so this is most of what the CLI's console logging costs.
     """
 
-    __slots__ = ("_context", "_logger")
-
-    def __init__(self, logger: logging.Logger, context: Mapping[str, Any]) -> None:
-        self._logger = logger
-        self._context = dict(context)
-
-    def bind(self, **fields: Any) -> EventLogger:
-        """A logger with ``fields`` added to this one's."""
-        return EventLogger(self._logger, {**self._context, **fields})
-
-    def new(self, **fields: Any) -> EventLogger:
-        """A logger with only ``fields`` bound."""
-        return EventLogger(self._logger, fields)
-
-    def unbind(self, *keys: str) -> EventLogger:
-        """A logger without ``keys`` (``KeyError`` for one that is not bound)."""
-        context = dict(self._context)
-        for key in keys:
-            del context[key]
-        return EventLogger(self._logger, context)
-
-    def try_unbind(self, *keys: str) -> EventLogger:
-        """A logger without ``keys``, those that are bound."""
-        return EventLogger(self._logger, {key: value for key, value in self._context.items()
-                                          if key not in keys})
-
-    def debug(self, event: str | None = None, *args: Any, **fields: Any) -> None:
-        self._emit(logging.DEBUG, event, args, fields)
-
-    def info(self, event: str | None = None, *args: Any, **fields: Any) -> None:
-        self._emit(logging.INFO, event, args, fields)
-
-    def warning(self, event: str | None = None, *args: Any, **fields: Any) -> None:
-        self._emit(logging.WARNING, event, args, fields)
-
-    warn = warning
-
-    def error(self, event: str | None = None, *args: Any, **fields: Any) -> None:
-        self._emit(logging.ERROR, event, args, fields)
-
-    def critical(self, event: str | None = None, *args: Any, **fields: Any) -> None:
-        self._emit(logging.CRITICAL, event, args, fields)
-
-    fatal = critical
-
-    def exception(self, event: str | None = None, *args: Any, **fields: Any) -> None:
-        """An error with the exception being handled (``exc_info`` unless given)."""
-        fields.setdefault("exc_info", True)
-        self._emit(logging.ERROR, event, args, fields)
-
-    def log(self, level: int, event: str | None = None, *args: Any, **fields: Any) -> None:
-        self._emit(level, event, args, fields)
-
-    def _emit(self, level: int, event: str | None, event_args: tuple[Any, ...],
-              event_kw: dict[str, Any]) -> None:
-        logger = self._logger
+    def _proxy_to_logger(self, method_name: str, event: str | None = None,
+                         *event_args: str, **event_kw: Any) -> None:
+        logger: logging.Logger = self._logger
+        level = _LEVELS.get(method_name, logging.INFO)
         if not logger.isEnabledFor(level):
             return
         if event_args:
@@ -209,20 +155,21 @@ class EventLogger:
 
 
 def _caller() -> FrameType | None:
-    """The frame of the code that logged: the first one outside this module."""
+    """The frame of the code that logged: the first one past structlog's methods."""
     frame: FrameType | None = sys._getframe(2)
-    while frame is not None and frame.f_code.co_filename == __file__:
+    while frame is not None and frame.f_code.co_filename.startswith(_STRUCTLOG_DIR):
         frame = frame.f_back
     return frame
 
 
-def get_logger(**fields: Any) -> EventLogger:
-    """A logger writing to the stdlib ``initorch`` logger, with ``fields`` bound.
+def get_logger(**fields: Any) -> Any:
+    """A structlog logger writing to the stdlib ``initorch`` logger, with ``fields`` bound.
 
-    It wraps the stdlib logger instead of configuring any logging globally, so
-    embedding initorch never changes the host's logging (or structlog) setup.
+    This wraps a stdlib logger per call instead of configuring structlog
+    globally, so embedding initorch never changes the host's structlog setup.
     """
-    return EventLogger(logging.getLogger(LOGGER_NAME), fields)
+    return EventLogger(logging.getLogger(LOGGER_NAME), processors=(), context={}
+                       ).bind(**fields)
 
 
 # -- the CLI's handler --------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from initorch import RankInfo
 from initorch.errors import StepError
 from initorch.execution.run import Run
 from initorch.reporting.logs import configure_logging, get_logger
-from tests.support.commands import run_python
 from tests.support.runs import (
     DIAGNOSES,
     ListHandler,
@@ -311,42 +310,3 @@ def test_exceptions_and_stacks_reach_the_record(host_logging):
 def test_events_below_the_level_make_no_record(host_logging):
     get_logger(profile="p").debug("probe_debug")  # the host logs at INFO
     assert host_logging.events("probe_debug") == []
-
-
-def test_the_bound_logger_keeps_structlogs_methods(host_logging):
-    # Steps log through ctx.log as through structlog's BoundLogger: the same methods,
-    # each binding or unbinding into a new logger and leaving the original as it was.
-    base = get_logger(profile="p", rank=0)
-    bound = base.bind(step="s")
-    bound.unbind("rank").warn("probe_unbound")
-    bound.try_unbind("rank", "never_bound").fatal("probe_try_unbound")
-    bound.new(only="this").log(logging.ERROR, "probe_new")
-    base.info("probe_base", "positional")
-    fields = {event: dict(host_logging.events(event)[0].msg.fields) for event in
-              ("probe_unbound", "probe_try_unbound", "probe_new", "probe_base")}
-    assert fields == {"probe_unbound": {"profile": "p", "step": "s"},
-                      "probe_try_unbound": {"profile": "p", "step": "s"},
-                      "probe_new": {"only": "this"},
-                      "probe_base": {"profile": "p", "rank": 0,
-                                     "positional_args": ("positional",)}}
-    assert [host_logging.events(event)[0].levelno for event in fields] == [
-        logging.WARNING, logging.CRITICAL, logging.ERROR, logging.INFO]
-    with pytest.raises(KeyError):
-        bound.unbind("never_bound")
-
-
-def test_a_run_imports_no_structlog():
-    # structlog imports its dev module, and that imports rich wherever rich is installed
-    # (an SGLang venv): a run in a host's process pays none of it.
-    code = """
-        import logging, sys
-        from initorch import Run
-        from initorch.reporting.logs import get_logger
-        logging.basicConfig(level=logging.INFO, format="%(message)s")
-        get_logger(profile="p").bind(step="s").info("probe_event", value=1)
-        print(sorted(m for m in sys.modules if m.split(".")[0] in ("structlog", "rich")))
-        """
-    result = run_python(code)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
-    assert result.stderr.strip() == "probe_event profile=p step=s value=1"
