@@ -28,7 +28,9 @@ def timed_run(registry=None) -> tuple[Run, FakeClock]:
     a's teardown takes 0.0625.  The run keeps going after ``bad`` fails, so that every
     kind of outcome shows.
 
-    Sequential order a, b, bad, c, d; d's last-finished predecessor is c.
+    Sequential order a, b, bad, c, d; d's last-finished predecessor is c.  The teardown
+    is sequential too: side by side, which thread undoes ``a`` (and so its track in the
+    trace, and the shared fake clock's reading) depends on the threads' timing.
     """
     clock = FakeClock()
 
@@ -53,7 +55,8 @@ def timed_run(registry=None) -> tuple[Run, FakeClock]:
         define("g", takes(9.0), when="flags.enabled", settings=FLAGS_ENABLED),
     ], extra_yaml="config:\n  flags:\n    enabled: false\n")
     diagnoses = registry.diagnoses if registry is not None else DiagnosisCatalog()
-    return Run(plan, rank=RANK, clock=clock, diagnoses=diagnoses, keep_going=True), clock
+    return Run(plan, rank=RANK, clock=clock, diagnoses=diagnoses, keep_going=True,
+               teardown="sequential"), clock
 
 
 def test_report_json_shape(registry):
