@@ -11,6 +11,7 @@ installs' metadata, whose entry points would load the plugins into every other t
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -54,6 +55,15 @@ def vllm_python() -> Path:
     if venv is None:
         pytest.skip(NO_VENV)
     return venv / "bin" / "python"
+
+
+@pytest.fixture(scope="session")
+def vllm_has_mooncake(vllm_python: Path) -> bool:
+    """Whether the vLLM venv has Mooncake (``make vllm-venv`` installs the CPU build; a
+    venv built before it has none)."""
+    found = subprocess.run([str(vllm_python), "-c", "import importlib.util as u, sys; "
+                            "sys.exit(u.find_spec('mooncake') is None)"], check=False)
+    return found.returncode == 0
 
 
 @pytest.fixture(scope="session")

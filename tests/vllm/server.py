@@ -17,7 +17,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,10 +44,11 @@ def vllm_venv() -> Path | None:
         else None
 
 
-def server_arguments(model: Path, *, tp: int = 1, port: int | None = None) -> list[str]:
-    """The launch line of every test (bf16, eager, a 256-token context)."""
+def server_arguments(model: Path, *, tp: int = 1, port: int | None = None,
+                     more: Sequence[str] = ()) -> list[str]:
+    """The launch line of every test (bf16, eager, a 256-token context), then ``more``."""
     arguments = ["--model", str(model), "--dtype", "bfloat16", "--enforce-eager",
-                 "--max-model-len", "256", "--tensor-parallel-size", str(tp)]
+                 "--max-model-len", "256", "--tensor-parallel-size", str(tp), *more]
     if port is not None:
         arguments += ["--host", "127.0.0.1", "--port", str(port)]
     return arguments
@@ -101,8 +102,8 @@ class VllmServer(Server):
         return ids
 
 
-def launch(model: Path, extra: Mapping[str, str | None], log: Path, *, tp: int = 1
-           ) -> VllmServer:
+def launch(model: Path, extra: Mapping[str, str | None], log: Path, *, tp: int = 1,
+           more: Sequence[str] = ()) -> VllmServer:
     """Start the OpenAI-compatible server from the vLLM venv, in its own process group."""
     venv = vllm_venv()
     assert venv is not None, "no vLLM venv: the test should have been skipped"
@@ -110,17 +111,17 @@ def launch(model: Path, extra: Mapping[str, str | None], log: Path, *, tp: int =
     with log.open("wb") as out:
         process = subprocess.Popen(
             [str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
-             *server_arguments(model, tp=tp, port=port)],
+             *server_arguments(model, tp=tp, port=port, more=more)],
             env=environment(extra), cwd=log.parent, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True)
     return VllmServer(process, port, log, time.monotonic(), model=str(model))
 
 
 @contextmanager
-def running(model: Path, extra: Mapping[str, str | None], log: Path, *, tp: int = 1
-            ) -> Iterator[VllmServer]:
+def running(model: Path, extra: Mapping[str, str | None], log: Path, *, tp: int = 1,
+            more: Sequence[str] = ()) -> Iterator[VllmServer]:
     """A launch that is stopped (and checked for leftovers) however the block ends."""
-    server = launch(model, extra, log, tp=tp)
+    server = launch(model, extra, log, tp=tp, more=more)
     try:
         yield server
     finally:

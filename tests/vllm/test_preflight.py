@@ -120,21 +120,29 @@ def test_head_size_the_cpu_attention_refuses(refusals: dict[str, list[str]]) -> 
         "configuration: head_dim=16\")"]
 
 
-def test_mooncake_connector_without_mooncake(refusals: dict[str, list[str]]) -> None:
-    assert refusals["mooncake p2p"] == [
-        "MooncakeConnector needs mooncake.engine (Mooncake), which is not installed: each "
-        "worker would fail building its KV connector (distributed/kv_transfer/kv_connector/"
-        "v1/mooncake/mooncake_connector.py:1178)"]
+def test_mooncake_connector_on_cpu(refusals: dict[str, list[str]],
+                                   vllm_has_mooncake: bool) -> None:
+    """Refused on this CPU with or without Mooncake (``test_connector.py``); without it,
+    for the module first, which vLLM fails on first."""
+    module = ("MooncakeConnector needs mooncake.engine (Mooncake), which is not installed: "
+              "each worker would fail building its KV connector (distributed/kv_transfer/"
+              "kv_connector/v1/mooncake/mooncake_connector.py:1178)")
+    *first, accelerator = refusals["mooncake p2p"]
+    assert first == ([] if vllm_has_mooncake else [module])
+    assert accelerator.startswith("MooncakeConnector on the CPU: ")
+    assert "mooncake_connector.py:1186" in accelerator
 
 
-def test_store_connector_needs_its_master(refusals: dict[str, list[str]]) -> None:
+def test_store_connector_needs_its_master(refusals: dict[str, list[str]],
+                                          vllm_has_mooncake: bool) -> None:
     module = ("MooncakeStoreConnector needs mooncake.store (Mooncake), which is not "
               "installed: each worker would fail building its KV connector "
               "(distributed/kv_transfer/kv_connector/v1/mooncake/store/worker.py:1362)")
     assert refusals["store without config"] == [
-        module, "MooncakeStoreConnector reads its store config from MOONCAKE_CONFIG_PATH "
-                "(distributed/mooncake_store.py:72): The environment variable "
-                "'MOONCAKE_CONFIG_PATH' is not set."]
+        *([] if vllm_has_mooncake else [module]),
+        "MooncakeStoreConnector reads its store config from MOONCAKE_CONFIG_PATH "
+        "(distributed/mooncake_store.py:72): The environment variable "
+        "'MOONCAKE_CONFIG_PATH' is not set."]
     without, = (r for r in refusals["store without master"] if r != module)
     assert "names no master_server_address: the store cannot set up without its master " \
            "(distributed/mooncake_store.py:133-144)" in without

