@@ -71,6 +71,16 @@ class HTTPFrontEnd(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = LISTEN_BACKLOG
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """One line for a client that hung up before its answer (socketserver's default
+        prints a traceback); anything else keeps the default."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (BrokenPipeError, ConnectionResetError)):
+            sys.stderr.write(f"tiny-server: the client at {client_address[0]} hung up before "
+                             f"its answer ({type(error).__name__})\n")
+            return
+        super().handle_error(request, client_address)
+
 
 @dataclass
 class Job:

@@ -3,6 +3,7 @@ its weights file and sharded loading, its KV pool."""
 
 from __future__ import annotations
 
+import queue
 import sys
 from pathlib import Path
 
@@ -218,3 +219,22 @@ def test_fifty_concurrent_clients_are_all_answered(front_end):
 
     with ThreadPoolExecutor(50) as pool:
         assert list(pool.map(health, range(50))) == [200] * 50
+
+
+def test_a_client_that_hung_up_is_one_line_not_a_traceback(capsys):
+    from tiny_server.serve import HTTPFrontEnd, make_handler
+
+    server = HTTPFrontEnd(("127.0.0.1", 0), make_handler(queue.Queue(), {"ok": True}, 8, 64))
+    try:
+        for error in (BrokenPipeError(32, "Broken pipe"), ValueError("a bug")):
+            try:
+                raise error
+            except (BrokenPipeError, ValueError):
+                server.handle_error(None, ("127.0.0.1", 5))
+    finally:
+        server.server_close()
+    said = capsys.readouterr().err
+    first, _, rest = said.partition("\n")
+    assert first == "tiny-server: the client at 127.0.0.1 hung up before its answer " \
+                    "(BrokenPipeError)"
+    assert "Traceback" in rest and "ValueError: a bug" in rest  # a real error keeps it
