@@ -117,7 +117,7 @@ demo-sglang: system-deps $(STAMP) $(SGLANG_STAMP)
 	$(BIN)/python examples/sglang_demo.py
 
 # The real vLLM 0.32.0 server through initorch (pre-flight, drift, verify mode at tp=2).
-demo-vllm: $(STAMP) $(VLLM_STAMP)
+demo-vllm: system-deps $(STAMP) $(VLLM_STAMP)
 	$(BIN)/python examples/vllm_demo.py
 
 # Style, types, and the layer contract ([tool.importlinter] in pyproject.toml; the
