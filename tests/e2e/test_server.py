@@ -64,7 +64,12 @@ def test_one_rank(executor: str, tmp_path: Path) -> None:
     assert_bound_and_restored(result)
     assert result["groups"] == {"world": [0], "tp": [0], "pp": [0]}
     assert len(result["per_rank"]) == 1 and result["per_rank"][0] > 0
-    assert result["teardown"][-1] == "bind_cpu_threads"
+    # Side by side, the binding is undone once every step ordered after it is (the process
+    # group and the model-parallel groups hang off set_device, which comes after it); the
+    # rendezvous is independent of it and may be undone later.
+    order = result["teardown"]
+    assert order.index("bind_cpu_threads") > max(
+        order.index("init_torch_distributed"), order.index("init_model_parallel")), order
 
 
 def test_two_ranks_get_one_core_each_on_this_machine(tmp_path: Path) -> None:
