@@ -81,24 +81,27 @@ class TeardownStack:
 
     A step is pushed as it completes, and taken out exactly once, by whichever
     teardown undoes it: what a teardown cut short leaves here, the next one finds.
+    The names are a dict's keys (kept in insertion order), so taking one out costs
+    the same on a plan of 16,000 steps as on one of 10: a list's ``remove`` made a
+    teardown quadratic.
     """
 
     __slots__ = ("_lock", "_names")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._names: list[str] = []
+        self._names: dict[str, None] = {}
 
     def push(self, name: str) -> None:
         with self._lock:
-            self._names.append(name)
+            self._names[name] = None
 
     def take(self, name: str) -> bool:
         """Take ``name`` out to undo it; ``False`` if it is not (or no longer) here."""
         with self._lock:
             if name not in self._names:
                 return False
-            self._names.remove(name)
+            del self._names[name]
             return True
 
     def names(self) -> list[str]:
@@ -109,6 +112,7 @@ class TeardownStack:
     def __bool__(self) -> bool:
         with self._lock:
             return bool(self._names)
+
 
 class _ActiveRun:
     """The run that holds this process, if it is still alive (a weak reference: a run
