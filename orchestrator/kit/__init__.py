@@ -11,7 +11,8 @@ here, engine-neutral:
 - **the rank's session**: hooks on the engine's functions, applied when their modules
   load and checked once applied (:func:`apply_hooks`); the :class:`Recorder` that checks
   each call against the plan as it happens; the session that frames a rank's start-up
-  (:func:`run_framed`, :class:`RankSession`) and writes its report and trace; initorch's
+  (:func:`run_framed`, or the :func:`begin`/:func:`end` pair for a start-up made of
+  several calls; :class:`RankSession`) and writes its report and trace; initorch's
   own time in the process (:data:`COST`);
 - **pre-flight**: the result, its lines and exit codes (:class:`Preflight`,
   :func:`show_preflight`), and the checks that are no engine's (:func:`cpu_list_problem`);
@@ -84,6 +85,9 @@ if TYPE_CHECKING:
         Outputs,
         RankSession,
         active,
+        begin,
+        begin_hook,
+        end,
         observe_vendor,
         observer,
         plan_or_off,
@@ -142,6 +146,9 @@ __getattr__, __dir__ = on_first_use(globals(), {
     "Outputs": "initorch.kit.session",
     "RankSession": "initorch.kit.session",
     "active": "initorch.kit.session",
+    "begin": "initorch.kit.session",
+    "begin_hook": "initorch.kit.session",
+    "end": "initorch.kit.session",
     "observe_vendor": "initorch.kit.session",
     "observer": "initorch.kit.session",
     "plan_or_off": "initorch.kit.session",
@@ -241,12 +248,15 @@ __all__ = [
     "apply_hooks",
     "audit_path",
     "auto_map",
+    "begin",
+    "begin_hook",
     "build_report",
     "call_site",
     "call_sites",
     "check_drift",
     "cpu_list_problem",
     "did_nothing",
+    "end",
     "engine_performed",
     "exit_code",
     "find_function",

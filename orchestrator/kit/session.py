@@ -1,11 +1,22 @@
-"""One rank's start-up under an integration: from the rank's constructor to its end.
+"""One rank's start-up under an integration: from where it begins to where it ends.
 
-An engine builds one worker per rank process, and everything initorch models happens
-inside that worker's constructor.  So an integration hooks the constructor and runs it
-inside :func:`run_framed`: the session begins when the constructor is entered (the
-integration resolves the plan for the engine's own arguments and starts a
-:class:`~initorch.kit.recorder.Recorder`), and it ends when the constructor returns or
-raises, writing the rank's report and trace (:meth:`RankSession.finish`).
+An engine builds one worker per rank process, and everything initorch models happens in
+that worker's start-up.  The session begins there (the integration resolves the plan for
+the engine's own arguments and starts a :class:`~initorch.kit.recorder.Recorder`), and
+it ends when the start-up is over, writing the rank's report and trace
+(:meth:`RankSession.finish`).  Engines frame that start-up in one of two ways:
+
+- **in one call**, the rank's constructor: the integration hooks it and runs it inside
+  :func:`run_framed`, which begins the session when the call is entered and ends it
+  when the call returns or raises;
+- **in several calls** that the engine makes one after another into the worker (build
+  it, set up its device, load the model, warm it up), with no one function around them
+  all: the session is the begin/end pair.  :func:`begin_hook` begins it on the first
+  call, from that call's arguments; it stays active between the calls; the
+  :func:`observer` of the last call (``last=True``) ends it when that call returns, and
+  any observed call that raises ends it with the error (the start-up is over either
+  way).  :func:`begin` and :func:`end` are the pair itself, for an integration that
+  hooks these points another way.
 
 While a session runs it is this process's :func:`active` session, which the hooks read:
 :func:`observer` records an engine call as a step, :func:`set_device_observer` records
@@ -16,6 +27,7 @@ session (before it, after it) they call straight through.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -32,8 +44,8 @@ if TYPE_CHECKING:
     from initorch.kit.recorder import Recorder, VendorRecord
     from initorch.kit.vendor import VendorCall
 
-__all__ = ["Outputs", "RankSession", "active", "observe_vendor", "observer", "plan_or_off",
-           "run_framed", "set_device_observer"]
+__all__ = ["Outputs", "RankSession", "active", "begin", "begin_hook", "end", "observe_vendor",
+           "observer", "plan_or_off", "run_framed", "set_device_observer"]
 
 T = TypeVar("T")
 
@@ -41,13 +53,20 @@ T = TypeVar("T")
 @dataclass(frozen=True, slots=True)
 class Outputs:
     """Where a rank's report and trace go (``{rank}`` filled in; ``None``: not written),
-    the report's section for what only the integration knows, and how to tell a call
-    that did nothing (:class:`~initorch.kit.outputs.Idle`)."""
+    the report's section for what only the integration knows, how to tell a call that
+    did nothing (:class:`~initorch.kit.outputs.Idle`), and the logger of the session's
+    lines (``None``: the integration's own, ``initorch-x`` as ``initorch_x``).
+
+    A logger is only seen where the engine's logging configuration sends it: an engine
+    that configures the root logger shows the integration's own; one that configures
+    only its own hierarchy (and stops it propagating) shows a child of it, so the
+    integration names one there and its lines appear with the engine's, in its format."""
 
     section: str
     report: str | None = None
     trace: str | None = None
     idle: Idle = field(default_factory=Idle)
+    log: str | None = None
 
 
 @dataclass(slots=True)
@@ -77,7 +96,7 @@ class RankSession:
         from initorch.renderers import run_summary_text
 
         engine = self.recorder.engine
-        logger = _logger(engine.integration)
+        logger = _logger(engine.integration, self.outputs.log)
         up = process_age()
         COST.add("recording", self.recorder.overhead)
         reporting = time.perf_counter()
@@ -114,22 +133,46 @@ class RankSession:
         return report
 
 
-def _logger(integration: str) -> logging.Logger:
-    """The integration's logger (``initorch-x`` logs as ``initorch_x``): the engine's
-    logging configuration decides where it goes; a library never configures it."""
-    return logging.getLogger(integration.replace("-", "_"))
+def _logger(integration: str, name: str | None = None) -> logging.Logger:
+    """Logger ``name``, else the integration's own (``initorch-x`` logs as
+    ``initorch_x``): the engine's logging configuration decides where it goes; a library
+    never configures it."""
+    return logging.getLogger(name or integration.replace("-", "_"))
 
 
 class _Current:
-    """The session of this process's start-up, while the rank's constructor runs (one
-    per process: an engine builds one worker per rank process)."""
+    """The session of this process's start-up while it runs (one per process: an engine
+    builds one worker per rank process), and whether a frame ends it (:func:`run_framed`)
+    or the begin/end pair does."""
 
     session: RankSession | None = None
+    framed: bool = False
 
 
 def active() -> RankSession | None:
     """The session of this process's start-up, while it runs."""
     return _Current.session
+
+
+def begin(make: Callable[[], RankSession | None]) -> RankSession | None:
+    """Begin this process's session with the one ``make`` returns (``None``: the rank
+    starts unobserved), unless one is active already: then nothing is made and ``None``
+    returned.  It stays active until :func:`end`, across the engine's calls."""
+    if _Current.session is not None:
+        return None
+    _Current.session, _Current.framed = make(), False
+    return _Current.session
+
+
+def end(session: RankSession, error: BaseException | None = None) -> RunReport | None:
+    """End ``session`` if it is this process's active one: it is no longer active, and
+    its report and trace are written (``error``: what ended the start-up).  Ending it
+    again, or a session that is not active, does nothing and returns ``None``: every
+    call around one that raised sees the error, and only the first ends it."""
+    if _Current.session is not session:
+        return None
+    _Current.session = None
+    return session.finish(error)
 
 
 def run_framed(begin: Callable[[], RankSession | None], start: Callable[[], T]) -> T:
@@ -139,24 +182,40 @@ def run_framed(begin: Callable[[], RankSession | None], start: Callable[[], T]) 
     session = _Current.session = begin()
     if session is None:
         return start()
+    _Current.framed = True
     try:
         result = start()
     except BaseException as error:
-        session.finish(error)
+        end(session, error)
         raise
-    else:
-        session.finish()
     finally:
-        _Current.session = None
+        _Current.framed = False
+    end(session)
     return result
 
 
+def begin_hook(make: Callable[[dict[str, Any]], RankSession | None]) -> Callable[..., Any]:
+    """An ``around`` hook on the call where a rank's start-up begins (the worker's
+    constructor) that begins this process's session (:func:`begin`), then makes the
+    call: ``make`` is given the call's arguments by parameter name (``self`` too), so
+    that the integration plans from the engine's own configuration."""
+
+    def begin_session(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if _Current.session is None:
+            given = inspect.signature(original).bind(*args, **kwargs).arguments
+            begin(lambda: make(given))
+        return original(*args, **kwargs)
+
+    return begin_session
+
+
 def plan_or_off(make: Callable[[], Plan], *, mode: str, describe: str,
-                integration: str) -> Plan | None:
+                integration: str, log: str | None = None) -> Plan | None:
     """The plan ``make`` resolves; ``None`` in verify mode when it cannot be made: verify
-    only observes, so a plan problem is reported in one line (``describe``: the
-    selection, as a command) and the engine starts as it would without initorch.  Drive
-    mode needs the plan to run: there the problem stops the launch."""
+    only observes, so a plan problem is reported in one line on logger ``log`` (default:
+    the integration's; ``describe``: the selection, as a command) and the engine starts
+    as it would without initorch.  Drive mode needs the plan to run: there the problem
+    stops the launch."""
     from initorch import InitorchError
 
     try:
@@ -164,22 +223,37 @@ def plan_or_off(make: Callable[[], Plan], *, mode: str, describe: str,
     except InitorchError as error:
         if mode == "drive":
             raise
-        _logger(integration).error("%s: verify is off for this rank, no plan for this "
-                                   "launch (%s): %s", integration, describe,
-                                   str(error).splitlines()[0])
+        _logger(integration, log).error("%s: verify is off for this rank, no plan for this "
+                                        "launch (%s): %s", integration, describe,
+                                        str(error).splitlines()[0])
         return None
 
 
-def observer(step: str) -> Callable[..., Any]:
-    """An ``around`` hook that records each call as a call of ``step``."""
+def observer(step: str, *, binds: Callable[..., str] | None = None,
+             last: bool = False) -> Callable[..., Any]:
+    """An ``around`` hook that records each call as a call of ``step``;
+    ``binds(session, *args, **kwargs)`` names the device the call sets on its thread,
+    from the call's own arguments (never a device query: asking can create a context).
+
+    In a session of the begin/end pair, a call that raises ends the session with its
+    error, and with ``last`` the call's return ends it: the rank's start-up is over.  A
+    framed session ends with its frame only (an engine may catch an error inside it)."""
 
     def observe(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         session = _Current.session
         if session is None:
             return original(*args, **kwargs)
-        with session.recorder.observe(step) as call:
-            call.result = original(*args, **kwargs)
-            return call.result
+        device = None if binds is None else binds(session, *args, **kwargs)
+        try:
+            with session.recorder.observe(step, binds=device) as call:
+                call.result = original(*args, **kwargs)
+        except BaseException as error:
+            if not _Current.framed:
+                end(session, error)
+            raise
+        if last and not _Current.framed:
+            end(session)
+        return call.result
 
     observe.__qualname__ = f"observe_{step}"
     return observe
@@ -190,16 +264,10 @@ def set_device_observer(module_name: str) -> Callable[..., Any]:
     the device it binds to the calling thread, from its argument (no device query)."""
     kind = module_name.rsplit(".", 1)[-1]
 
-    def observe_set_device(original: Callable[..., Any], device: Any, *args: Any,
-                           **kwargs: Any) -> Any:
-        session = _Current.session
-        if session is None:
-            return original(device, *args, **kwargs)
-        index = getattr(device, "index", device)
-        with session.recorder.observe("set_device", binds=f"{kind}:{index}"):
-            return original(device, *args, **kwargs)
+    def bound(_session: RankSession, device: Any, *_args: Any, **_kwargs: Any) -> str:
+        return f"{kind}:{getattr(device, 'index', device)}"
 
-    return observe_set_device
+    return observer("set_device", binds=bound)
 
 
 class _Unrecorded:

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from initorch.kit import Engine, EngineCall, Hop, Marker
 
 __all__ = ["CONNECTOR_ACCELERATOR", "CPU_WORKER", "ENGINE", "GPU_WORKER", "HEAD_SIZES",
-           "KV_CONNECTORS", "LAYOUTS", "NUMA_BIND", "PLUGIN_GROUP", "RELEASE", "SESSION_END",
-           "SESSION_START", "STORE_CONFIG",
+           "KV_CONNECTORS", "LAYOUTS", "LOGGER", "NUMA_BIND", "PLUGIN_GROUP", "RELEASE",
+           "SESSION_END", "SESSION_START", "STORE_CONFIG",
            "KVConnector", "WorkerLayout", "all_hook_targets", "layout_for"]
 
 RELEASE = "0.32.0"
@@ -43,6 +43,14 @@ ENGINE = Engine(name="vLLM", package="vllm",
 PLUGIN_GROUP = "vllm.general_plugins"
 """Loaded in every process vLLM starts (``plugins/__init__.py:16-18``); an exception from
 a plugin's function propagates (:87-90), one from loading it is only logged (:68-72)."""
+
+LOGGER = "vllm.plugins.initorch"
+"""The logger of the integration's lines: one under ``vllm``, the only logger vLLM
+configures (its handler, format and level, and ``propagate: False``, ``logger.py:
+100-106``, applied by ``_configure_vllm_root_logger`` :207-277, or the operator's own
+``VLLM_LOGGING_CONFIG_PATH``).  A child of it reaches that handler, so each line shows
+with vLLM's own, in its format (process name and pid, level, time); a logger outside
+``vllm`` would reach only Python's last-resort handler (warnings and errors, bare)."""
 
 _CORE = "v1/engine/core.py"
 _PROC = "v1/executor/multiproc_executor.py"

@@ -1,10 +1,13 @@
 """The kit serves an engine it has never heard of: a toy engine, written here as a real
 package, is read as a release (layout, chains, drift, support), hooked at run time and
-observed as a rank's session, with nothing but the kit and one Engine value."""
+observed as a rank's session, with nothing but the kit and one Engine value: a rank that
+starts in its constructor (framed), and one that starts in several calls that the
+engine makes into its worker (the begin/end pair)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import textwrap
 import zipfile
@@ -28,7 +31,9 @@ from initorch.kit import (
     RankSession,
     Recorder,
     SourceTree,
+    active,
     apply_hooks,
+    begin_hook,
     check_drift,
     engine_performed,
     observer,
@@ -57,6 +62,23 @@ WORKER = textwrap.dedent('''
 
         def bind(self, device):
             set_device(device)
+
+
+    class StepWorker:
+        """Started by the engine in calls one after another, none framing the rest."""
+
+        def __init__(self, config, rank):
+            self.config, self.rank = config, rank
+
+        def init_device(self):
+            set_device(self.rank)
+            {first}
+
+        def load(self):
+            {second}
+
+        def serve(self):
+            return "served"
 ''')
 
 
@@ -177,6 +199,116 @@ def test_a_toy_start_up_out_of_order_is_stopped_naming_the_edge(
         run_worker(tmp_path / "report.json")
     written = json.loads((tmp_path / "report.json").read_text())
     assert len(written["toy"]["violations"]) == 1
+
+
+STEP_WORKER = "toyengine.core.server.StepWorker"
+LOG = "toyengine.plugins.initorch"
+"""The toy engine configures only its own logger (``toyengine``, not propagating, as an
+engine that keeps its lines to itself): the integration logs under it."""
+
+
+def step_worker_hooks(report: Path, began: list[dict[str, object]]) -> None:
+    """The toy StepWorker hooked as a session of the begin/end pair: it begins in the
+    constructor (planning from the engine's own arguments); ``load`` is the process
+    group's step, and ``serve`` the last call of the start-up."""
+    plan = load_plan(["cpu"])
+
+    def make(given: dict[str, object]) -> RankSession:
+        began.append(given)
+        return RankSession(plan, Recorder(plan, TOY), int(str(given["rank"])), "verify",
+                           Outputs("toy", str(report), log=LOG))
+
+    apply_hooks({
+        f"{STEP_WORKER}.__init__": (begin_hook(make), "around"),
+        "toyengine.core.device.set_device": (set_device_observer("toy.device"), "around"),
+        "toyengine.core.boot.start_engine": (
+            observer("init_shared_mooncake_transfer_engine"), "around"),
+        f"{STEP_WORKER}.load": (observer("init_torch_distributed"), "around"),
+        f"{STEP_WORKER}.serve": (observer("toy_serve", last=True), "around")}, TOY)
+
+
+@pytest.fixture
+def toy_log() -> Iterator[list[logging.LogRecord]]:
+    """The toy engine's own logging configuration: one handler on ``toyengine``, which
+    does not propagate (an engine that keeps its lines to itself)."""
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    engine_logger = logging.getLogger("toyengine")
+    handler = Keep(logging.INFO)
+    engine_logger.addHandler(handler)
+    engine_logger.setLevel(logging.INFO)
+    engine_logger.propagate = False
+    yield records
+    engine_logger.removeHandler(handler)
+    engine_logger.propagate = True
+    engine_logger.setLevel(logging.NOTSET)
+
+
+def test_a_start_up_in_several_calls_is_one_session_from_begin_to_the_last_call(
+        toy: Path, tmp_path: Path, toy_log: list[logging.LogRecord]) -> None:
+    began: list[dict[str, object]] = []
+    step_worker_hooks(tmp_path / "report-{rank}.json", began)
+    from toyengine.core.server import StepWorker
+
+    worker = StepWorker({"device": "cpu"}, rank=1)  # the engine's own arguments, by name
+    session = active()
+    assert session is not None and session.rank == 1
+    assert [sorted(given) for given in began] == [["config", "rank", "self"]]
+    worker.init_device()
+    worker.load()
+    assert active() is session and not (tmp_path / "report-1.json").exists()
+    assert worker.serve() == "served"  # the last call: the session ends when it returns
+    assert active() is None
+    worker.load()  # after the start-up: straight through, unrecorded
+    assert active() is None and len(began) == 1
+    assert [call.step for call in session.recorder.calls] == [
+        "set_device", "init_shared_mooncake_transfer_engine", "init_torch_distributed",
+        "toy_serve"]
+    written = json.loads((tmp_path / "report-1.json").read_text())
+    assert written["toy"]["error"] is None and written["toy"]["violations"] == []
+    assert {record.name for record in toy_log} == {LOG}
+    assert toy_log[-1].getMessage().startswith("initorch-toy: verify ok: 3 of ")
+
+
+def test_a_call_that_raises_ends_a_session_of_several_calls_with_its_error(
+        toy: Path, tmp_path: Path, toy_log: list[logging.LogRecord]) -> None:
+    (toy / SERVER).write_text(WORKER.format(first="start_engine()",
+                                            second="raise MemoryError('no room')"))
+    step_worker_hooks(tmp_path / "report.json", [])
+    from toyengine.core.server import StepWorker
+
+    worker = StepWorker({}, rank=0)
+    worker.init_device()
+    with pytest.raises(MemoryError):
+        worker.load()
+    assert active() is None
+    written = json.loads((tmp_path / "report.json").read_text())
+    assert written["toy"]["error"] == "MemoryError: no room"
+    assert [call["step"] for call in written["toy"]["calls"]] == [
+        "set_device", "init_shared_mooncake_transfer_engine", "init_torch_distributed"]
+
+
+def test_an_order_violation_in_a_later_call_ends_the_session_once(
+        toy: Path, tmp_path: Path, toy_log: list[logging.LogRecord]) -> None:
+    (toy / SERVER).write_text(WORKER.format(first="pass", second="start_engine()"))
+    step_worker_hooks(tmp_path / "report.json", [])
+    from toyengine.core.server import StepWorker
+
+    worker = StepWorker({}, rank=0)
+    worker.init_device()
+    with pytest.raises(OrderViolation, match=r"^Toy called init_shared_mooncake_transfer_"
+                                             r"engine but init_torch_distributed had already"):
+        worker.load()  # the group's call makes the engine's: out of the plan's order
+    assert active() is None
+    written = json.loads((tmp_path / "report.json").read_text())
+    assert len(written["toy"]["violations"]) == 1
+    assert written["toy"]["error"].startswith("OrderViolation: Toy called init_shared_")
+    assert [record.levelname for record in toy_log
+            if "order violation" in record.getMessage()] == ["ERROR"]
 
 
 def test_a_missing_toy_hook_target_names_the_integration(toy: Path) -> None:
