@@ -78,17 +78,22 @@ class Phase:
 @dataclass(frozen=True, slots=True)
 class Process:
     """One process of the server: its id, what people call it, its command line
-    (redacted when written) and, where known, when it became ready."""
+    (redacted when written), where known, when it became ready, and the seconds the
+    recording of its timeline cost inside it (``overhead``: measured there by the
+    recorder, so that its share of the process's start-up can be stated)."""
 
     pid: int
     name: str
     argv: tuple[str, ...] = ()
     ready: float | None = None
+    overhead: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"pid": self.pid, "name": self.name, "argv": list(self.argv)}
         if self.ready is not None:
             data["ready"] = round(self.ready, 6)
+        if self.overhead is not None:
+            data["overhead"] = round(self.overhead, 6)
         return data
 
 
@@ -212,7 +217,7 @@ def timeline_from_dict(data: Mapping[str, Any], shown: str) -> Timeline:
                             hint="pass 'initorch run --report' files or timeline files")
     try:
         processes = [Process(int(p["pid"]), str(p["name"]), tuple(map(str, p.get("argv", ()))),
-                             _optional_float(p.get("ready")))
+                             _optional_float(p.get("ready")), _optional_float(p.get("overhead")))
                      for p in data["processes"]]
         phases = [Phase(str(p["name"]), int(p["process"]), str(p["thread"]), float(p["start"]),
                         float(p["end"]), str(p.get("kind", "process")), p.get("source"),

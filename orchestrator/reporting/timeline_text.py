@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from initorch.reporting.timeline import NOT_MEASURED, Phase, Timeline
+from initorch.reporting.timeline import NOT_MEASURED, Phase, Process, Timeline
 
 BLAME_LINES = 40
 """The longest phases ``blame`` lists; the rest are summed in one line."""
@@ -20,7 +20,7 @@ def timeline_text(timeline: Timeline) -> str:
              f"({len(filled.processes)} process(es), {len(filled.phases)} phases)"]
     for process in filled.processes:
         ready = "" if process.ready is None else f", ready @{process.ready - origin:.3f}s"
-        lines.append(f"  pid {process.pid}: {process.name}{ready}")
+        lines.append(f"  pid {process.pid}: {process.name}{ready}{_overhead(process, filled)}")
     lines += ["", "critical chain (what the ready moment waited for):"]
     for depth, phase in enumerate(filled.critical_chain()):
         lead = "  " + "  " * depth + ("└─" if depth else "")
@@ -39,6 +39,20 @@ def timeline_text(timeline: Timeline) -> str:
         lines.append(f"  {sum(p.duration for p in unseen):9.3f}s  {NOT_MEASURED} "
                      f"({len(unseen)} stretch(es) no phase covers)")
     return "\n".join(lines)
+
+
+def _overhead(process: Process, timeline: Timeline) -> str:
+    """What recording the process's timeline cost in it, and its share of the process's
+    start-up (from its first phase to its ready moment, else to its last phase)."""
+    if process.overhead is None:
+        return ""
+    own = [p for p in timeline.phases if p.process == process.pid]
+    if not own:
+        return f"; recording {process.overhead:.4f}s"
+    begun = min(p.start for p in own)
+    up = (process.ready if process.ready is not None else max(p.end for p in own)) - begun
+    share = f" = {process.overhead / up:.2%} of its {up:.3f}s start-up" if up > 0 else ""
+    return f"; recording {process.overhead:.4f}s{share}"
 
 
 def compare_text(before: Timeline, after: Timeline) -> str:
