@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from initorch.errors import StepDefinitionError, StepError
 from initorch.execution.launchers import RankInfo
@@ -19,31 +19,43 @@ from initorch.model.settings import CORE_KEYS
 from initorch.model.step import Step
 from initorch.resolution.plan import Plan
 
-if TYPE_CHECKING:
-    from initorch.execution.peers import JobPeers
-
-__all__ = ["DeviceBinding", "RankInfo", "RunState", "RunStepContext"]
+__all__ = ["DeviceBinding", "Job", "RankInfo", "RunState", "RunStepContext"]
 
 DeviceBinding = Callable[[], None]
 """What a ``binds_device`` step returns: applies this rank's device context on
 the calling thread.  Executors call it before every ``device_bound`` step."""
 
 
+class Job(Protocol):
+    """This rank's membership of its job, as the run's state meets it (a run's is a
+    :class:`~initorch.execution.membership.JobMembership`).
+
+    The state tells it every step's output as the step returns, before recording it
+    (the output of the step that joins the job's store joins the job; what this raises
+    fails that step), asks it to hold barrier steps, and asks it which peers are gone
+    for a step's context.
+    """
+
+    def recorded(self, step: str, output: Any) -> None: ...
+
+    def barrier(self, step: str) -> bool:
+        """Return once every rank reached ``step``; ``False`` when in no job."""
+
+    def gone(self, ranks: Iterable[int]) -> dict[int, str]: ...
+
+
 class RunState:
     """State shared by all steps of one run; thread-safe.
 
-    ``join_job`` receives the output of the step that joins the job's store
-    (``job_store=True``) before it is recorded: the run agrees on the plan with
-    the other ranks there, and a disagreement fails that step.  ``peers`` is this
-    rank's view of the job once joined.
+    ``job``, if given, is this rank's membership of the job (:class:`Job`): told every
+    step's output, and asked at barriers and for the peers that are gone.  A state
+    without one is a rank in no job.
     """
 
-    def __init__(self, plan: Plan, rank: RankInfo,
-                 join_job: Callable[[str, Any], None] | None = None) -> None:
+    def __init__(self, plan: Plan, rank: RankInfo, job: Job | None = None) -> None:
         self.plan = plan
         self.rank = rank
-        self.peers: JobPeers | None = None
-        self._join_job = join_job
+        self.job = job
         self._outputs: dict[str, Any] = {}
         self._binding: DeviceBinding | None = None
         self._ordered: dict[tuple[str, str], bool] = {}
@@ -56,17 +68,15 @@ class RunState:
                 raise TypeError(f"step '{step}' binds the device but returned {value!r}, "
                                 "not a callable that binds it on the calling thread")
             self._binding = value
-        if self._join_job is not None and step in self.plan \
-                and self.plan.step(step).step.job_store:
-            self._join_job(step, value)
+        if self.job is not None:
+            self.job.recorded(step, value)
         with self._lock:
             self._outputs[step] = value
 
     def wait_for_peers(self, step: str) -> None:
         """Hold ``step`` (declared with ``barrier``) until every rank reached it."""
-        if self.peers is not None:
-            self.peers.barrier(step)
-        elif self.rank.world_size > 1:
+        held = self.job is not None and self.job.barrier(step)
+        if not held and self.rank.world_size > 1:
             raise StepError(f"step '{step}' waits for every rank (barrier), but this rank has "
                             "not joined the job's store yet",
                             hint="order the step after the step that joins the job "
@@ -211,5 +221,5 @@ class RunStepContext:
         heartbeat stopped), each with what this rank saw; ``{}`` before the job is
         joined or after it is left.  A teardown that waits for other ranks stops
         waiting for these: they will never answer."""
-        peers = self.state.peers
-        return {} if peers is None else peers.gone(ranks)
+        job = self.state.job
+        return {} if job is None else job.gone(ranks)

@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 from initorch.errors import RunInterrupted, describe_exception, exception_message
 from initorch.execution.context import RunState, RunStepContext
@@ -99,6 +99,25 @@ interrupted) if that step finishes after all, so that it is torn down too."""
 GiveUp = Callable[[], BaseException | None]
 """Asked while a step runs on a helper thread: an error means that the step can no
 longer succeed (a peer it waits for broke off), and the run stops waiting for it."""
+
+
+class Supervisor(Protocol):
+    """What the invoker asks of the run it works for, besides the run's state (a run's
+    is a :class:`~initorch.execution.supervision.RunSupervisor`): asked as each step
+    starts, which watchdog guards it and what ends the wait for it; told the output
+    of a step that the run stopped waiting for, should it finish after all."""
+
+    def watchdog_for(self, planned: PlannedStep) -> Watchdog | None:
+        """The watchdog that ends the process should ``planned`` hang holding the GIL
+        (started for a step with a timeout), or ``None``."""
+
+    def give_up_for(self, planned: PlannedStep) -> GiveUp | None:
+        """What ends the wait for ``planned`` once a peer broke off (:data:`GiveUp`),
+        or ``None``."""
+
+    def finished_late(self, planned: PlannedStep, output: Any) -> None:
+        """A :data:`LateResult`: ``planned`` returned ``output`` after the run stopped
+        waiting for it (timed out or interrupted), so it is torn down too."""
 
 
 def call_step(planned: PlannedStep, ctx: RunStepContext, outcome: StepOutcome) -> Any:
@@ -281,24 +300,19 @@ class StepInvoker:
     """Runs one step of a run at a time, on the calling thread: built once per run
     with what stays the same from step to step, then :meth:`invoke` for each step.
 
-    ``clock`` times the outcomes; ``late`` receives the output of a step the run
-    stopped waiting for (:data:`LateResult`); ``sleep`` waits between retries;
-    ``heartbeat``, if any, logs that a step is still running.  ``signals`` is the
-    run's guard: whether it handles SIGINT/SIGTERM is read as each step starts.
-    ``watchdog_for`` gives the watchdog that ends the process should a step hang
-    holding the GIL (it starts one for a step with a timeout), ``give_up_for`` what
-    ends the wait for a step that meets every rank once a peer broke off
-    (:data:`GiveUp`), each ``None`` where there is none.
+    ``clock`` times the outcomes; ``supervisor`` is the run's side of each step
+    (:class:`Supervisor`: its watchdog, what ends the wait for it, where a late output
+    goes); ``sleep`` waits between retries; ``heartbeat``, if any, logs that a step is
+    still running.  ``signals`` is the run's guard: whether it handles SIGINT/SIGTERM
+    is read as each step starts.
     """
 
     state: RunState
     diagnoses: DiagnosisCatalog
     log: Any
     clock: Callable[[], float]
-    late: LateResult
     signals: SignalGuard
-    watchdog_for: Callable[[PlannedStep], Watchdog | None]
-    give_up_for: Callable[[PlannedStep], GiveUp | None]
+    supervisor: Supervisor
     sleep: Callable[[float], None] = time.sleep
     heartbeat: Heartbeat | None = None
 
@@ -313,10 +327,10 @@ class StepInvoker:
         :func:`call_supervised`), so that the main thread stays free to act on them.
         """
         step = planned.step
-        watchdog = self.watchdog_for(planned)
+        watchdog = self.supervisor.watchdog_for(planned)
         handled = self.signals.installed
         offload = handled and threading.current_thread() is threading.main_thread()
-        give_up = self.give_up_for(planned)
+        give_up = self.supervisor.give_up_for(planned)
         step_log = self.log.bind(step=step.name)
         ctx = RunStepContext(self.state, step.name, step_log)
         outcome.started = self.clock()
@@ -328,7 +342,8 @@ class StepInvoker:
                 step_log.info("step_started", attempt=attempt, wave=planned.wave,
                               device_bound=step.device_bound)
                 try:
-                    output = call_supervised(planned, ctx, outcome, self.late, offload=offload,
+                    output = call_supervised(planned, ctx, outcome,
+                                             self.supervisor.finished_late, offload=offload,
                                              watchdog=watchdog, give_up=give_up)
                     self.state.record_output(step.name, output, binds_device=step.binds_device)
                 except BaseException as raised:

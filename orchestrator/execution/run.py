@@ -52,7 +52,7 @@ from initorch.errors import (
     StepFailedError,
     exception_message,
 )
-from initorch.execution.context import RankInfo, RunState, RunStepContext
+from initorch.execution.context import RankInfo, RunState
 from initorch.execution.environment import AppliedEnvironment, apply_environment
 from initorch.execution.executors import (
     TEARDOWN_MODES,
@@ -62,56 +62,19 @@ from initorch.execution.executors import (
     tear_down,
 )
 from initorch.execution.heartbeat import DEFAULT_INTERVAL_S, Heartbeat
-from initorch.execution.invoke import GiveUp, StepInvoker, release_frames
+from initorch.execution.invoke import StepInvoker, release_frames
 from initorch.execution.launchers import LaunchArguments, detect_rank
-from initorch.execution.peers import JobPeers, JobStore
+from initorch.execution.membership import JobMembership
 from initorch.execution.signals import SignalGuard
-from initorch.execution.watchdog import Watchdog, start_watchdog, stop_watchdog
+from initorch.execution.supervision import RunSupervisor, Stopwatch
+from initorch.execution.teardown_stack import TeardownStack
 from initorch.reporting.diagnosis import DiagnosisCatalog
 from initorch.reporting.logs import get_logger
-from initorch.reporting.report import RunReport, StepOutcome, TeardownOutcome
+from initorch.reporting.report import RunReport, StepOutcome
 from initorch.reporting.status import StatusFile
 from initorch.resolution.plan import Plan, PlannedStep
 
 HARD_EDGE_KINDS = frozenset({"requires", "device"})
-
-
-class TeardownStack:
-    """The steps a run must undo, in completion order; thread-safe.
-
-    A step is pushed as it completes, and taken out exactly once, by whichever
-    teardown undoes it: what a teardown cut short leaves here, the next one finds.
-    The names are a dict's keys (kept in insertion order), so taking one out costs
-    the same on a plan of 16,000 steps as on one of 10: a list's ``remove`` made a
-    teardown quadratic.
-    """
-
-    __slots__ = ("_lock", "_names")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._names: dict[str, None] = {}
-
-    def push(self, name: str) -> None:
-        with self._lock:
-            self._names[name] = None
-
-    def take(self, name: str) -> bool:
-        """Take ``name`` out to undo it; ``False`` if it is not (or no longer) here."""
-        with self._lock:
-            if name not in self._names:
-                return False
-            del self._names[name]
-            return True
-
-    def names(self) -> list[str]:
-        """What is left to undo, in completion order."""
-        with self._lock:
-            return list(self._names)
-
-    def __bool__(self) -> bool:
-        with self._lock:
-            return bool(self._names)
 
 
 class _ActiveRun:
@@ -194,36 +157,38 @@ class Run:
         if rank is not None and launch is not None and launch.given:
             raise TypeError("pass rank=RankInfo(...) or launch=LaunchArguments(...), "
                             "not both")
-        self.state = RunState(plan, rank or detect_rank(os.environ, launch),
-                              join_job=self._join_job)
-        self.log = get_logger(profile="+".join(plan.profiles), rank=self.state.rank.rank)
-        self._peers: JobPeers | None = None
+        rank = rank or detect_rank(os.environ, launch)
+        self.log = get_logger(profile="+".join(plan.profiles), rank=rank.rank)
+        outcomes = {name: StepOutcome(name) for name in plan.order}
+        for skipped in plan.skipped:
+            outcomes[skipped.name] = StepOutcome(skipped.name, "skipped", reason=skipped.reason)
+        self.report = RunReport(plan, self.executor.name, rank.rank, outcomes,
+                                started_at="", teardown_mode=teardown)
+        # The owned helpers: the job's membership (the peers), what to undo, and what
+        # watches each step; the run itself keeps the lifecycle.
+        self._membership = JobMembership(plan, rank, self.log, self.report)
+        self.state = RunState(plan, rank, job=self._membership)
+        self._stopwatch = Stopwatch(clock)
+        self._teardowns = TeardownStack(self.state, self._membership, self.report, self.log,
+                                        self._stopwatch.elapsed)
+        self._supervisor = RunSupervisor({"profile": "+".join(plan.profiles), "rank": rank.rank},
+                                         self._membership, self._teardowns)
         self._handle_signals = handle_signals
         self._keep_going = keep_going
         self._first_failure: str | None = None  # the step that failed first, if any
         self._blocked: dict[str, str] = {}  # skipped step -> the failed step it hard-needs
         self._teardown_at_exit = teardown_at_exit
         self._clock = clock
-        self._t0 = 0.0
         self._lock = threading.Lock()
         self._teardown_lock = threading.Lock()  # a second caller waits for the first
-        self._completed = TeardownStack()
         self._environment: AppliedEnvironment | None = None
-        self._started = self._closing = self._torn_down = False
-        self._started_at = ""
+        self._started = False
         self._signals = SignalGuard(self.log)
-        self._watchdog: Watchdog | None = None
         self._heartbeat = Heartbeat(heartbeat, self.log) if heartbeat is not None else None
         self._invoker = StepInvoker(state=self.state, diagnoses=self.diagnoses, log=self.log,
-                                    clock=self._elapsed, late=self._late_result,
-                                    signals=self._signals, watchdog_for=self._watchdog_for,
-                                    give_up_for=self._peers_broken_off, sleep=sleep,
+                                    clock=self._stopwatch.elapsed, signals=self._signals,
+                                    supervisor=self._supervisor, sleep=sleep,
                                     heartbeat=self._heartbeat)
-        outcomes = {name: StepOutcome(name) for name in plan.order}
-        for skipped in plan.skipped:
-            outcomes[skipped.name] = StepOutcome(skipped.name, "skipped", reason=skipped.reason)
-        self.report = RunReport(plan, self.executor.name, self.state.rank.rank, outcomes,
-                                started_at="", teardown_mode=teardown)
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -233,19 +198,19 @@ class Run:
 
     def start(self) -> RunReport:
         """Run every step; on failure tear down before returning the report."""
-        if self._started or self._torn_down:
+        if self._started or self._teardowns.closed:
             raise RuntimeError("a Run is single-use; create a new one")
         if not isinstance(self.executor, DryRunExecutor):
             _ACTIVE.claim(self)
         self._started = True
         try:
             if self._handle_signals and threading.current_thread() is threading.main_thread():
-                self._signals.install(self._start_watchdog())
+                self._signals.install(self._supervisor.watchdog())
             if self._teardown_at_exit:
                 atexit.register(self.teardown)
             now = datetime.datetime.now(datetime.timezone.utc)
             self.report.started_at, self.report.started_epoch = now.isoformat(), now.timestamp()
-            self._t0 = self._clock()
+            self._stopwatch.start()
             rank = self.state.rank
             self.log.info("run_started", executor=self.executor.name,
                           steps=len(self._plan.steps), skipped=len(self._plan.skipped),
@@ -260,7 +225,7 @@ class Run:
             if self._status is not None:
                 self._status.state("ready" if self.report.ok else "failed")
             self._stop_heartbeat()
-            self._note_lost_peers(self._peers)
+            self._membership.note_lost()
             if self.report.ok and self.state.has_binding:
                 self.state.bind_device()  # leave the caller's thread on this rank's device
         except BaseException as stop:
@@ -268,7 +233,7 @@ class Run:
             self._record_interruption(str(stop) or type(stop).__name__)
             self.teardown()
             raise
-        self.report.wall_time = self._clock() - self._t0
+        self.report.wall_time = self._stopwatch.elapsed()
         failed = [o.name for o in self.report.failed]
         self.log.info("run_finished", ok=not failed, failed=failed,
                       wall_time_s=round(self.report.wall_time, 6))
@@ -282,9 +247,9 @@ class Run:
         the table, the trace and the critical chain), and the steps it never reached
         are not started because of the interruption."""
         self.report.interrupted = what
-        if not self._t0:
+        if not self._stopwatch.started:
             return  # interrupted before the first step
-        self.report.wall_time = stopped = self._elapsed()
+        self.report.wall_time = stopped = self._stopwatch.elapsed()
         for outcome in self.report.outcomes.values():
             if outcome.status != "pending":
                 continue
@@ -300,18 +265,15 @@ class Run:
         raised; should this call be cut short all the same, the next one finishes
         what is left."""
         with self._teardown_lock:
-            with self._lock:
-                first = not self._torn_down
-                self._torn_down = self._closing = True
-            if first:
+            if self._teardowns.close():
                 self._signals.quiet()
                 if self._status is not None:
                     self._status.state("stopping")
                     self._status.phase("teardown")
             began = self._clock()
             try:
-                tear_down(self.teardown_mode, self._plan.graph, self._completed.names(),
-                          self._undo)
+                tear_down(self.teardown_mode, self._plan.graph, self._teardowns.names(),
+                          self._teardowns.undo)
             finally:
                 if self._started:  # a run never started has nothing to time
                     spent = self._clock() - began
@@ -322,7 +284,7 @@ class Run:
         """After the last step's teardown: the environment, the signals, the watchdog
         and the process go back (each once)."""
         with self._lock:
-            if self._completed:
+            if self._teardowns:
                 return  # cut short: the next teardown() comes back here
             environment, self._environment = self._environment, None
         if environment is not None:
@@ -330,9 +292,7 @@ class Run:
             if undone:
                 self.log.info("env_restored", unset=undone)
         self._signals.release()
-        if self._watchdog is not None:
-            watchdog, self._watchdog = self._watchdog, None
-            stop_watchdog(watchdog, keep_wakeup_fd=self._signals.installed)
+        self._supervisor.stop(keep_wakeup_fd=self._signals.installed)
         if self._teardown_at_exit:
             atexit.unregister(self.teardown)
         if self._status is not None:
@@ -386,35 +346,27 @@ class Run:
 
     def run_step(self, planned: PlannedStep) -> None:
         outcome = self.report.outcomes[planned.name]
-        if self._closing:  # torn down from another thread while the walk went on
+        if self._teardowns.closed:  # torn down from another thread while the walk went on
             outcome.status, outcome.reason = "skipped", "the run was torn down"
             return
         root = self.blocked_by(planned)  # a parallel walk may have released it before a
         if root is not None:             # failure that came while it waited for a thread
             self.skip(planned, root)
             return
-        if self._peers is not None:
-            self._peers.step_started(planned.name)
+        self._membership.step_started(planned.name)
         if self._status is not None:
             self._status.step_started(planned.name)
         self._invoker.invoke(planned, outcome=outcome)
         if self._status is not None:
             self._status.step_finished(planned.name, outcome.status == "succeeded")
-        if self._peers is not None:  # joined by this very step, perhaps
-            self._peers.step_finished(planned.name, outcome.status)
+        self._membership.step_finished(planned.name, outcome.status)  # joined by it, perhaps
         if outcome.status == "failed":
             if outcome.error is not None:  # invoke has returned: its frame is done too
                 release_frames(outcome.error)
             with self._lock:
                 self._first_failure = self._first_failure or planned.name
-        if outcome.status != "succeeded":
-            return
-        with self._lock:
-            late = self._closing
-            if not late:
-                self._completed.push(planned.name)
-        if late:  # finished after teardown began (parallel run interrupted)
-            self._teardown_output(planned.name, self.state.forget(planned.name))
+        if outcome.status == "succeeded":
+            self._teardowns.push(planned.name)
 
     def would_run(self, planned: PlannedStep) -> None:
         outcome = self.report.outcomes[planned.name]
@@ -434,50 +386,6 @@ class Run:
                 return self._blocked[name]
         return None
 
-    def _watchdog_for(self, planned: PlannedStep) -> Watchdog | None:
-        """The run's watchdog, if any, started for the first step with a timeout: its
-        deadline must hold even if the step holds the GIL."""
-        if planned.step.timeout is not None:
-            return self._start_watchdog()
-        return self._watchdog
-
-    def _peers_broken_off(self, planned: PlannedStep) -> GiveUp | None:
-        """For a step that meets every rank (a barrier step: the process group forming,
-        a collective), what ends the wait for it when a peer died or failed meanwhile:
-        inside torch's own wait nothing else would before ``distributed.timeout_s``."""
-        if not planned.step.barrier or self._peers is None or self.state.rank.world_size == 1:
-            return None
-        return self._peers.broken_off
-
-    def _join_job(self, step: str, job: Any) -> None:
-        """The job's store is joined: keep a heartbeat there and agree on the plan with
-        every rank (a disagreement fails ``step``, after telling the others)."""
-        if not isinstance(job, JobStore):
-            raise TypeError(f"step '{step}' declares job_store but returned {job!r}, not a "
-                            "JobStore (peers, address, hosted_here, bounds)")
-        peers = JobPeers(job, self.state.rank, self.log)
-        peers.start()
-        try:
-            peers.agree(self._plan)
-        except BaseException:
-            peers.leave(failed_step=step)
-            raise
-        self._peers = self.state.peers = peers
-
-    def _leave_job(self) -> None:
-        peers, self._peers = self._peers, None
-        if peers is not None:
-            self.state.peers = None
-            failed = self.report.failed
-            peers.leave(failed_step=failed[0].name if failed else None)
-            self._note_lost_peers(peers)
-
-    def _note_lost_peers(self, peers: JobPeers | None) -> None:
-        """Keep in the report the peers found lost so far (during start-up, or while
-        teardown waited), so that the run does not pass for the job's success."""
-        if peers is not None:
-            self.report.peers_lost.update(peers.lost())
-
     def _apply_environment(self) -> None:
         """Set the plan's ``env:`` variables the process lacks (the process wins);
         a dry run changes nothing."""
@@ -495,55 +403,9 @@ class Run:
                           kept=[o.name for o in self._environment.outcomes
                                 if o.source == "process"])
 
-    def _start_watchdog(self) -> Watchdog:
-        with self._lock:
-            if self._watchdog is None:
-                self._watchdog = start_watchdog({"profile": "+".join(self._plan.profiles),
-                                                 "rank": self.state.rank.rank})
-            return self._watchdog
-
     def _stop_heartbeat(self) -> None:
         if self._heartbeat is not None:
             self._heartbeat.stop()
-
-    def _elapsed(self) -> float:
-        return self._clock() - self._t0
-
-    def _late_result(self, planned: PlannedStep, output: Any) -> None:
-        """A step the run stopped waiting for finished after all: undo it now."""
-        self.log.warning("step_finished_late", step=planned.name)
-        self._teardown_output(planned.name, output)
-
-    def _undo(self, name: str) -> None:
-        """Undo one completed step, unless another teardown took it already."""
-        if self._completed.take(name):
-            self._teardown_output(name, self.state.forget(name))
-
-    def _teardown_output(self, name: str, output: Any) -> None:
-        planned = self._plan.step(name)
-        if planned.step.job_store:
-            self._leave_job()  # before the store goes
-        teardown = planned.step.teardown
-        if teardown is None:
-            return
-        log = self.log.bind(step=name)
-        log.info("teardown_started")
-        current = threading.current_thread()
-        entry = TeardownOutcome(name, started=self._elapsed(), thread=current.name,
-                                thread_id=current.ident)
-        try:
-            if planned.step.device_bound and self.state.has_binding:
-                self.state.bind_device()
-            teardown(RunStepContext(self.state, name, log), output)
-        except BaseException as exc:  # sys.exit or ^C in one teardown never skips the others
-            entry.finished = self._elapsed()
-            message = exception_message(exc)
-            entry.status, entry.error = "failed", f"{type(exc).__name__}: {message}"
-            log.error("teardown_failed", error_type=type(exc).__name__, error=message)
-        else:
-            entry.finished = self._elapsed()
-            log.info("teardown_succeeded", duration_s=round(entry.duration, 6))
-        self.report.teardown.append(entry)
 
 
 def failure_error(report: RunReport) -> StepFailedError:

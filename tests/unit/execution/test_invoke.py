@@ -11,12 +11,20 @@ import pytest
 
 from initorch.errors import StepError
 from initorch.execution.context import RankInfo, RunState
-from initorch.execution.invoke import StepAbortedError, StepInvoker, StepTimeoutError, stuck_at
+from initorch.execution.invoke import (
+    GiveUp,
+    StepAbortedError,
+    StepInvoker,
+    StepTimeoutError,
+    stuck_at,
+)
 from initorch.execution.run import Run
 from initorch.execution.signals import SignalGuard
+from initorch.execution.watchdog import Watchdog
 from initorch.reporting.diagnosis import DiagnosisCatalog
 from initorch.reporting.logs import get_logger
 from initorch.reporting.report import StepOutcome
+from initorch.resolution.plan import PlannedStep
 from tests.support.runs import (
     DIAGNOSES,
     EXECUTORS,
@@ -157,6 +165,20 @@ def retrying_run(action, executor: str, **fields) -> tuple[Run, list[float]]:
     return Run(plan, executor=executor, sleep=delays.append, diagnoses=DIAGNOSES), delays
 
 
+class Unsupervised:
+    """A :class:`~initorch.execution.invoke.Supervisor` with nothing to add: no
+    watchdog, no peers, and no step it stopped waiting for."""
+
+    def watchdog_for(self, planned: PlannedStep) -> Watchdog | None:
+        return None
+
+    def give_up_for(self, planned: PlannedStep) -> GiveUp | None:
+        return None
+
+    def finished_late(self, planned: PlannedStep, output: object) -> None:
+        raise AssertionError(f"the invoker waited for every step, not for {planned.name}")
+
+
 def test_one_invoker_runs_every_step_of_a_run_with_what_it_was_built_with():
     # What does not change from step to step is given once; a step is then only
     # itself and the outcome it fills.
@@ -167,9 +189,8 @@ def test_one_invoker_runs_every_step_of_a_run_with_what_it_was_built_with():
     state, delays, ticks = RunState(plan, RankInfo()), [], iter(range(100))
     log = get_logger()
     invoker = StepInvoker(state=state, diagnoses=DiagnosisCatalog(), log=log,
-                          clock=lambda: float(next(ticks)), late=lambda planned, output: None,
-                          signals=SignalGuard(log), watchdog_for=lambda planned: None,
-                          give_up_for=lambda planned: None, sleep=delays.append)
+                          clock=lambda: float(next(ticks)), signals=SignalGuard(log),
+                          supervisor=Unsupervised(), sleep=delays.append)
     outcomes = {name: StepOutcome(name) for name in plan.order}
     for planned in plan.steps:
         invoker.invoke(planned, outcome=outcomes[planned.name])
