@@ -3,12 +3,14 @@
 ``initorch vllm drift`` reads the tree as text (never importing it) and checks each
 ordering claim of the ``vllm`` overlay against the calls in vLLM's code; the plugin's
 gate (:func:`initorch_vllm.release.refusal`) refuses a vLLM whose hook targets do not
-resolve.  The copy takes two regressions a release could make: the worker allocates the
-KV cache before it builds the KV connector, and the connector's entry point is renamed.
+resolve, and keeps its answer per tree until a target's module changes.  The copy takes
+two regressions a release could make: the worker allocates the KV cache before it builds
+the KV connector, and the connector's entry point is renamed.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -83,3 +85,20 @@ def test_the_gate_takes_0_32_and_refuses_the_copy(vllm_tree: Path,
             "ensure_kv_transfer_initialized, which verify mode hooks (known: vLLM 0.32.0)"
             in refused)
     assert f"'initorch vllm drift {mutated_tree}' shows what moved" in refused
+
+
+def test_the_gate_keeps_its_answer_until_a_target_module_changes(mutated_tree: Path,
+                                                                 tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    refused = refusal(mutated_tree, cache_dir=cache)
+    kept = list(cache.glob("vllm-release-*.json"))
+    assert refused is not None and len(kept) == 1
+    kept[0].write_text('{"refusal": "initorch-vllm: kept"}')
+    assert refusal(mutated_tree, cache_dir=cache) == "initorch-vllm: kept"  # not re-read
+    state = mutated_tree / _KV_STATE
+    stat = state.stat()
+    os.utime(state, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert refusal(mutated_tree, cache_dir=cache) == refused  # a target's module changed
+    assert len(list(cache.glob("vllm-release-*.json"))) == 2
+    kept[0].write_text("not json")
+    assert refusal(mutated_tree, cache_dir=cache) == refused  # a broken entry is re-read
