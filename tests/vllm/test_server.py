@@ -11,6 +11,7 @@ order, each with its thread and device.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -81,6 +82,11 @@ def test_verify_tp1(tiny_model: Path, tmp_path: Path, stock_tokens: list[int]) -
                                 tmp_path / "vllm.log", tp=1)
     assert tokens == stock_tokens
     assert_verified(tmp_path, 0)
+    # The worker's lines are vLLM's, in its format (logger.py:28-32): process, level, time.
+    log = (tmp_path / "vllm.log").read_text()
+    assert re.search(r"^\(Worker(_TP0)? pid=\d+\) INFO \d\d-\d\d [\d:]+ \[session\.py:\d+\] "
+                     r"initorch-vllm: verify ok: 9 of \d+ planned steps seen in vLLM's order",
+                     log, re.MULTILINE), log[-3000:]
 
 
 def test_verify_tp2(tiny_model: Path, tmp_path: Path, stock_tokens: list[int]) -> None:
