@@ -15,7 +15,10 @@ SGLang starts exactly as without initorch.  With it:
   and the deadline helper its engine init runs in, and checks that every hook took;
 - in a rank, it wraps the vendor calls that need the device context when their modules
   load (:func:`initorch.kit.install_vendor_hooks`), so that they are recorded where they
-  are made.
+  are made;
+- with ``INITORCH_SGLANG_TIMELINE=DIR``, in every process it loads in (the launcher, the
+  ranks, the detokenizer), it records that process's start-up timeline
+  (:mod:`initorch_sglang.timeline`), from the kernel's start of the process on.
 
 SGLang only logs an exception from a plugin (``plugins/__init__.py:79-84``), so each
 refusal here is a ``SystemExit`` with its message: the launch stops, naming the cause.
@@ -27,16 +30,22 @@ import multiprocessing
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 # Only what deciding "off" needs: an SGLang that did not ask imports nothing more.
-from initorch_sglang.options import RENDEZVOUS_ENV, OptionsError, read_options
+from initorch_sglang.options import RENDEZVOUS_ENV, Options, OptionsError, read_options
 from initorch_sglang.version import UnknownSGLangError, accept_installed_sglang
+
+if TYPE_CHECKING:
+    from initorch.kit import Hook
+    from initorch_sglang.timeline import LaunchRecording
 
 __all__ = ["load"]
 
 
 def load() -> None:
     """Entry point of the SGLang plugin."""
+    entered = time.time()  # the start-up timeline's end of SGLang's imports
     started = time.perf_counter()
     try:
         options = read_options()
@@ -45,6 +54,19 @@ def load() -> None:
             return
     except (OptionsError, UnknownSGLangError) as error:
         raise SystemExit(str(error)) from None
+    from initorch_sglang.timeline import start_recording
+
+    recording = start_recording(entered)  # None unless the launch asked for a timeline
+    try:
+        _load(options, started, recording)
+    finally:
+        if recording is not None:
+            recording.plugin_loaded(entered)
+
+
+def _load(options: Options, started: float, recording: LaunchRecording | None) -> None:
+    """The plugin's work in the launcher or in a spawned process (``recording``: this
+    process's start-up timeline, when asked for)."""
     if multiprocessing.parent_process() is None:  # the launcher: ranks come later
         from initorch_sglang.selection import validate_launch_settings
 
@@ -56,18 +78,13 @@ def load() -> None:
             from initorch.steps import free_port
 
             os.environ[RENDEZVOUS_ENV] = f"127.0.0.1:{free_port('127.0.0.1')}"
+        if recording is not None:
+            with recording.recorder.accounted():
+                _apply(recording.hooks())
         return
     _follow_the_launcher()
-    from initorch.kit import (
-        COST,
-        MOONCAKE_CALLS,
-        HookError,
-        apply_hooks,
-        install_vendor_hooks,
-        observe_vendor,
-    )
+    from initorch.kit import COST, MOONCAKE_CALLS, install_vendor_hooks, observe_vendor
     from initorch_sglang.calls import installed_layout
-    from initorch_sglang.engine import SGLANG
     from initorch_sglang.verify import observer_hooks, scheduler_hook
 
     layout = installed_layout()  # every upstream name below is the layout's
@@ -80,7 +97,19 @@ def load() -> None:
         hooks[layout.parallel_runtime] = (drive_parallel_runtime, "replace")
         if layout.deadline_helper is not None:  # SGLang's engine init thread (0.5.20 on)
             hooks[layout.deadline_helper] = (bind_deadline_thread, "around")
+    if recording is not None:  # its phases, and the constructor framed as one
+        hooks |= recording.hooks()
+        hooks[layout.scheduler_init] = (recording.frame_scheduler(scheduler_hook(options)),
+                                        "around")
     COST.add("plugin load", time.perf_counter() - started)  # "hooks" has the rest
+    _apply(hooks)
+
+
+def _apply(hooks: dict[str, Hook]) -> None:
+    """Apply ``hooks`` on SGLang's functions; a target that is missing stops the launch."""
+    from initorch.kit import HookError, apply_hooks
+    from initorch_sglang.engine import SGLANG
+
     try:
         apply_hooks(hooks, SGLANG)
     except HookError as error:

@@ -1,0 +1,303 @@
+"""The whole start-up of an SGLang launch, every process, from process start to ready.
+
+With ``INITORCH_SGLANG_TIMELINE=DIR`` beside ``INITORCH_SGLANG=verify`` (or ``drive``),
+every process that loads the plugin records its start-up with the kit's
+:class:`~initorch.kit.timeline.ProcessRecorder` and writes it as ``DIR/process-<pid>.json``
+(atomically, redacted); ``initorch sglang timeline DIR`` joins them
+(:func:`~initorch.kit.timeline.read_launch`).  SGLang 0.5.23 loads the plugins in:
+
+- the launcher, which is also the HTTP server and the tokenizer manager
+  (``launch_server.py:79``; ``srt/entrypoints/http_server.py:3125 launch_server``);
+- each scheduler rank (``srt/managers/scheduler.py:6323`` in ``run_scheduler_process``);
+- the detokenizer (``srt/managers/detokenizer_manager.py:552`` in
+  ``run_detokenizer_process``).
+
+Each process's phases: the interpreter's start and SGLang's imports (from ``/proc`` to the
+plugin's load), the plugin's load, then calls of SGLang's own functions, named after them
+with their file:line (:data:`PHASES`).  In a rank, the calls verify mode already observed
+(the modelled steps and the vendor calls below them) are taken from its recorder, not
+recorded twice.  The launcher adds the processes below it that load no plugin, seen from
+``/proc`` ("not measured" past their start), and the ready moment: when the server first
+answered ``GET /health_generate`` with 200 (``http_server.py:722-723``).
+
+Files are written when a process's start-up is over: a rank's when ``Scheduler.__init__``
+ends and again after its first batch, the detokenizer's when its manager is built, the
+launcher's when ``_wait_and_warmup`` ends and again at the first 200 of the probe.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from initorch.kit.timeline import (
+    FirstAnswer,
+    ProcessRecorder,
+    code_source,
+    recorded_calls,
+    unrecorded_processes,
+)
+from initorch.reporting.timeline import Phase, Timeline
+
+if TYPE_CHECKING:
+    from initorch.kit import Hook, RankSession
+
+__all__ = ["HEALTH_PATH", "PHASES", "TIMELINE_ENV", "LaunchRecording", "start_recording"]
+
+TIMELINE_ENV = "INITORCH_SGLANG_TIMELINE"
+HEALTH_PATH = "/health_generate"
+"""SGLang's readiness probe: 200 once a one-token generation went through every process
+(``srt/entrypoints/http_server.py:722-790 health_generate``)."""
+_HTTP_SERVER = "sglang.srt.entrypoints.http_server"
+
+ROLES = {"run_scheduler_process": "scheduler", "run_detokenizer_process": "detokenizer"}
+"""The process an SGLang function loads the plugins in, by its name
+(``managers/scheduler.py:6323``, ``managers/detokenizer_manager.py:552``); the launcher
+is the process with no multiprocessing parent."""
+
+PHASES: dict[str, tuple[str, ...]] = {
+    # The launcher: http_server.py:3125 launch_server -> Engine._launch_subprocesses
+    # (entrypoints/engine.py:1129: the ranks and the detokenizer spawned, the tokenizer
+    # manager built at :1336, the ranks awaited at :1346 -> :2013), then
+    # _setup_and_run_http_server (http_server.py:2841: uvicorn), whose lifespan starts
+    # _wait_and_warmup (:450 -> :2572: /model_info polled, a warm-up request).
+    # Engine's classmethods are not hooked: an ``around`` wrapper would unbind them.
+    "launcher": (f"{_HTTP_SERVER}.launch_server",
+                 "sglang.srt.managers.tokenizer_manager.TokenizerManager.__init__",
+                 "sglang.srt.entrypoints.engine._wait_for_scheduler_ready",
+                 f"{_HTTP_SERVER}._setup_and_run_http_server",
+                 f"{_HTTP_SERVER}._wait_and_warmup"),
+    # A rank: run_scheduler_process (managers/scheduler.py:6311) -> publish,
+    # configure_scheduler_process (:6257), Scheduler(...) (:6362; its __init__ at :465 is
+    # framed by verify's hook) -> init_model_worker (:568 -> :1128: weights, KV pools,
+    # attention backends :1113, graph capture :1122), build_kv_cache (:575; HiCache's
+    # host pool and storage backend: mem_cache/kv_cache_builder.py).
+    "scheduler": ("sglang.srt.managers.scheduler.configure_scheduler_process",
+                  "sglang.srt.managers.scheduler.Scheduler.init_model_worker",
+                  "sglang.srt.managers.scheduler.Scheduler.init_all_attention_backends",
+                  "sglang.srt.managers.scheduler.Scheduler.init_all_cuda_graphs",
+                  "sglang.srt.mem_cache.kv_cache_builder.build_kv_cache"),
+    # The detokenizer: run_detokenizer_process (managers/detokenizer_manager.py:546) ->
+    # DetokenizerManager(...) (:560; __init__ at :107), then its event loop.
+    "detokenizer": ("sglang.srt.managers.detokenizer_manager.DetokenizerManager.__init__",),
+}
+"""The SGLang functions whose calls are phases, by process (0.5.23's lines)."""
+
+logger = logging.getLogger("initorch_sglang")
+
+
+def start_recording(entered: float) -> LaunchRecording | None:
+    """This process's recording, if the launch asked for one (``None`` otherwise):
+    begun at ``entered``, the moment the plugin's load began, which also ends the
+    interpreter's start and SGLang's imports."""
+    directory = os.environ.get(TIMELINE_ENV)
+    if not directory:
+        return None
+    import multiprocessing
+
+    function, where = _plugin_caller()
+    role = "launcher" if multiprocessing.parent_process() is None \
+        else ROLES.get(function, "process")
+    recording = LaunchRecording(directory, role, ProcessRecorder())
+    with recording.recorder.accounted():
+        recording.recorder.interpreter_and_imports(
+            entered, f"{where} ({function}: load_plugins)" if where else None)
+    return recording
+
+
+def _plugin_caller() -> tuple[str, str | None]:
+    """The SGLang function that loaded the plugins in this process, and its line: the
+    first frame above SGLang's plugin loader and this package."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename.replace(os.sep, "/")
+        if "/initorch_sglang/" not in name and "/sglang/srt/plugins/" not in name \
+                and "/importlib/" not in name:
+            from initorch.location import display_path
+
+            return frame.f_code.co_name, f"{display_path(name)}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return "?", None
+
+
+@dataclass
+class LaunchRecording:
+    """One SGLang process's recording: where it goes, which process this is, and what
+    only it knows (the rank's session, the ready moment)."""
+
+    directory: str
+    role: str
+    recorder: ProcessRecorder
+    session: RankSession | None = None
+    ready: float | None = None
+    process_ready: float | None = None
+    _write_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def plugin_loaded(self, entered: float) -> None:
+        """The plugin's load, from ``entered`` to now."""
+        from initorch_sglang import plugin
+
+        self.recorder.add(Phase("plugin load", self.recorder.pid,
+                                threading.current_thread().name, entered, time.time(),
+                                kind="process", source=code_source(plugin.load),
+                                detail="initorch's SGLang plugin: options, release check, "
+                                       "hooks"))
+
+    def hooks(self) -> dict[str, Hook]:
+        """The ``around`` hooks that record this process's phases; the launcher's also
+        write its file when the warm-up is over, and watch for the first answer of the
+        readiness probe."""
+        hooks: dict[str, Hook] = {target: (self.recorder.around(_short(target)), "around")
+                                  for target in PHASES.get(self.role, ())}
+        if self.role == "launcher":
+            hooks[f"{_HTTP_SERVER}._wait_and_warmup"] = (
+                self.recorder.around("_wait_and_warmup", then=self.write), "around")
+            from initorch.kit import after_import
+
+            after_import(_HTTP_SERVER, self._watch_the_probe)
+        elif self.role == "detokenizer":
+            target = PHASES["detokenizer"][0]
+            hooks[target] = (self.recorder.around(_short(target), then=self.write_up), "around")
+        return hooks
+
+    def frame_scheduler(self, hook: Callable[..., Any]) -> Callable[..., Any]:
+        """Verify's ``around`` hook on ``Scheduler.__init__`` (``hook``), recorded as one
+        phase; the session it ran is kept for its calls, and the file is written when
+        the constructor ends and again after the rank's first batch."""
+
+        def framed(original: Callable[..., Any], scheduler: Any, *args: Any,
+                   **kwargs: Any) -> Any:
+            from initorch.kit import active
+
+            @functools.wraps(original)  # verify reads the constructor's signature
+            def constructor(*inner: Any, **named: Any) -> Any:
+                self.session = active()
+                return original(*inner, **named)
+
+            try:
+                with self.recorder.phase("Scheduler.__init__", source=code_source(original),
+                                         detail="with initorch's plan and session at its "
+                                                "start and its report at its end"):
+                    result = hook(constructor, scheduler, *args, **kwargs)
+            finally:
+                self.write_up()
+            self._watch_first_batch(scheduler)
+            return result
+
+        return framed
+
+    def _watch_first_batch(self, scheduler: Any) -> None:
+        """Record the rank's first ``run_batch`` (the launcher's warm-up request:
+        ``http_server.py:2360 _execute_server_warmup``), then leave the scheduler as it
+        was: the hook is the instance's own attribute, removed at its first call."""
+        batch = scheduler.run_batch
+
+        def first_batch(*args: Any, **kwargs: Any) -> Any:
+            del scheduler.run_batch  # every later batch goes straight to SGLang's
+            try:
+                with self.recorder.phase("Scheduler.run_batch (first batch)",
+                                         source=code_source(batch),
+                                         detail="the first batch this rank ran: the "
+                                                "launcher's warm-up request"):
+                    return batch(*args, **kwargs)
+            finally:
+                self.write()
+
+        scheduler.run_batch = first_batch
+
+    def _watch_the_probe(self, module: Any) -> None:
+        """Note the first 200 of ``/health_generate`` in SGLang's FastAPI app (an ASGI
+        middleware that only watches; added before the app starts)."""
+        with self.recorder.accounted():
+            module.app.add_middleware(FirstAnswer, path=HEALTH_PATH, answered=self._answered)
+
+    def _answered(self, began: float, answered: float) -> None:
+        from initorch_sglang.engine import SGLANG
+
+        with self.recorder.accounted():
+            handler = sys.modules[_HTTP_SERVER].health_generate
+            self.recorder.add(Phase("health_generate (first 200)", self.recorder.pid,
+                                    threading.current_thread().name, began, answered,
+                                    kind="engine", source=code_source(handler),
+                                    detail=f"the first GET {HEALTH_PATH} SGLang answered "
+                                           "with 200: the server is ready"))
+            self.ready = self.process_ready = answered
+        # Off the event loop: the /proc walk and the write take milliseconds.
+        threading.Thread(target=self.write, name="initorch-timeline", daemon=True).start()
+        logger.info("%s: ready; the start-up timeline of this process is in %s",
+                    SGLANG.integration, self.directory)
+
+    def write_up(self) -> None:
+        """This process is up (its start-up work is over): note when, and write."""
+        self.process_ready = time.time()
+        self.write()
+
+    def write(self) -> None:
+        """Write this process's file (never raising into SGLang: a file that cannot be
+        written is one warning line)."""
+        from initorch_sglang.engine import SGLANG
+
+        with self._write_lock:
+            try:
+                with self.recorder.accounted():
+                    timeline = self._snapshot()
+                self.recorder.write(self.directory, timeline)
+            except OSError as error:
+                logger.warning("%s: cannot write the start-up timeline to %s: %s",
+                               SGLANG.integration, self.directory, error.strerror or error)
+
+    def _snapshot(self) -> Timeline:
+        processes, phases = unrecorded_processes(self.recorder.pid, time.time()) \
+            if self.role == "launcher" else ([], [])
+        if self.session is not None:  # what verify mode observed, taken from its recorder
+            phases = recorded_calls(self.session.recorder, _step_sources(self.session))
+        return self.recorder.snapshot(name=self._name(), argv=list(sys.orig_argv),
+                                      ready=self.ready, process_ready=self.process_ready,
+                                      others=(processes, phases),
+                                      labels={"engine": _engine_label()})
+
+    def _name(self) -> str:
+        if self.role == "scheduler" and self.session is not None:
+            return f"SGLang scheduler, rank {self.session.rank}"
+        return {"launcher": "SGLang launcher (HTTP server, tokenizer manager)",
+                "detokenizer": "SGLang detokenizer"}.get(self.role, f"SGLang {self.role}")
+
+
+def _short(target: str) -> str:
+    """A phase's name: the function's qualified name in its module
+    (``Scheduler.init_model_worker``, ``build_kv_cache``)."""
+    rest = target.partition(".srt.")[2]
+    parts = rest.split(".")
+    for index in range(len(parts)):
+        if parts[index][:1].isupper():  # a class: Class.method
+            return ".".join(parts[index:])
+    return parts[-1]
+
+
+def _step_sources(session: RankSession) -> dict[str, str | None]:
+    """Each observed step's SGLang function, as ``file:line`` (the hooked target,
+    unwrapped; ``set_device`` on the profile's device module)."""
+    import pkgutil
+
+    from initorch_sglang.calls import installed_layout
+
+    module = str(session.plan.config()["device.torch_module"])
+    sources: dict[str, str | None] = {}
+    for call in installed_layout().calls:
+        try:
+            sources[call.step] = code_source(pkgutil.resolve_name(call.hook_target(module)))
+        except (ImportError, AttributeError, ValueError):
+            sources[call.step] = call.target
+    return sources
+
+
+def _engine_label() -> str:
+    sglang = sys.modules.get("sglang")
+    return f"SGLang {getattr(sglang, '__version__', '(version unknown)')}"
