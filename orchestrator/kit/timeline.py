@@ -30,6 +30,8 @@ written with the process, so that its share of the process's start-up can be sta
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 import os
 import threading
@@ -83,7 +85,8 @@ class ProcessRecorder:
         self.start: ProcessStart | None = process_start()
         self.phases: list[Phase] = []
         self.overhead = 0.0
-        self._open: dict[int, Phase] = {}
+        self._open: dict[int, Phase] = {}  # the phases running now, by a key of their own
+        self._keys = itertools.count()
         self._lock = threading.Lock()
         self._account(began)
 
@@ -125,7 +128,7 @@ class ProcessRecorder:
         """Record the block as phase ``name`` on this thread; a block that raises is
         ``failed``.  While it runs the phase is open (:meth:`snapshot` shows it running)."""
         entered = time.perf_counter()
-        key = id(object())
+        key = next(self._keys)
         opened = Phase(name, self.pid, threading.current_thread().name, time.time(),
                        time.time(), kind=kind, source=source, status="running", detail=detail)
         with self._lock:
@@ -177,9 +180,7 @@ class ProcessRecorder:
         now = time.time()
         with self._lock:
             phases = list(self.phases)
-            phases += [Phase(p.name, p.process, p.thread,
-                             p.start, now, kind=p.kind, source=p.source, status="running",
-                             detail=p.detail) for p in self._open.values()]
+            phases += [dataclasses.replace(p, end=now) for p in self._open.values()]
             overhead = self.overhead
         process = Process(self.pid, name, tuple(argv), process_ready, overhead)
         return Timeline([process, *others[0]], sorted(phases + others[1], key=_by_start),

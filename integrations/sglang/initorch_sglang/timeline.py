@@ -154,17 +154,16 @@ class LaunchRecording:
         """The ``around`` hooks that record this process's phases; the launcher's also
         write its file when the warm-up is over, and watch for the first answer of the
         readiness probe."""
-        hooks: dict[str, Hook] = {target: (self.recorder.around(_short(target)), "around")
-                                  for target in PHASES.get(self.role, ())}
+        written_after = {f"{_HTTP_SERVER}._wait_and_warmup": self.write,
+                         PHASES["detokenizer"][0]: self.write_up}
+        hooks: dict[str, Hook] = {
+            target: (self.recorder.around(_short(target), then=written_after.get(target)),
+                     "around")
+            for target in PHASES.get(self.role, ())}
         if self.role == "launcher":
-            hooks[f"{_HTTP_SERVER}._wait_and_warmup"] = (
-                self.recorder.around("_wait_and_warmup", then=self.write), "around")
             from initorch.kit import after_import
 
             after_import(_HTTP_SERVER, self._watch_the_probe)
-        elif self.role == "detokenizer":
-            target = PHASES["detokenizer"][0]
-            hooks[target] = (self.recorder.around(_short(target), then=self.write_up), "around")
         return hooks
 
     def frame_scheduler(self, hook: Callable[..., Any]) -> Callable[..., Any]:

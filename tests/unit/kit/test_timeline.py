@@ -57,8 +57,8 @@ def test_a_hooked_call_is_a_phase_named_after_the_function_on_its_thread():
         ("build_pools", "pools", "engine", None)
     assert phase.source == code_source(build_pools)
     assert phase.source.endswith(f"test_timeline.py:{build_pools.__code__.co_firstlineno}")
-    assert phase.duration >= 0.01
-    assert 0 < recorder.overhead < phase.duration
+    assert phase.start <= phase.end
+    assert recorder.overhead > 0  # its own bookkeeping, measured
 
 
 def test_a_call_that_raises_is_a_failed_phase_and_the_error_goes_on():
