@@ -8,85 +8,20 @@ master (on host A, reached from host B) and the store clients all work across th
 two addresses, and bytes are read from the other host engine to engine and through
 the Mooncake Store, byte-checked.
 
-The namespaces, their addresses (a private range, 10.231.7.0/24, that exists only
-inside them) and the veth pair are created for the test and removed afterwards,
-also when it fails.  It skips, saying why, only where namespaces cannot be created
-(not root, or no ``ip``); CI runs as root and ``.ci/run`` installs iproute2.
+The namespaces, their addresses and the veth pair are ``tests.support.netns``'s
+``two_hosts``: created for the test and removed afterwards, also when it fails; it
+skips, saying why, only where namespaces cannot be created.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 
-import pytest
-
+from tests.support import netns
 from tests.support.ranks import BIN, clean_env, wait_all
 
-SUBNET = "10.231.7"
+two_hosts = netns.two_hosts  # the fixture: pytest finds it by its name in this module
 MASTER_PORT = 29500  # a fresh namespace: nothing else listens there
-
-
-@dataclass(frozen=True)
-class Host:
-    namespace: str
-    address: str
-
-    @property
-    def prefix(self) -> list[str]:
-        return ["ip", "netns", "exec", self.namespace]
-
-
-def ip(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30,
-                          check=False)
-
-
-def cannot_create_namespaces() -> str | None:
-    if os.geteuid() != 0:
-        return "creating network namespaces needs root (CI runs as root)"
-    if shutil.which("ip") is None:
-        return "the ip command is missing (apt-get install iproute2; .ci/run does)"
-    return None
-
-
-@pytest.fixture
-def two_hosts() -> Iterator[tuple[Host, Host]]:
-    reason = cannot_create_namespaces()
-    if reason:
-        pytest.skip(reason)
-    tag = uuid.uuid4().hex[:8]
-    hosts = (Host(f"initorch-a-{tag}", f"{SUBNET}.1"), Host(f"initorch-b-{tag}", f"{SUBNET}.2"))
-    veth = (f"ita{tag}", f"itb{tag}")  # interface names: 15 characters at most
-    created: list[str] = []
-    try:
-        for host in hosts:
-            result = ip("netns", "add", host.namespace)
-            if result.returncode != 0:
-                pytest.skip(f"cannot create a network namespace: {result.stderr.strip()}")
-            created.append(host.namespace)
-        steps = [("link", "add", veth[0], "type", "veth", "peer", "name", veth[1])]
-        for host, link in zip(hosts, veth, strict=True):
-            steps += [("link", "set", link, "netns", host.namespace),
-                      ("-n", host.namespace, "addr", "add", f"{host.address}/24", "dev", link),
-                      ("-n", host.namespace, "link", "set", link, "up"),
-                      ("-n", host.namespace, "link", "set", "lo", "up")]
-        for step in steps:
-            result = ip(*step)
-            assert result.returncode == 0, f"ip {' '.join(step)}: {result.stderr}"
-        yield hosts
-    finally:
-        for namespace in created:  # our processes first, then the namespace (and its veth)
-            pids = ip("netns", "pids", namespace).stdout.split()
-            for pid in pids:
-                subprocess.run(["kill", "-9", pid], check=False, capture_output=True)
-            ip("netns", "del", namespace)
-        listed = ip("netns", "list").stdout
-        assert not any(namespace in listed for namespace in created), listed
 
 
 def test_a_job_on_two_hosts_works_across_their_addresses(two_hosts):
