@@ -95,6 +95,18 @@ if TYPE_CHECKING:
         set_device_observer,
     )
     from initorch.kit.source import MAX_FILE_BYTES, SourceError, SourceTree
+    from initorch.kit.timeline import (
+        FirstAnswer,
+        ProcessRecorder,
+        caller_outside,
+        code_source,
+        compare_launch,
+        read_launch,
+        recorded_calls,
+        render_launch,
+        unrecorded_processes,
+        written_ready,
+    )
     from initorch.kit.vendor import (
         CallSite,
         Observe,
@@ -113,6 +125,7 @@ if TYPE_CHECKING:
         support,
         version_key,
     )
+    from initorch.reporting.timeline import Timeline
 
 __getattr__, __dir__ = on_first_use(globals(), {
     "Engine": "initorch.kit.engine",
@@ -200,6 +213,17 @@ __getattr__, __dir__ = on_first_use(globals(), {
     "version_key": "initorch.kit.verdicts",
     "Action": "initorch.kit.drive",
     "engine_performed": "initorch.kit.drive",
+    "FirstAnswer": "initorch.kit.timeline",
+    "ProcessRecorder": "initorch.kit.timeline",
+    "caller_outside": "initorch.kit.timeline",
+    "code_source": "initorch.kit.timeline",
+    "compare_launch": "initorch.kit.timeline",
+    "read_launch": "initorch.kit.timeline",
+    "recorded_calls": "initorch.kit.timeline",
+    "render_launch": "initorch.kit.timeline",
+    "unrecorded_processes": "initorch.kit.timeline",
+    "written_ready": "initorch.kit.timeline",
+    "Timeline": "initorch.reporting.timeline",
 })
 
 __all__ = [
@@ -221,6 +245,7 @@ __all__ = [
     "Engine",
     "EngineCall",
     "Finding",
+    "FirstAnswer",
     "Hook",
     "HookError",
     "HookKind",
@@ -233,6 +258,7 @@ __all__ = [
     "OrderViolation",
     "Outputs",
     "Preflight",
+    "ProcessRecorder",
     "RankSession",
     "Recorder",
     "ReleaseAudit",
@@ -240,6 +266,7 @@ __all__ = [
     "SourceError",
     "SourceTree",
     "State",
+    "Timeline",
     "UsageError",
     "VendorCall",
     "VendorRecord",
@@ -253,7 +280,10 @@ __all__ = [
     "build_report",
     "call_site",
     "call_sites",
+    "caller_outside",
     "check_drift",
+    "code_source",
+    "compare_launch",
     "cpu_list_problem",
     "did_nothing",
     "end",
@@ -276,7 +306,10 @@ __all__ = [
     "plan_or_off",
     "process_age",
     "rank_path",
+    "read_launch",
     "recognise",
+    "recorded_calls",
+    "render_launch",
     "render_table",
     "resolve_call",
     "resolve_target",
@@ -285,7 +318,9 @@ __all__ = [
     "set_device_observer",
     "show_preflight",
     "support",
+    "unrecorded_processes",
     "version_key",
     "wrap_vendor_function",
     "write_outputs",
+    "written_ready",
 ]

@@ -34,6 +34,7 @@ import dataclasses
 import itertools
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
@@ -47,9 +48,9 @@ from initorch.reporting.timeline import NOT_MEASURED, Phase, Process, Timeline
 if TYPE_CHECKING:
     from initorch.kit.recorder import Recorder
 
-__all__ = ["FILE_PATTERN", "FirstAnswer", "ProcessRecorder", "code_source", "descendants",
-           "read_launch", "recorded_calls", "render_launch", "unrecorded_processes",
-           "written_ready"]
+__all__ = ["FILE_PATTERN", "FirstAnswer", "ProcessRecorder", "caller_outside", "code_source",
+           "compare_launch", "descendants", "read_launch", "recorded_calls", "render_launch",
+           "unrecorded_processes", "written_ready"]
 
 FILE_PATTERN = "process-{pid}.json"
 """The name of one process's timeline file in the launch's directory."""
@@ -61,7 +62,7 @@ processes of the file are what it saw of them from ``/proc``."""
 def code_source(function: Any) -> str | None:
     """``file:line`` of ``function``'s code (a hook's original, a class's ``__init__``),
     the file shown as :func:`~initorch.location.display_path` does
-    (``<site-packages>/sglang/srt/...``); ``None`` for what has no Python code."""
+    (``<site-packages>/<engine>/...``); ``None`` for what has no Python code."""
     from initorch.location import display_path
 
     function = getattr(function, "__func__", function)
@@ -98,6 +99,13 @@ class ProcessRecorder:
     def add(self, phase: Phase) -> None:
         with self._lock:
             self.phases.append(phase)
+
+    def record(self, name: str, start: float, end: float, *, kind: str = "engine",
+               source: str | None = None, detail: str | None = None) -> None:
+        """Phase ``name`` on this thread, between two moments measured apart (a
+        request's arrival and its answer; the plugin's load, once it is over)."""
+        self.add(Phase(name, self.pid, threading.current_thread().name, start, end,
+                       kind=kind, source=source, detail=detail))
 
     @contextmanager
     def accounted(self) -> Iterator[None]:
@@ -197,6 +205,23 @@ class ProcessRecorder:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(path, json.dumps(redact(timeline.to_dict()), indent=1) + "\n")
         return path
+
+
+def caller_outside(*folders: str) -> tuple[str, str | None]:
+    """The function (and its file:line) that called into the code of ``folders`` (path
+    fragments, such as an integration's package folder): the first frame up the stack
+    outside all of them and of ``importlib`` (an entry point's loader), that is, which
+    of its functions an engine loaded a plugin from, which tells its processes apart."""
+    from initorch.location import display_path
+
+    frame = sys._getframe(1)
+    skipped = (*folders, "/importlib/")
+    while frame is not None:
+        name = frame.f_code.co_filename.replace(os.sep, "/")
+        if not any(folder in name for folder in skipped):
+            return frame.f_code.co_name, f"{display_path(name)}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return "?", None
 
 
 def _by_start(phase: Phase) -> tuple[int, float]:
@@ -362,6 +387,14 @@ def read_launch(directory: str | os.PathLike[str]) -> Timeline:
     merged.processes.sort(key=lambda process: min(
         (p.start for p in merged.phases if p.process == process.pid), default=0.0))
     return merged
+
+
+def compare_launch(before: Timeline, after: Timeline) -> str:
+    """What got slower from the launch ``before`` to ``after``, phase by phase (the
+    core's ``--compare``)."""
+    from initorch.reporting.timeline_text import compare_text
+
+    return compare_text(before, after)
 
 
 def render_launch(timeline: Timeline, *, trace: str | os.PathLike[str] | None = None,

@@ -142,12 +142,11 @@ def cmd_audit(args: argparse.Namespace, registry: Registry) -> int:
 
 
 def cmd_timeline(args: argparse.Namespace, registry: Registry) -> int:
-    from initorch.kit.timeline import read_launch, render_launch
-    from initorch.reporting.timeline_text import compare_text
+    from initorch.kit import compare_launch, read_launch, render_launch
 
     launch = read_launch(args.directory)
     if args.compare is not None:
-        print(compare_text(read_launch(args.compare), launch))
+        print(compare_launch(read_launch(args.compare), launch))
         return EXIT_OK
     trace = args.trace or args.directory / "timeline-trace.json"
     plot = args.plot or args.directory / "timeline.html"

@@ -37,17 +37,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from initorch.kit.timeline import (
+from initorch.kit import (
     FirstAnswer,
     ProcessRecorder,
+    caller_outside,
     code_source,
     recorded_calls,
     unrecorded_processes,
 )
-from initorch.reporting.timeline import Phase, Timeline
 
 if TYPE_CHECKING:
-    from initorch.kit import Hook, RankSession
+    from initorch.kit import Hook, RankSession, Timeline
 
 __all__ = ["HEALTH_PATH", "PHASES", "TIMELINE_ENV", "LaunchRecording", "start_recording"]
 
@@ -102,7 +102,7 @@ def start_recording(entered: float) -> LaunchRecording | None:
         return None
     import multiprocessing
 
-    function, where = _plugin_caller()
+    function, where = caller_outside("/initorch_sglang/", "/sglang/srt/plugins/")
     role = "launcher" if multiprocessing.parent_process() is None \
         else ROLES.get(function, "process")
     recording = LaunchRecording(directory, role, ProcessRecorder())
@@ -110,21 +110,6 @@ def start_recording(entered: float) -> LaunchRecording | None:
         recording.recorder.interpreter_and_imports(
             entered, f"{where} ({function}: load_plugins)" if where else None)
     return recording
-
-
-def _plugin_caller() -> tuple[str, str | None]:
-    """The SGLang function that loaded the plugins in this process, and its line: the
-    first frame above SGLang's plugin loader and this package."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        name = frame.f_code.co_filename.replace(os.sep, "/")
-        if "/initorch_sglang/" not in name and "/sglang/srt/plugins/" not in name \
-                and "/importlib/" not in name:
-            from initorch.location import display_path
-
-            return frame.f_code.co_name, f"{display_path(name)}:{frame.f_lineno}"
-        frame = frame.f_back  # type: ignore[assignment]
-    return "?", None
 
 
 @dataclass
@@ -144,11 +129,9 @@ class LaunchRecording:
         """The plugin's load, from ``entered`` to now."""
         from initorch_sglang import plugin
 
-        self.recorder.add(Phase("plugin load", self.recorder.pid,
-                                threading.current_thread().name, entered, time.time(),
-                                kind="process", source=code_source(plugin.load),
-                                detail="initorch's SGLang plugin: options, release check, "
-                                       "hooks"))
+        self.recorder.record("plugin load", entered, time.time(), kind="process",
+                             source=code_source(plugin.load),
+                             detail="initorch's SGLang plugin: options, release check, hooks")
 
     def hooks(self) -> dict[str, Hook]:
         """The ``around`` hooks that record this process's phases; the launcher's also
@@ -222,11 +205,10 @@ class LaunchRecording:
 
         with self.recorder.accounted():
             handler = sys.modules[_HTTP_SERVER].health_generate
-            self.recorder.add(Phase("health_generate (first 200)", self.recorder.pid,
-                                    threading.current_thread().name, began, answered,
-                                    kind="engine", source=code_source(handler),
-                                    detail=f"the first GET {HEALTH_PATH} SGLang answered "
-                                           "with 200: the server is ready"))
+            self.recorder.record("health_generate (first 200)", began, answered,
+                                 source=code_source(handler),
+                                 detail=f"the first GET {HEALTH_PATH} SGLang answered with "
+                                        "200: the server is ready")
             self.ready = self.process_ready = answered
         # Off the event loop: the /proc walk and the write take milliseconds.
         threading.Thread(target=self.write, name="initorch-timeline", daemon=True).start()

@@ -23,6 +23,7 @@ from initorch.kit.timeline import (
     FILE_PATTERN,
     FirstAnswer,
     ProcessRecorder,
+    caller_outside,
     code_source,
     descendants,
     read_launch,
@@ -79,6 +80,16 @@ def test_the_source_is_the_engines_function_under_a_hooks_wrapper():
 
     assert code_source(wrapper) == code_source(build_pools)
     assert code_source(len) is None  # no Python code: no line to name
+
+
+def test_the_caller_is_the_first_frame_outside_the_plugins_code():
+    plugin: dict[str, Any] = {"caller_outside": caller_outside}
+    exec(compile("def load():\n    return caller_outside('/a-plugin/')\n",
+                 "/site/a-plugin/plugin.py", "exec"), plugin)
+    function, where = plugin["load"]()  # as an engine's loader calls a plugin's entry point
+    line = sys._getframe().f_lineno - 1
+    assert function == "test_the_caller_is_the_first_frame_outside_the_plugins_code"
+    assert where is not None and where.endswith(f"test_timeline.py:{line}")
 
 
 def test_a_phase_still_running_is_written_as_running_up_to_now():
