@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from initorch.reporting.process_marks import ProcessStart, process_start
-from initorch.reporting.timeline import NOT_MEASURED, Phase, Process, Timeline
+from initorch.reporting.timeline import NOT_MEASURED, RECORDED_IN, Phase, Process, Timeline
 
 if TYPE_CHECKING:
     from initorch.kit.recorder import Recorder
@@ -54,9 +54,6 @@ __all__ = ["FILE_PATTERN", "FirstAnswer", "ProcessRecorder", "caller_outside", "
 
 FILE_PATTERN = "process-{pid}.json"
 """The name of one process's timeline file in the launch's directory."""
-RECORDED_IN = "recorded_in"
-"""The label naming the process a file was recorded in: that file describes it; the other
-processes of the file are what it saw of them from ``/proc``."""
 
 
 def code_source(function: Any) -> str | None:
@@ -358,10 +355,11 @@ def written_ready(directory: str | os.PathLike[str], pid: int) -> float | None:
 
 
 def read_launch(directory: str | os.PathLike[str]) -> Timeline:
-    """The launch's timeline from the process files in ``directory``: each process as
-    it recorded itself, and a process no file was recorded in as another process saw
-    it from ``/proc``; :class:`~initorch.errors.InitorchError` (exit 2) when there are
-    none or one is not a timeline."""
+    """The launch's timeline from the process files in ``directory`` (merged by the
+    core: each process as it recorded itself, one no file was recorded in as another
+    process saw it from ``/proc``), its processes in the order they started;
+    :class:`~initorch.errors.InitorchError` (exit 2) when there are none or one is not a
+    timeline."""
     from initorch.errors import InitorchError
     from initorch.location import display_path
     from initorch.reporting.timeline import merge, read_timeline
@@ -372,18 +370,7 @@ def read_launch(directory: str | os.PathLike[str]) -> Timeline:
                             f"({FILE_PATTERN.format(pid='<pid>')})",
                             hint="name this directory in the launch's timeline variable "
                                  "and start the server")
-    timelines = [read_timeline(str(path)) for path in files]
-    recorded = {int(t.labels[RECORDED_IN]) for t in timelines if RECORDED_IN in t.labels}
-    kept = []
-    for timeline in timelines:
-        own = timeline.labels.get(RECORDED_IN)
-        seen_here = {p.pid for p in timeline.processes
-                     if str(p.pid) == own or p.pid not in recorded}
-        kept.append(Timeline([p for p in timeline.processes if p.pid in seen_here],
-                             [p for p in timeline.phases if p.process in seen_here],
-                             timeline.ready, timeline.labels))
-    merged = merge(kept)
-    merged.labels.pop(RECORDED_IN, None)
+    merged = merge(read_timeline(str(path)) for path in files)
     merged.processes.sort(key=lambda process: min(
         (p.start for p in merged.phases if p.process == process.pid), default=0.0))
     return merged

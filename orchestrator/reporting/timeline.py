@@ -189,21 +189,36 @@ def _latest_end(phase: Phase) -> tuple[float, float]:
     return phase.end, phase.start
 
 
+RECORDED_IN = "recorded_in"
+"""The label of a timeline recorded inside one process of a server (its pid): that
+process as it recorded itself; the file's other processes are what it saw of them from
+outside (``/proc``), which :func:`merge` keeps only for a process no file was recorded in."""
+
+
 def merge(timelines: Iterable[Timeline]) -> Timeline:
     """One timeline of several (the ranks' reports, a launch's processes): a process
-    seen twice keeps its first description; the ready moment is the latest one."""
+    seen twice keeps its first description, except that a process recorded in a file of
+    its own (:data:`RECORDED_IN`) is described by that file alone; the ready moment is
+    the latest one."""
+    given = list(timelines)
+    recorded = {t.labels[RECORDED_IN] for t in given if RECORDED_IN in t.labels}
     processes: dict[int, Process] = {}
     phases: list[Phase] = []
     readies: list[float] = []
     labels: dict[str, str] = {}
-    for timeline in timelines:
+    for timeline in given:
+        own = timeline.labels.get(RECORDED_IN)
+        dropped = {process.pid for process in timeline.processes  # described elsewhere
+                   if str(process.pid) != own and str(process.pid) in recorded}
         for process in timeline.processes:
-            processes.setdefault(process.pid, process)
-        phases += timeline.phases
+            if process.pid not in dropped:
+                processes.setdefault(process.pid, process)
+        phases += [phase for phase in timeline.phases if phase.process not in dropped]
         if timeline.ready is not None:
             readies.append(timeline.ready)
         for key, value in timeline.labels.items():
-            labels.setdefault(key, value)
+            if key != RECORDED_IN:
+                labels.setdefault(key, value)
     return Timeline(list(processes.values()), sorted(phases, key=lambda p: (p.process, p.start)),
                     max(readies) if readies else None, labels)
 
