@@ -65,16 +65,16 @@ is the process with no multiprocessing parent."""
 PHASES: dict[str, tuple[str, ...]] = {
     # The launcher: http_server.py:3125 launch_server -> Engine._launch_subprocesses
     # (entrypoints/engine.py:1129: the ranks and the detokenizer spawned, the tokenizer
-    # manager built at :1336, the ranks awaited at :1346 -> :2013), then
+    # manager built at :1339, the ranks awaited at :1350 -> :2013), then
     # _setup_and_run_http_server (http_server.py:2841: uvicorn), whose lifespan starts
-    # _wait_and_warmup (:450 -> :2572: /model_info polled, a warm-up request).
+    # _wait_and_warmup (:451 -> :2572: /model_info polled, a warm-up request).
     # Engine's classmethods are not hooked: an ``around`` wrapper would unbind them.
     "launcher": (f"{_HTTP_SERVER}.launch_server",
                  "sglang.srt.managers.tokenizer_manager.TokenizerManager.__init__",
                  "sglang.srt.entrypoints.engine._wait_for_scheduler_ready",
                  f"{_HTTP_SERVER}._setup_and_run_http_server",
                  f"{_HTTP_SERVER}._wait_and_warmup"),
-    # A rank: run_scheduler_process (managers/scheduler.py:6311) -> publish,
+    # A rank: run_scheduler_process (managers/scheduler.py:6310) -> publish,
     # configure_scheduler_process (:6257), Scheduler(...) (:6362; its __init__ at :465 is
     # framed by verify's hook) -> init_model_worker (:568 -> :1128: weights, KV pools,
     # attention backends :1113, graph capture :1122), build_kv_cache (:575; HiCache's
@@ -84,8 +84,8 @@ PHASES: dict[str, tuple[str, ...]] = {
                   "sglang.srt.managers.scheduler.Scheduler.init_all_attention_backends",
                   "sglang.srt.managers.scheduler.Scheduler.init_all_cuda_graphs",
                   "sglang.srt.mem_cache.kv_cache_builder.build_kv_cache"),
-    # The detokenizer: run_detokenizer_process (managers/detokenizer_manager.py:546) ->
-    # DetokenizerManager(...) (:560; __init__ at :107), then its event loop.
+    # The detokenizer: run_detokenizer_process (managers/detokenizer_manager.py:545) ->
+    # DetokenizerManager(...) (:559; __init__ at :107), then its event loop.
     "detokenizer": ("sglang.srt.managers.detokenizer_manager.DetokenizerManager.__init__",),
 }
 """The SGLang functions whose calls are phases, by process (0.5.23's lines)."""
