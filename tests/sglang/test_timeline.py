@@ -6,15 +6,18 @@ process wrote, as ``initorch sglang timeline`` prints and draws it, and in chrom
 from __future__ import annotations
 
 import json
+import logging
+import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from initorch.kit.timeline import read_launch, written_ready
+from initorch.kit import ProcessRecorder, read_launch, written_ready
 from initorch.reporting.redaction import REDACTED
 from initorch.reporting.timeline import NOT_MEASURED, Phase, Timeline
 from tests.sglang.server import (
@@ -210,3 +213,37 @@ def picture(page: Path, timeline: Timeline) -> None:
                                             "sglang_load_model", NOT_MEASURED}
     assert seen["ready_x"] == pytest.approx(left + (filled.ready_at() - filled.origin) * scale,
                                             abs=2.0)
+
+
+def test_a_constructor_that_fails_is_written_failed_and_never_up(tmp_path: Path) -> None:
+    from initorch_sglang.timeline import LaunchRecording
+
+    recording = LaunchRecording(str(tmp_path), "scheduler", ProcessRecorder())
+
+    def constructor(scheduler: object, server_args: object) -> None:
+        raise RuntimeError("no memory for the KV pool")
+
+    def verify_hook(original: Callable[..., Any], *args: Any) -> Any:
+        return original(*args)
+
+    with pytest.raises(RuntimeError, match="no memory"):
+        recording.frame_scheduler(verify_hook)(constructor, object(), object())
+    [written] = tmp_path.iterdir()
+    timeline = read_launch(tmp_path)
+    assert written.name == f"process-{os.getpid()}.json"
+    [framed] = [p for p in timeline.phases if p.name == "Scheduler.__init__"]
+    assert framed.status == "failed"
+    assert timeline.processes[0].ready is None  # it never came up
+
+
+def test_a_timeline_that_cannot_be_written_is_one_warning_and_sglang_goes_on(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from initorch_sglang.timeline import LaunchRecording
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    recording = LaunchRecording(str(blocked / "timeline"), "detokenizer", ProcessRecorder())
+    with caplog.at_level(logging.WARNING, logger="initorch_sglang"):
+        recording.write_up()
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line.startswith("initorch-sglang: cannot write the start-up timeline to ")

@@ -168,8 +168,10 @@ class LaunchRecording:
                                          detail="with initorch's plan and session at its "
                                                 "start and its report at its end"):
                     result = hook(constructor, scheduler, *args, **kwargs)
-            finally:
-                self.write_up()
+            except BaseException:
+                self.write()  # the failed constructor, never up
+                raise
+            self.write_up()
             self._watch_first_batch(scheduler)
             return result
 
@@ -221,8 +223,9 @@ class LaunchRecording:
         self.write()
 
     def write(self) -> None:
-        """Write this process's file (never raising into SGLang: a file that cannot be
-        written is one warning line)."""
+        """Write this process's file, never raising into SGLang: the start-up's outcome
+        does not depend on its timeline, and a file that cannot be written (or made) is
+        one warning line."""
         from initorch_sglang.engine import SGLANG
 
         with self._write_lock:
@@ -230,9 +233,10 @@ class LaunchRecording:
                 with self.recorder.accounted():
                     timeline = self._snapshot()
                 self.recorder.write(self.directory, timeline)
-            except OSError as error:
-                logger.warning("%s: cannot write the start-up timeline to %s: %s",
-                               SGLANG.integration, self.directory, error.strerror or error)
+            except Exception as error:  # reported; SGLang goes on
+                logger.warning("%s: cannot write the start-up timeline to %s: %s: %s",
+                               SGLANG.integration, self.directory, type(error).__name__,
+                               error)
 
     def _snapshot(self) -> Timeline:
         processes, phases = unrecorded_processes(self.recorder.pid, time.time()) \
