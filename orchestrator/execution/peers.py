@@ -18,7 +18,11 @@ joins it; the core never imports torch).  Over it the run:
 
 Store traffic is linear in the ranks: rank 0 watches every heartbeat and publishes
 a bounded summary that the others read (:mod:`initorch.execution.watch`), and a
-barrier is one counter.  ``docs/ranks.md`` counts the operations.
+barrier is one counter.  A rank other than the watcher that waits for a key (the
+verdict on the plans, every rank having read a disagreement) does not poll the store
+for it: its heartbeat thread waits for the key on the store between two beats, so the
+wait costs one store call per beat, however long the slowest rank takes, and ends as
+soon as the key is written.  ``docs/ranks.md`` counts the operations.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from initorch.errors import PeerError
@@ -75,6 +80,8 @@ DISAGREEMENT_LINGER_S = 4 * POLL_MAX_S  # a rank between two polls reads the sto
 AGREEMENT_KEY = "agreement"
 ROSTER_KEY = "roster"  # "0,3,1,...": each rank adds itself once, when it starts beating
 DISAGREED_KEY = "disagreed"  # counts the ranks that have read a disagreement
+ALL_NAMED_KEY = "disagreed/all"  # written by the last of them
+MIN_STORE_WAIT_S = 0.01  # a shorter wait for a key is left to the next beat
 
 
 @runtime_checkable
@@ -92,6 +99,10 @@ class KeyValueStore(Protocol):
     def multi_get(self, keys: list[str]) -> list[bytes]: ...
 
     def append(self, key: str, value: bytes) -> None: ...
+
+    def wait(self, keys: list[str], timeout: timedelta) -> None:
+        """Return once every key exists; raise after ``timeout`` (torch: ``DistStoreError``).
+        torch's client holds its connection meanwhile: no other call on it runs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,16 +154,18 @@ class JobPeers:
     Created when the job's store is joined: :meth:`start` the heartbeat first,
     then :meth:`agree`; :meth:`leave` when done.  Rank 0 is the watcher (it reads
     every rank's progress); the others read its summary.  ``clock`` and ``sleep``
-    are injectable so that tests need not wait in real time.
+    are injectable so that tests need not wait in real time; the default sleep of a
+    rank waiting for a key ends as soon as its heartbeat thread has seen the key.
     """
 
     def __init__(self, job: JobStore, rank: RankInfo, log: Any, *,
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] | None = None) -> None:
         self.job = job
         self.rank = rank
         self.log = log
-        self._clock, self._sleep = clock, sleep
+        self._clock, self._sleep = clock, sleep or time.sleep
+        self._real_sleep = sleep is None
         self._store = job.peers
         self._lock = threading.Lock()  # what the heartbeat thread shares with the run
         self._reading = threading.Lock()  # one read of the job at a time, in order
@@ -172,6 +185,11 @@ class JobPeers:
         self._lost: dict[int, str] = {}  # peers whose heartbeat stopped, as peer_lost said
         self._broken: list[PeerState] = []  # peers that broke off, as last read
         self._unlisted = 0  # peers that stopped, as last read, beyond the summary's list
+        self._view = View()  # the heartbeat thread's last read
+        self._awaited: str | None = None  # the key the heartbeat thread waits for
+        self._arrivals: set[str] = set()  # the awaited keys it saw written
+        self._arrived = threading.Event()  # wakes the rank waiting for the key
+        self._wake = threading.Event()  # wakes the heartbeat thread: a key, or stop
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -205,7 +223,11 @@ class JobPeers:
         self._store.set(f"plan/{self.rank.rank}", json.dumps(own).encode())
         self._publish(**{PLAN: compared_digest(own)})
         self._wait(self._judged if self._watching else self._verdict_published, PLAN,
-                   "publish its plan", self.job.bounds.join_s)
+                   "publish its plan", self.job.bounds.join_s, key=AGREEMENT_KEY)
+        if not self._watching and not self._summary_seen:
+            # Agreed before its heartbeat read the summary: read it once, so that this
+            # rank knows which rank serves the store should the store go away.
+            self._refresh()
         published = json.loads(self._store.get(AGREEMENT_KEY))
         error = verdict_error(published) or self._outside_the_verdict(own, published)
         if error is not None:
@@ -257,15 +279,19 @@ class JobPeers:
         whole job when its first rank fails (torchrun's agent sends SIGTERM): a rank
         still between two polls of the store would be ended before it read the
         verdict, and its last line would not name what differs.  One counter: each
-        rank adds itself and waits for the others."""
-        named = len(error.ranks)
-        self._store.add(DISAGREED_KEY, 1)
+        rank adds itself, the last one writes ``ALL_NAMED_KEY``, which the others await."""
         deadline = self._clock() + DISAGREEMENT_LINGER_S
-        interval = POLL_START_S
         with contextlib.suppress(Exception):  # a store gone meanwhile: nobody to wait for
-            while self._store.add(DISAGREED_KEY, 0) < named and self._clock() < deadline:
-                self._sleep(interval)
-                interval = min(interval * 2, POLL_MAX_S)
+            if self._store.add(DISAGREED_KEY, 1) >= len(error.ranks):
+                self._store.set(ALL_NAMED_KEY, b"")
+                return
+            with self._awaiting(ALL_NAMED_KEY) as beating:
+                interval = POLL_START_S
+                while self._clock() < deadline and not (
+                        ALL_NAMED_KEY in self._arrivals if beating
+                        else self._store.check([ALL_NAMED_KEY])):
+                    self._nap(interval, beating)
+                    interval = min(interval * 2, POLL_MAX_S)
 
     # -- progress -----------------------------------------------------------------------
 
@@ -280,7 +306,10 @@ class JobPeers:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop the heartbeat: at once, or within a beat when its thread is waiting on
+        the store for a key nobody wrote (torch's wait cannot be cut short)."""
         self._stop.set()
+        self._wake.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
@@ -317,7 +346,7 @@ class JobPeers:
         and keep it for :meth:`lost`: a run whose own steps all succeeded still lost
         part of its job.  The watcher reads ``READS_PER_BEAT`` times per beat."""
         interval = self.job.bounds.beat_s / (READS_PER_BEAT if self._watching else 1)
-        while not self._stop.wait(interval):
+        while not self._between_beats(interval):
             try:
                 self._publish()
                 view = self._refresh()
@@ -330,6 +359,55 @@ class JobPeers:
                     with self._lock:
                         self._lost[state.rank] = state.text
                     self.log.error("peer_lost", lost_rank=state.rank, problem=state.text)
+
+    def _between_beats(self, seconds: float) -> bool:
+        """Wait out the time to the next beat; true once the heartbeat is to stop.  While
+        the run awaits a key, the wait is on the store, for that key: the rank learns of
+        it as soon as it is written, at one store call per beat (a wait that the store's
+        client holds for a beat at most, so the next beat is never late)."""
+        end = time.monotonic() + seconds
+        while not self._stop.is_set():
+            self._wake.clear()
+            key, left = self._awaited, end - time.monotonic()
+            if left <= 0:
+                return False
+            if key is None or key in self._arrivals or left < MIN_STORE_WAIT_S:
+                self._wake.wait(left)
+                continue
+            try:
+                self._store.wait([key], timedelta(seconds=left))
+            except Exception:  # not written by the next beat (torch's DistStoreError), or
+                return False   # the store went away, which the beat's write then says
+            self._arrivals.add(key)
+            self._arrived.set()
+        return True
+
+    def _beating(self) -> bool:
+        thread = self._thread
+        return thread is not None and thread.is_alive() and not self._stop.is_set()
+
+    @contextmanager
+    def _awaiting(self, key: str) -> Iterator[bool]:
+        """Have the heartbeat thread wait for ``key`` while the body runs; yields whether
+        it does (the watcher, and a rank whose heartbeat is not beating, read the store
+        themselves)."""
+        beating = not self._watching and self._beating()
+        if beating:
+            self._arrived.clear()
+            self._awaited = key
+            self._wake.set()
+        try:
+            yield beating
+        finally:
+            if beating:
+                self._awaited = None
+
+    def _nap(self, seconds: float, beating: bool) -> None:
+        """Sleep between two looks; a real sleep ends early when the awaited key came."""
+        if beating and self._real_sleep:
+            self._arrived.wait(seconds)
+        else:
+            self._sleep(seconds)
 
     def broken_off(self) -> PeerError | None:
         """The error for the peers that broke off (died, or failed), as this rank last
@@ -358,6 +436,7 @@ class JobPeers:
         with self._lock:
             self._broken = [s for s in view.stopped if s.broke_off]
             self._unlisted = view.unlisted
+            self._view = view
         return view
 
     def _scan(self) -> View:
@@ -446,17 +525,32 @@ class JobPeers:
     # -- waiting for peers --------------------------------------------------------------
 
     def _wait(self, ready: Callable[[View], bool], point: str, waiting_for: str,
-              bound: float) -> None:
+              bound: float, key: str | None = None) -> None:
         """Read the job until ``ready`` holds; fail at once when a peer failed, left
         or was lost, or after ``bound`` seconds, naming the ranks not yet at
-        ``point`` and where each was last seen."""
+        ``point`` and where each was last seen.  With ``key`` (written once ``ready``
+        holds), a rank whose heartbeat thread awaits it reads no store here: the key's
+        arrival, and the job as that thread last read it (once per beat)."""
+        with self._awaiting(key) if key is not None else contextlib.nullcontext(False) as beating:
+            self._wait_reading(ready, point, waiting_for, bound, key if beating else None)
+
+    def _wait_reading(self, ready: Callable[[View], bool], point: str, waiting_for: str,
+                      bound: float, key: str | None) -> None:
         deadline = self._clock() + bound
         said = self._clock()
         interval = POLL_START_S
         while True:
-            view = self._refresh()
-            if ready(view):
-                return
+            if key is not None and not self._beating():
+                key = None  # the heartbeat stopped (the store went away): read it here
+            if key is None:
+                view = self._refresh()
+                if ready(view):
+                    return
+            else:
+                with self._lock:
+                    view = self._view
+                if key in self._arrivals:
+                    return
             if view.stopped:
                 raise stopped_peers(list(view.stopped[:LISTED]), self.rank.rank,
                                     view.unlisted + max(len(view.stopped) - LISTED, 0))
@@ -476,7 +570,7 @@ class JobPeers:
                               missing=list(late.ranks[:MAX_SHOWN]), store=self.job.address,
                               time_left_s=round(deadline - now, 1),
                               last_seen=self._last_seen(late))
-            self._sleep(interval)
+            self._nap(interval, key is not None)
             interval = min(interval * 2, POLL_MAX_S)
 
     def _behind(self, view: View, point: str) -> Behind:

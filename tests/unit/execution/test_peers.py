@@ -11,6 +11,7 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -31,15 +32,17 @@ QUICK = PeerBounds(join_s=WAIT, peer_s=WAIT, barrier_s=WAIT)
 
 class MemoryStore:
     """torch.distributed ``Store`` semantics in memory: ``add`` counts, ``check`` says
-    whether keys exist, values are bytes.  Thread-safe."""
+    whether keys exist, ``wait`` blocks until they do (``TimeoutError`` after its
+    timeout, where torch raises ``DistStoreError``), values are bytes.  Thread-safe."""
 
     def __init__(self) -> None:
         self.data: dict[str, bytes] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
 
     def set(self, key: str, value: bytes) -> None:
         with self._lock:
             self.data[key] = bytes(value)
+            self._lock.notify_all()
 
     def get(self, key: str) -> bytes:
         with self._lock:
@@ -49,6 +52,7 @@ class MemoryStore:
         with self._lock:
             value = int(self.data.get(key, b"0")) + amount
             self.data[key] = str(value).encode()
+            self._lock.notify_all()
             return value
 
     def check(self, keys: list[str]) -> bool:
@@ -62,6 +66,13 @@ class MemoryStore:
     def append(self, key: str, value: bytes) -> None:
         with self._lock:
             self.data[key] = self.data.get(key, b"") + bytes(value)
+            self._lock.notify_all()
+
+    def wait(self, keys: list[str], timeout: timedelta) -> None:
+        with self._lock:
+            if not self._lock.wait_for(lambda: all(key in self.data for key in keys),
+                                       timeout.total_seconds()):
+                raise TimeoutError(f"wait timeout after {timeout}, keys: {keys}")
 
 
 @dataclass
@@ -355,7 +366,7 @@ class DyingStore(MemoryStore):
     dead = False
 
     def __getattribute__(self, name: str) -> Any:
-        if name in ("set", "get", "add", "check", "multi_get", "append") and \
+        if name in ("set", "get", "add", "check", "multi_get", "append", "wait") and \
                 object.__getattribute__(self, "dead"):
             raise ConnectionResetError("Connection reset by peer")
         return object.__getattribute__(self, name)
@@ -599,7 +610,7 @@ class CountingMemoryStore(MemoryStore):
 
     def __getattribute__(self, name: str) -> Any:
         found = object.__getattribute__(self, name)
-        if name in ("set", "get", "add", "check", "multi_get", "append"):
+        if name in ("set", "get", "add", "check", "multi_get", "append", "wait"):
             calls = object.__getattribute__(self, "calls")
 
             def counted(first: Any, *rest: Any) -> Any:
@@ -687,3 +698,32 @@ def test_a_watcher_whose_summary_stops_moving_is_named_by_every_other_rank():
         assert error is not None and error.ranks == (0,)
         assert str(error).startswith("rank 0 stopped answering: its heartbeat has not moved")
         assert "it was last seen in step serve (running)" in str(error)
+
+
+def test_a_rank_waiting_for_the_verdict_reads_the_store_once_per_beat_not_per_poll():
+    # Polling the summary every 0.02-0.5 s while waiting for the slowest rank made the
+    # store calls to agree grow with how long the job took to gather: here rank 1 waits
+    # a second for rank 0, over which it polled six times; its heartbeat thread now waits
+    # for the verdict on the store instead, one call per beat (2 s here).
+    import time
+
+    store = CountingMemoryStore()
+    plan = load_plan(["cpu"])
+    early, watcher = peers_of(store, 1, 2), peers_of(store, 0, 2)
+    early.start()
+    thread = threading.Thread(target=early.agree, args=(plan,))
+    thread.start()
+    published = threading.Event()
+    while not published.wait(0.01):
+        if "plan/1" in store.data:
+            published.set()
+    time.sleep(1.0)  # rank 0 is slow to publish its plan
+    watcher.start()
+    watcher.agree(plan)
+    thread.join(WAIT)
+    for peers in (early, watcher):
+        peers.stop()
+    assert any(e[1] == "plan_agreed" for e in early.log.events)
+    reads = [call for call in store.calls if call in (("get", "summary"), ("check", "summary"),
+                                                       ("wait", "agreement"))]
+    assert ("wait", "agreement") in reads and len(reads) <= 3, reads
