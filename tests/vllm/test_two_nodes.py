@@ -123,8 +123,7 @@ def start(host: Host, command: list[str], variables: Mapping[str, str], log: Pat
     in the tests' vLLM environment with ``variables``."""
     with log.open("wb") as out:
         process = subprocess.Popen([*host.prefix, *command], env=environment(variables),
-                                   cwd=log.parent,
-                                   stdout=out, stderr=subprocess.STDOUT,
+                                   cwd=log.parent, stdout=out, stderr=subprocess.STDOUT,
                                    start_new_session=True)
     return Server(process, port, log, time.monotonic())
 
