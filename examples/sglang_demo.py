@@ -16,6 +16,11 @@
    ``run_with_deadline``'s daemon thread, which never set the device.  Stock SGLang
    fails as on an Ascend machine; verify mode stops it naming the vendor call, the
    thread and SGLang's line; drive mode binds that thread and the server serves.
+6. Where the verify-mode start-up of part 3 went: every process of that launch (the
+   launcher, the two ranks, the detokenizer) recorded its start-up timeline
+   (``INITORCH_SGLANG_TIMELINE``), and ``initorch sglang timeline`` prints the chain to
+   ready and the phases longest first, and writes the merged trace and the picture
+   (``build/sglang-demo-timeline/``).
 
 SGLang runs from ``.venv-sglang`` with the test-vehicle CPU platform of
 ``tests/sglang/site`` (SGLang has no CPU kernels on PyPI; see tests/sglang/site) and a
@@ -26,9 +31,11 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,6 +51,9 @@ from tests.sglang.server import (  # noqa: E402
     sglang_venv,
 )
 from tests.sglang.tiny_model import make_tiny_model  # noqa: E402
+
+TIMELINE = REPO / "build" / "sglang-demo-timeline"
+"""Where the verify-mode launch writes its processes' timelines, and the picture goes."""
 
 
 def show(command: list[str], environ: dict[str, str]) -> None:
@@ -68,6 +78,8 @@ def serve(mode: str, model: Path, master: Master, work: Path) -> list[int]:
              "INITORCH_SGLANG_TRACE": str(work / f"{mode}-trace-{{rank}}.json")}
     if mode == "verify":
         extra["SGLANG_CPU_OMP_THREADS_BIND"] = "0|1"
+        shutil.rmtree(TIMELINE, ignore_errors=True)
+        extra["INITORCH_SGLANG_TIMELINE"] = str(TIMELINE)
     command = [str(sglang_venv() / "bin" / "python"), "-m", "sglang.launch_server",
                *launch_arguments(model, 0)]
     show(command, server_environment(master, extra))
@@ -75,6 +87,13 @@ def serve(mode: str, model: Path, master: Master, work: Path) -> list[int]:
         ready = server.wait_ready()
         tokens = server.generate()
         print(f"ready after {ready:.1f} s; POST /generate 'w1 w2 w3' -> {tokens}")
+        if mode == "verify":  # the launcher writes the ready moment just after answering
+            from initorch.kit import written_ready
+
+            deadline = time.monotonic() + 60
+            while written_ready(TIMELINE, server.process.pid) is None and \
+                    time.monotonic() < deadline:
+                time.sleep(0.2)
     report = json.loads((work / f"{mode}-report-0.json").read_text())
     print(report["sglang"]["table"])
     print(f"processes left after shutdown: {server.leftovers or 'none'}")
@@ -134,7 +153,9 @@ def main() -> int:
             "something DID NOT behave as expected"
         print(f"\nverify and drive mode gave {same}; on the simulated Ascend context {story}; "
               "the master is stopped")
-        return 0 if verified == driven and ascend else 1
+        print("\n--- Where the verify-mode start-up went, every process ---")
+        timeline = run_initorch(["sglang", "timeline", str(TIMELINE)], environ)
+        return 0 if verified == driven and ascend and timeline == 0 else 1
 
 
 if __name__ == "__main__":
