@@ -318,8 +318,9 @@ def _refuse_unmodelled(device: str, exec_args: Any, parallel: Any) -> None:
 
 def _run(options: Options, server_args: Any, parallel: Any) -> Run:
     from initorch import RankInfo, Run
+    from initorch_sglang.verify import installed_registry
 
-    registry = engine_performed(_ACTIONS, engine=SGLANG.name)
+    registry = engine_performed(_ACTIONS, engine=SGLANG.name, installed=installed_registry())
     plan = selection_for(server_args, options).with_overlay(DRIVE_OVERLAY).plan(registry)
     _keep_profile_environment(plan)
     world = int(parallel.tp_size * parallel.pp_size)
