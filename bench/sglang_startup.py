@@ -21,8 +21,9 @@ process; with ``--profile`` it also writes a cProfile of each span.
 
 ``--rank-path N`` times initorch's own path through a rank instead, N rounds per tree, in
 fresh interpreters of the SGLang venv that import SGLang's scheduler module first (what a
-rank has imported when it loads the plugins): the import of the integration's session,
-``Registry.with_plugins``, the plan, then drive mode's registry, plan and ``Run``.
+rank has imported when it loads the plugins): the import of the integration's verify
+module, the installed plugins' registry, the plan, then drive mode's registry, plan and
+the import of the run.
 
 ``--tree LABEL=REV`` adds verify and drive mode on initorch as it was at git revision
 REV (its core and its SGLang integration, put ahead of the installed ones on the
@@ -93,13 +94,19 @@ class Samples:
     share: dict[str, list[float]] = field(default_factory=dict)
     own: dict[str, dict[str, list[tuple[float, float]]]] = field(default_factory=dict)
     phases: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    runtime: dict[str, dict[str, list[float]]] = field(default_factory=dict)
 
 
-def variants(trees: dict[str, Path]) -> dict[str, Variant]:
-    """Stock SGLang, then verify and drive mode on each tree (``""``: the installed one)."""
-    found = {STOCK: Variant({"INITORCH_TEST_STOCK_CPU_POOL": "1", **BIND})}
+def variants(trees: dict[str, Path], chosen: tuple[str, ...] = ("stock", *MODES.values())
+             ) -> dict[str, Variant]:
+    """Stock SGLang, then verify and drive mode on each tree (``""``: the installed one);
+    ``chosen`` names the ones to start (``stock``, ``verify``, ``drive``)."""
+    found = {STOCK: Variant({"INITORCH_TEST_STOCK_CPU_POOL": "1", **BIND})} \
+        if "stock" in chosen else {}
     for label, site in trees.items():
         for name, mode in MODES.items():
+            if mode not in chosen:
+                continue
             key = f"{name} ({label})" if label else name
             found[key] = Variant({"INITORCH_SGLANG": mode, **BIND}, site if label else None)
     return found
@@ -123,6 +130,20 @@ def build_tree(revision: str, integration: str | None, folder: Path) -> Path:
     return site
 
 
+def cache_verdict(site: Path | None) -> None:
+    """Have the integration of ``site`` (``None``: the installed one) judge the installed
+    SGLang once, outside the timed launches: the verdict is cached per release and per
+    integration code (``initorch_sglang.version``), which an installed integration reads
+    from its first launch on; a tree's first launcher would otherwise read the release
+    for about 20 s."""
+    from tests.sglang.server import sglang_venv
+
+    environ = {**os.environ, "PYTHONPATH": str(site)} if site is not None else None
+    subprocess.run([str(sglang_venv() / "bin" / "python"), "-c",
+                    "from initorch_sglang.version import sglang_verdict; sglang_verdict()"],
+                   env=environ, check=True, capture_output=True)
+
+
 def compile_checkout() -> None:
     """Write the checkout's bytecode (the installed editable initorch and integration)."""
     for part in TREE_PARTS:
@@ -138,10 +159,43 @@ def uptime() -> float:
     return float(Path("/proc/uptime").read_text().split()[0])
 
 
+RUNTIME_POINTS = {
+    "runtime: wait for the last rank": ("runtime in", "last runtime in"),
+    "runtime: after the last rank": ("last runtime in", "groups out"),
+    "process groups": ("groups in", "groups out"),
+    "process groups: wait for the last rank": ("groups in", "last groups in"),
+    "process groups: after the last rank": ("last groups in", "groups out"),
+    "rendezvous step": ("rendezvous in", "rendezvous out"),
+    "rendezvous: wait for the last rank": ("rendezvous in", "last rendezvous in"),
+    "rendezvous: after the last rank": ("last rendezvous in", "rendezvous out"),
+    "rendezvous: store joined": ("rendezvous in", "agree in"),
+    "agreement": ("agree in", "agree out"),
+}
+"""Spans of a rank's parallel runtime, between the probe's marks (``last X``: the latest
+rank's ``X`` in the launch).  A rank that arrived first waits for the last one in any
+mode: stock SGLang in its process-group init, drive mode in its plan agreement.  What a
+rank spends after the last rank arrived is what the mode itself costs there."""
+
+
+def runtime_spans(marks: list[dict[str, float]], found: dict[str, list[float]]) -> None:
+    """Each rank's :data:`RUNTIME_POINTS` spans, from the marks of one launch's ranks."""
+    latest = {f"last {point}": max(rank[point] for rank in marks)
+              for point in ("runtime in", "groups in", "rendezvous in")
+              if marks and all(point in rank for rank in marks)}
+    for rank in marks:
+        points = rank | latest
+        for span, (start, end) in RUNTIME_POINTS.items():
+            if start in points and end in points:
+                found.setdefault(span, []).append(points[end] - points[start])
+
+
 def collect(work: Path, name: str, up_at: float, found: Samples) -> None:
     """Each process's own seconds and share, from the probe and the ranks' reports."""
+    marks = []
     for path in sorted((work / "probe").glob("*.json")):
         probe = json.loads(path.read_text())
+        if probe.get("marks_s"):
+            marks.append(probe["marks_s"])
         role = ROLES.get(str(probe["role"]), str(probe["role"]))
         spans = probe["spans_s"]
         imported = spans.get("plugin import", 0.0)
@@ -156,6 +210,7 @@ def collect(work: Path, name: str, up_at: float, found: Samples) -> None:
             own = imported + spans.get("plugin call", 0.0)
             process_up = up_at - process_start(probe)
         found.own[name].setdefault(role, []).append((own, own / process_up))
+    runtime_spans(marks, found.runtime[name])
 
 
 def start_up(model: Path, master: Master, variant: Variant, work: Path, name: str, tp: int,
@@ -182,13 +237,18 @@ def start_up(model: Path, master: Master, variant: Variant, work: Path, name: st
 
 
 def samples(runs: int, tp: int = 2, trees: dict[str, Path] | None = None,
-            profile: bool = False) -> Samples:
-    """Every variant ``runs`` times, interleaved, on ``tp`` ranks."""
-    chosen = variants(trees or {"": REPO})
+            profile: bool = False, kinds: tuple[str, ...] = ("stock", *MODES.values())
+            ) -> Samples:
+    """Every variant of ``kinds`` ``runs`` times, interleaved, on ``tp`` ranks."""
+    chosen = variants(trees or {"": REPO}, kinds)
     found = Samples(up={name: [] for name in chosen}, share={name: [] for name in chosen},
-                    own={name: {} for name in chosen}, phases={name: {} for name in chosen})
+                    own={name: {} for name in chosen}, phases={name: {} for name in chosen},
+                    runtime={name: {} for name in chosen})
     if not trees:
         compile_checkout()
+    sites: list[Path | None] = list(trees.values()) if trees else [None]
+    for site in sites:
+        cache_verdict(site)
     with tempfile.TemporaryDirectory(prefix="initorch-bench-sglang-") as folder:
         work = Path(folder)
         model = make_tiny_model(work / "tiny-llama")
@@ -209,28 +269,36 @@ RANK_PATH_PHASES = ("import", "plugins", "plan", "drive")
 
 
 def rank_path() -> None:
-    """In an SGLang venv: initorch's path through a rank, its phases' seconds as JSON."""
+    """In an SGLang venv: initorch's path through a rank, its phases' seconds as JSON.
+
+    As the tree's own integration takes it: verify's registry and plan, then drive mode's
+    registry (from verify's, where the tree reuses it), its plan and the import of the
+    run."""
     import importlib
 
     importlib.import_module("sglang.srt.managers.scheduler")  # as a rank has, first
     spent: dict[str, float] = {}
     began = time.perf_counter()
-    importlib.import_module("initorch_sglang.session")
+    verify = importlib.import_module("initorch_sglang.verify")
     spent["import"] = time.perf_counter() - began
     from initorch import Registry
-    from initorch_sglang.drive import drive_registry
+    from initorch.kit import engine_performed
+    from initorch_sglang import drive
     from initorch_sglang.selection import DRIVE_OVERLAY, Selection
 
     selection = Selection(("sglang",), "cpu", (("hicache.enabled", True),))
+    shared = getattr(verify, "installed_registry", None)
     began = time.perf_counter()
-    registry = Registry.with_plugins()
+    registry = Registry.with_plugins() if shared is None else shared()
     spent["plugins"] = time.perf_counter() - began
     began = time.perf_counter()
     selection.plan(registry)
     spent["plan"] = time.perf_counter() - began
     began = time.perf_counter()
     importlib.import_module("initorch.execution.run")
-    selection.with_overlay(DRIVE_OVERLAY).plan(drive_registry())
+    driven = engine_performed(vars(drive)["_ACTIONS"], engine="SGLang",
+                              installed=None if shared is None else shared())
+    selection.with_overlay(DRIVE_OVERLAY).plan(driven)
     spent["drive"] = time.perf_counter() - began
     print(json.dumps(spent))
 
@@ -267,9 +335,10 @@ def print_rank_path(found: dict[str, dict[str, list[float]]]) -> None:
 
 def print_samples(found: Samples, tp: int) -> None:
     print(f"the real SGLang server (tp={tp}, HiCache + Mooncake Store), seconds to up:")
-    print_ratios(found.up, STOCK, "s")
+    baseline = STOCK if STOCK in found.up else next(iter(found.up))
+    print_ratios(found.up, baseline, "s")
     print("seconds to ready:")
-    print_ratios(found.ready, STOCK, "s")
+    print_ratios(found.ready, baseline, "s")
     print("initorch's own time in each process: seconds, and share of the process's "
           "start-up to up (goal <= 1%), median [min-max]:")
     for name, roles in found.own.items():
@@ -287,6 +356,13 @@ def print_samples(found: Samples, tp: int) -> None:
                 f"{phase} {statistics.median(values) * 1000:.0f} "
                 f"[{min(values) * 1000:.0f}-{max(values) * 1000:.0f}]"
                 for phase, values in phases.items()))
+    if any(found.runtime.values()):
+        print("a rank's parallel runtime by span (probe marks, every rank), milliseconds, "
+              "median [min-max]:")
+    for name, spans in found.runtime.items():
+        for span, values in spans.items():
+            print(f"  {name:<28} {span:<36} {statistics.median(values) * 1000:7.0f} "
+                  f"[{min(values) * 1000:.0f}-{max(values) * 1000:.0f}]  ({len(values)})")
 
 
 def main() -> None:
@@ -299,6 +375,9 @@ def main() -> None:
                              "installed checkout is left out)")
     parser.add_argument("--integration-from", metavar="REV",
                         help="every tree's SGLang integration from REV")
+    parser.add_argument("--variants", nargs="+", choices=("stock", *MODES.values()),
+                        default=("stock", *MODES.values()),
+                        help="which start-ups to time (default all three)")
     parser.add_argument("--profile", action="store_true",
                         help="a cProfile of each span, kept in out/sglang-profiles")
     parser.add_argument("--rank-path", type=int, metavar="N",
@@ -317,7 +396,8 @@ def main() -> None:
             print_rank_path(rank_path_samples(args.rank_path, trees or {"checkout": REPO}))
             return
         for tp in args.tp:
-            print_samples(samples(args.runs, tp, trees or None, args.profile), tp)
+            print_samples(samples(args.runs, tp, trees or None, args.profile,
+                                  tuple(args.variants)), tp)
 
 
 if __name__ == "__main__":

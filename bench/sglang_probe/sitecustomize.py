@@ -9,8 +9,16 @@ the detokenizer and every rank alike.  It writes them, with the process's start 
 the kernel's clock, its role (SGLang's target function) and a rank's world rank, to
 ``<folder>/<pid>.json`` as soon as they are known (the ranks are killed at shutdown:
 nothing is left for ``atexit``).  With ``INITORCH_BENCH_PROFILE=1`` it also writes a
-cProfile of those spans, of the rank's session (``Session.begin``) and of drive mode's
-run (``drive._run``) to ``<folder>/<pid>.<span>.prof``.
+cProfile of those spans, of the rank's session (``verify.begin``) and of drive mode's
+plan (``drive._run``) to ``<folder>/<pid>.<span>.prof``.
+
+In a rank it also marks, on ``time.monotonic`` (``CLOCK_MONOTONIC``: one clock for every
+process of the host), when SGLang's parallel runtime begins (its ``_set_all_reduce_flags``,
+the first call stock SGLang and drive mode's preamble both make, ``bootstrap.py:127``)
+and when its process groups are entered and built (``_init_parallel_groups``, :303, both
+modes), and in drive mode when the ``rendezvous`` step and the ranks' plan agreement inside
+it are entered and left: the bench compares, across the ranks of one launch, what a rank
+waited for the last rank to arrive with what it spent after that (``marks_s``).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from typing import Any
 _FOLDER = os.environ.get("INITORCH_BENCH_PROBE", "")
 _PROFILE = os.environ.get("INITORCH_BENCH_PROFILE") == "1"
 _SPANS: dict[str, float] = {}
+_MARKS: dict[str, float] = {}  # time.monotonic() at each point of the parallel runtime
 _RANK: list[int] = []  # the world rank, once the rank's session began
 
 
@@ -42,7 +51,7 @@ def _save() -> None:
         started = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
     record = {"pid": os.getpid(), "role": _role(), "started_ticks": started,
               "ticks_per_s": os.sysconf("SC_CLK_TCK"), "spans_s": _SPANS,
-              "rank": _RANK[0] if _RANK else None}
+              "marks_s": _MARKS, "rank": _RANK[0] if _RANK else None}
     path = os.path.join(_FOLDER, f"{os.getpid()}.json")
     with open(path + ".tmp", "w") as out:
         json.dump(record, out)
@@ -67,24 +76,74 @@ def _measured(span: str, function: Callable[..., Any], *args: Any, **kwargs: Any
         _save()
 
 
-def _after_plugin_load() -> None:
-    """Time the rank's session and drive mode's run, once the plugin imported them."""
+def _marked(before: str, after: str | None, function: Callable[..., Any]
+            ) -> Callable[..., Any]:
+    """``function``, marking the first entry as ``before`` and the first return as
+    ``after`` (saved at once: a rank may be killed at any point after)."""
+
+    def marking(*args: Any, **kwargs: Any) -> Any:
+        _MARKS.setdefault(before, time.monotonic())
+        try:
+            return function(*args, **kwargs)
+        finally:
+            if after is not None:
+                _MARKS.setdefault(after, time.monotonic())
+            _save()
+
+    return marking
+
+
+def _mark_the_run() -> None:
+    """Mark the ``rendezvous`` step and the plan agreement inside it (the run's modules
+    are imported once drive mode made its run)."""
     import sys
 
-    session = sys.modules.get("initorch_sglang.session")
-    if session is not None:
-        begin = session.Session.__dict__["begin"].__func__
+    invoke = sys.modules.get("initorch.execution.invoke")
+    if invoke is not None:
+        step = invoke.StepInvoker.invoke
 
-        def begin_measured(cls: type, server_args: Any, options: Any, rank: int) -> Any:
+        def invoke_marked(self: Any, planned: Any, **kwargs: Any) -> Any:
+            if planned.name != "rendezvous":
+                return step(self, planned, **kwargs)
+            return _marked("rendezvous in", "rendezvous out", step)(self, planned, **kwargs)
+
+        invoke.StepInvoker.invoke = invoke_marked
+    peers = sys.modules.get("initorch.execution.peers")
+    if peers is not None:
+        peers.JobPeers.agree = _marked("agree in", "agree out", peers.JobPeers.agree)
+
+
+def _after_plugin_load() -> None:
+    """Time the rank's session and drive mode's plan, once the plugin imported them, and
+    mark the parallel runtime's points."""
+    import sys
+
+    bootstrap = sys.modules.get("sglang.srt.distributed.bootstrap")
+    if bootstrap is None:
+        return  # not a rank (SGLang's scheduler module imports it)
+    bootstrap._set_all_reduce_flags = _marked("runtime in", None,
+                                              bootstrap._set_all_reduce_flags)
+    bootstrap._init_parallel_groups = _marked("groups in", "groups out",
+                                              bootstrap._init_parallel_groups)
+    verify = sys.modules.get("initorch_sglang.verify")
+    if verify is not None:
+        begin = verify.begin
+
+        def begin_measured(server_args: Any, options: Any, rank: int) -> Any:
             _RANK.append(rank)
-            return _measured("session begin", begin, cls, server_args, options, rank)
+            return _measured("session begin", begin, server_args, options, rank)
 
-        session.Session.begin = classmethod(begin_measured)
+        verify.begin = begin_measured
     drive = sys.modules.get("initorch_sglang.drive")
     if drive is not None:
-        run = vars(drive)["_run"]
-        setattr(drive, "_run",  # noqa: B010 (a private function of the plugin's)
-                lambda *args, **kwargs: _measured("drive run", run, *args, **kwargs))
+        plan = vars(drive)["_run"]
+
+        def plan_measured(*args: Any, **kwargs: Any) -> Any:
+            run = _measured("drive plan", plan, *args, **kwargs)
+            _mark_the_run()
+            return run
+
+        setattr(drive, "_run", plan_measured)  # noqa: B010 (a private function of the plugin's)
 
 
 def _install() -> None:
