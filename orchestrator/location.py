@@ -7,8 +7,8 @@ Locations travel with every edge, setting and error so that a message can say
 from __future__ import annotations
 
 import functools
-import inspect
 import os
+import sys
 import sysconfig
 from dataclasses import dataclass
 
@@ -72,12 +72,20 @@ def display_path(path: str | os.PathLike[str]) -> str:
 
 
 def caller_location(depth: int = 2) -> SourceLocation:
-    """Location of the code ``depth`` frames up (used to record where a step was declared)."""
-    frame = inspect.currentframe()
-    for _ in range(depth):
-        if frame is None:
-            break
-        frame = frame.f_back
-    if frame is None:
+    """Location of the code ``depth`` frames up (used to record where a step was declared).
+
+    A plugin declares thousands of steps from a few files: how a file is shown is
+    worked out once per file and working directory (:func:`_code_path`), not once per
+    declaration (``os.path.relpath`` each time was most of registering 20,000 steps)."""
+    try:
+        frame = sys._getframe(depth)  # 0 is this function, 1 its caller
+    except ValueError:  # fewer frames than that
         return SourceLocation("<unknown>")
-    return SourceLocation(display_path(frame.f_code.co_filename), frame.f_lineno)
+    return SourceLocation(_code_path(frame.f_code.co_filename, os.getcwd()), frame.f_lineno)
+
+
+@functools.lru_cache(maxsize=1024)
+def _code_path(filename: str, cwd: str) -> str:
+    """:func:`display_path` of a code file, kept per working directory (``cwd``: what
+    the display depends on besides the name; the installed roots never change)."""
+    return display_path(filename)

@@ -33,6 +33,29 @@ def test_caller_location_is_never_a_bare_relative_path():
     assert where.path.startswith((".", os.sep))
 
 
+def _declared_here(depth: int) -> SourceLocation:
+    return caller_location(depth)
+
+
+def test_caller_location_names_the_line_depth_frames_up():
+    inside, line = _declared_here(1), _declared_here.__code__.co_firstlineno + 1
+    assert (inside.path, inside.line) == (display_path(__file__), line)
+    called_from = _declared_here(2)
+    assert called_from.line == test_caller_location_names_the_line_depth_frames_up.\
+        __code__.co_firstlineno + 3
+    assert _declared_here(10_000) == SourceLocation("<unknown>")
+
+
+def test_caller_location_follows_the_working_directory(tmp_path, monkeypatch):
+    """The shown path is kept per file and working directory: after a chdir a code
+    file is shown as display_path shows it from there."""
+    here = caller_location(1).path
+    monkeypatch.chdir(tmp_path)
+    assert caller_location(1).path == display_path(__file__) == os.path.abspath(__file__)
+    monkeypatch.undo()
+    assert caller_location(1).path == here
+
+
 def test_a_path_in_the_installed_packages_is_shown_from_site_packages(tmp_path, monkeypatch):
     import sysconfig
 
