@@ -3,13 +3,13 @@
 The fingerprint (:mod:`initorch.resolution.fingerprint`) hashes ``json.dumps(...,
 sort_keys=True, separators=(",", ":"), default=repr)`` of the plan.  Building each
 step's dicts and encoding them cost more than ordering the whole graph, so a step's
-part is written here directly, field by field in sorted key order, and the
-registry writes it once, when it registers the step (:func:`encode_step`): a plan
-then only writes the wave in, and a step that profiles changed reuses the text of
-its declaration.  Every value that is not a plain string, whole number, finite
-float, boolean or ``None`` goes through ``json.dumps`` itself, so the bytes are the
-canonical document's; ``tests/unit/resolution/test_fingerprint.py`` checks that
-against the dicts for every built-in profile and for generated steps.
+part is written here directly, field by field in sorted key order, once per step,
+when the step is first planned (:func:`encode_step`): a later plan then only writes
+the wave in, and a step that profiles changed reuses the text of its declaration.
+Every value that is not a plain string, whole number, finite float, boolean or
+``None`` goes through ``json.dumps`` itself, so the bytes are the canonical
+document's; ``tests/unit/resolution/test_fingerprint.py`` checks that against the
+dicts for every built-in profile and for generated steps.
 
 Which fields are written, and how, comes from the step's field table
 (:data:`~initorch.model.step.STEP_FIELDS`): the fields it marks ``shown`` make the
@@ -23,11 +23,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
+from itertools import compress
 from json.encoder import encode_basestring_ascii
-from operator import add, attrgetter
-from typing import Any
+from operator import attrgetter, is_not, itemgetter
+from typing import Any, NamedTuple
 
 from initorch.model.settings import SettingSpec
 from initorch.model.step import FieldKind, Step, StepField, fields_for
@@ -158,45 +159,114 @@ def _writer(row: StepField, text: dict[FieldKind, _Writer],
     return json_value if convert is None else (lambda value: json_value(convert(value)))
 
 
-# Canonical JSON sorts keys, and the keys are known here: each part is written as its
-# fields' texts, in sorted key order, each after its ``"key":`` (few calls per step, no
-# sort at run time).
-_SHOWN_ROWS = sorted(_SHOWN, key=lambda row: row.name)
-_DECLARED_ROWS = sorted(_DECLARED, key=lambda row: row.name)
-_SHOWN_VALUES = attrgetter(*(row.name for row in _SHOWN_ROWS))
-_SHOWN_WRITE = tuple(_writer(row, _SHOWN_TEXT, _SHOWN_JSON) for row in _SHOWN_ROWS)
-_DECLARED_VALUES = attrgetter(*(row.name for row in _DECLARED_ROWS))
-_DECLARED_WRITE = tuple(_writer(row, _DECLARED_TEXT, _DECLARED_JSON) for row in _DECLARED_ROWS)
-_DECLARED_KEYS = tuple(encode_basestring_ascii(row.name) + ":" for row in _DECLARED_ROWS)
-# For each effective field, the index of the declaration's field that has the same
-# text (the same field, written alike), or None: encode_step writes such a text once.
-_DECLARED_AT = {(row.name, write): index for index, (row, write) in enumerate(
-    zip(_DECLARED_ROWS, _DECLARED_WRITE, strict=True))}
-_ALIKE = tuple(_DECLARED_AT.get((row.name, write))
-               for row, write in zip(_SHOWN_ROWS, _SHOWN_WRITE, strict=True))
+# Canonical JSON sorts keys, and the keys are known here: each part is one format,
+# the ``"key":%s`` of its fields in sorted key order, filled with their texts (a few
+# calls per step, no sort at run time).
+
+
+def _getter(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
+    """``attrgetter`` of ``names`` that returns a tuple for one name too."""
+    get = attrgetter(*names)
+    return get if len(names) > 1 else lambda value: (get(value),)
+
+
+def _picker(positions: list[int]) -> Callable[[list[str]], tuple[str, ...]]:
+    """``itemgetter`` of ``positions`` that returns a tuple for one position too."""
+    pick = itemgetter(*positions)
+    return pick if len(positions) > 1 else lambda texts: (pick(texts),)
+
+
+class _Rows(NamedTuple):
+    """Some rows of the field table and how each is written: :func:`_texts` of a step's
+    values writes only those that are not their row's default object (most of a
+    step's fields, most of the time); the defaults' texts are written once, here."""
+
+    names: list[str]
+    values: Callable[[Step], tuple[Any, ...]]
+    writers: tuple[_Writer, ...]
+    defaults: tuple[Any, ...]
+    default_texts: tuple[str | None, ...]  # None: a field without a default
+    indexes: range
+
+    @classmethod
+    def of(cls, rows: list[StepField], writers: tuple[_Writer, ...]) -> _Rows:
+        defaults = tuple(row.default for row in rows)
+        return cls([row.name for row in rows], _getter([row.name for row in rows]), writers,
+                   defaults, tuple(None if default is dataclasses.MISSING else write(default)
+                                   for default, write in zip(defaults, writers, strict=True)),
+                   range(len(rows)))
+
+    def texts(self, step: Step) -> list[str]:
+        """The texts of ``step``'s values of these rows, in their order."""
+        values = self.values(step)
+        texts: list[Any] = list(self.default_texts)
+        for index in compress(self.indexes, map(is_not, values, self.defaults)):
+            texts[index] = self.writers[index](values[index])
+        return texts
+
+
+def _sorted(rows: tuple[StepField, ...]) -> list[StepField]:
+    return sorted(rows, key=lambda row: row.name)
+
+
+_SHOWN_WRITE = {row.name: _writer(row, _SHOWN_TEXT, _SHOWN_JSON) for row in _SHOWN}
+_DECLARED_ROWS = _Rows.of(_sorted(_DECLARED), tuple(
+    _writer(row, _DECLARED_TEXT, _DECLARED_JSON) for row in _sorted(_DECLARED)))
+_SHOWN_ROWS = _Rows.of(_sorted(_SHOWN), tuple(_SHOWN_WRITE[row.name] for row in _sorted(_SHOWN)))
+# The effective fields whose text differs from the declaration's (the declaration names
+# the teardown, the effective step says whether it has one): encode_step writes those
+# on their own, and takes the rest from the declaration's texts.
+_ALIKE = {row.name: index for index, (row, write) in enumerate(zip(
+    _sorted(_DECLARED), _DECLARED_ROWS.writers, strict=True))
+    if row.name in _SHOWN_WRITE and _SHOWN_WRITE[row.name] is write}
+_OWN_ROWS = _Rows.of([row for row in _sorted(_SHOWN) if row.name not in _ALIKE],
+                     tuple(_SHOWN_WRITE[row.name] for row in _sorted(_SHOWN)
+                           if row.name not in _ALIKE))
+_DECLARED_FORMAT = "{" + ",".join(encode_basestring_ascii(name) + ":%s"
+                                  for name in _DECLARED_ROWS.names) + "}"
 # A planned step's own keys beside its effective fields (its wave is written by the plan).
-_PLANNED = sorted((*(row.name for row in _SHOWN_ROWS), "declared", "name", "wave"))
+_PLANNED = sorted((*_SHOWN_ROWS.names, "declared", "name", "wave"))
 if len(set(_PLANNED)) != len(_PLANNED):
     raise AssertionError("a step field is named like a planned step's own key")
 _WAVE = _PLANNED.index("wave")
-_NAME, _DECLARATION = _PLANNED.index("name"), _PLANNED.index("declared")
-_BEFORE_WAVE = tuple(("," if i else "{") + encode_basestring_ascii(key) + ":"
-                     for i, key in enumerate(_PLANNED[:_WAVE]))
-_AFTER_WAVE = tuple("," + encode_basestring_ascii(key) + ":" for key in _PLANNED[_WAVE + 1:])
+_BEFORE_WAVE_FORMAT = "{" + ",".join(encode_basestring_ascii(key) + ":%s"
+                                     for key in _PLANNED[:_WAVE]) + ',"wave":'
+_AFTER_WAVE_FORMAT = "".join("," + encode_basestring_ascii(key) + ":%s"
+                             for key in _PLANNED[_WAVE + 1:]) + "}"
+
+
+def _layout(position: Mapping[str, int], after: int
+            ) -> tuple[Callable[[list[str]], tuple[str, ...]], ...]:
+    """Which texts fill the two formats, given where each effective field's text lies
+    in a list that ends with the name's and the declaration's (from ``after``)."""
+    where = {**position, "name": after, "declared": after + 1}
+    return (_picker([where[key] for key in _PLANNED[:_WAVE]]),
+            _picker([where[key] for key in _PLANNED[_WAVE + 1:]]))
+
+
+# The texts encode_step writes: the declaration's, the effective fields' own, then the
+# name's and the declaration; effective_parts: the effective fields', then the same two.
+_ENCODED = _layout({**_ALIKE, **{name: len(_DECLARED_ROWS.names) + index
+                                 for index, name in enumerate(_OWN_ROWS.names)}},
+                   len(_DECLARED_ROWS.names) + len(_OWN_ROWS.names))
+_EFFECTIVE = _layout({name: index for index, name in enumerate(_SHOWN_ROWS.names)},
+                     len(_SHOWN_ROWS.names))
 
 
 def encode_step(declared: Step) -> tuple[bytes, bytes, int, int]:
     """Encode ``declared`` once, and keep it on the (frozen) step: the planned step it
     makes unchanged, up to the wave and after it, and where its declaration lies in
-    the first part (what a changed step writes too)."""
-    texts = [write(value) for write, value in zip(
-        _DECLARED_WRITE, _DECLARED_VALUES(declared), strict=True)]
-    declaration_text = "{" + ",".join(map(add, _DECLARED_KEYS, texts)) + "}"
-    shown = [write(value) if alike is None else texts[alike] for alike, write, value in zip(
-        _ALIKE, _SHOWN_WRITE, _SHOWN_VALUES(declared), strict=True)]
-    head, tail = _planned_parts(declared, declaration_text, shown)
+    the first part (what a changed step writes too).
+
+    The resolver calls it for each step the first time the step is planned (the
+    fingerprint needs it), not the registry: a step registered and never planned costs
+    nothing here."""
+    texts = _DECLARED_ROWS.texts(declared)
+    declaration = _DECLARED_FORMAT % tuple(texts)
+    texts += _OWN_ROWS.texts(declared)
+    head, tail = _planned_parts(declared, declaration, texts, _ENCODED)
     start = head.index(_DECLARED_KEY) + len(_DECLARED_KEY)
-    encoded = (head.encode(), tail.encode(), start, start + len(declaration_text))
+    encoded = (head.encode(), tail.encode(), start, start + len(declaration))
     object.__setattr__(declared, "_canonical", encoded)
     return encoded
 
@@ -207,13 +277,14 @@ _DECLARED_KEY = '"declared":'
 def effective_parts(step: Step, declaration: str) -> tuple[str, str]:
     """A planned step's encoding (its effective fields, name and ``declaration``), cut
     at its wave: the text before the wave's value and the text after it."""
-    return _planned_parts(step, declaration, [write(value) for write, value in zip(
-        _SHOWN_WRITE, _SHOWN_VALUES(step), strict=True)])
+    return _planned_parts(step, declaration, _SHOWN_ROWS.texts(step), _EFFECTIVE)
 
 
-def _planned_parts(step: Step, declaration: str, shown: list[str]) -> tuple[str, str]:
-    """:func:`effective_parts`, given the texts of the effective fields (``shown``)."""
-    for index, text in sorted([(_NAME, json_value(step.name)), (_DECLARATION, declaration)]):
-        shown.insert(index, text)
-    return ("".join(map(add, _BEFORE_WAVE, shown[:_WAVE])) + ',"wave":',
-            "".join(map(add, _AFTER_WAVE, shown[_WAVE:])) + "}")
+def _planned_parts(step: Step, declaration: str, texts: list[str],
+                   layout: tuple[Callable[[list[str]], tuple[str, ...]], ...]
+                   ) -> tuple[str, str]:
+    """The two parts of a planned step, from ``texts`` (its fields' as ``layout`` says)."""
+    texts.append(json_value(step.name))
+    texts.append(declaration)
+    before, after = layout
+    return _BEFORE_WAVE_FORMAT % before(texts), _AFTER_WAVE_FORMAT % after(texts)

@@ -7,14 +7,13 @@ only ever *name* registered steps; nothing named in a profile is imported.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 from initorch.errors import StepDefinitionError, UnknownStepError
 from initorch.location import SourceLocation
-from initorch.model.canonical import encode_step
 from initorch.model.conditions import parse_condition
-from initorch.model.names import name_problem, non_ascii_problem
+from initorch.model.names import STEP_NAME, name_problem, non_ascii_problem
 from initorch.model.settings import SettingCatalog
 from initorch.model.step import (
     MAX_RETRIES,
@@ -22,7 +21,6 @@ from initorch.model.step import (
     STEP_FIELDS,
     Step,
     StepDefinition,
-    own_edge_records,
 )
 from initorch.suggest import closest
 
@@ -60,11 +58,11 @@ class StepCatalog:
                 location=record.defined_at,
                 hint="step names are global; rename one of them",
             )
-        self.settings.add_all(record.settings, by=f"step {record.name}",
-                              where=record.defined_at)
-        if record._canonical is None:  # once per step, not on every first plan of it
-            encode_step(record)
-        own_edge_records(record)
+        if record.settings:
+            self.settings.add_all(record.settings, by=f"step {record.name}",
+                                  where=record.defined_at)
+        # What a plan needs of the step and no plan changes (its canonical text, its
+        # edge records) is written when the step is first planned, and kept on it.
         self._steps[record.name] = record
         self._providers[record.name] = self.provider
         for target in record.wanted_by:
@@ -112,13 +110,12 @@ class StepCatalog:
 
 
 def _freeze(definition: StepDefinition) -> Step:
-    fields: dict[str, Any] = dict(definition.fields)
     return Step(
         action=definition.action,
         teardown=definition.teardown_fn,
         preview=definition.preview_fn,
         defined_at=definition.defined_at,
-        **fields,
+        **definition.fields,
     )
 
 
@@ -141,7 +138,10 @@ def _validate(step: Step) -> None:
     if not callable(step.action):
         _fail(step, "action is not callable", "decorate a function with @step")
     for kind in _NAME_LISTS:
-        for target in getattr(step, kind):
+        targets = getattr(step, kind)
+        if not targets or (_plain_names(targets) and step.name not in targets):
+            continue  # the usual case, checked at once
+        for target in targets:
             problem = name_problem(target, "step name")
             if problem is not None:
                 _fail(step, f"{kind} entry: {problem}", "list step names as strings")
@@ -186,6 +186,20 @@ def _validate(step: Step) -> None:
         _fail(step, "teardown is not callable", "use @<step>.teardown on a function")
     if step.preview is not None and not callable(step.preview):
         _fail(step, "preview is not callable", "use @<step>.preview on a function")
+
+
+_NAME_LIST = re.compile(rf"{STEP_NAME.pattern}(?: {STEP_NAME.pattern})*")
+
+
+def _plain_names(names: tuple[str, ...]) -> bool:
+    """Whether every one of ``names`` is a valid step name, in one match (the checks
+    name by name find the first that is not, for the message).  No valid name holds a
+    space, so the spaces are the separators exactly when there is one fewer."""
+    try:
+        joined = " ".join(names)
+    except TypeError:  # not all strings
+        return False
+    return joined.count(" ") == len(names) - 1 and _NAME_LIST.fullmatch(joined) is not None
 
 
 def timeout_ok(value: object) -> bool:

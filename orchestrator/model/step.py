@@ -158,10 +158,10 @@ class Step:
     preview: StepPreview | None = field(default=None, kw_only=True, metadata=_role("code"))
     defined_at: SourceLocation = field(default=SourceLocation("<unknown>"), kw_only=True,
                                        compare=False, metadata=_role("location"))
-    # What the plan fingerprint writes for this declaration, encoded once when the
-    # registry registers the step (:func:`initorch.model.canonical.encode_step`; a
-    # frozen step's fields never change, so neither does their encoding).  Not a field
-    # anyone sets: ``dataclasses.replace`` starts a changed step without it.
+    # What the plan fingerprint writes for this declaration, encoded once, when the
+    # step is first planned (:func:`initorch.model.canonical.encode_step`; a frozen
+    # step's fields never change, so neither does their encoding).  Not a field anyone
+    # sets: ``dataclasses.replace`` starts a changed step without it.
     _canonical: tuple[bytes, bytes, int, int] | None = field(
         default=None, init=False, repr=False, compare=False)
     # The edges the step declares under itself, as graph records: kept like
@@ -186,9 +186,9 @@ def own_edge_records(step: Step) -> tuple[EdgeRecord, ...]:
     ``after``; its ``before`` edges lead to other steps), as graph records sorted in
     declaration order, targets planned or not.
 
-    Written once per step and kept on it, as its canonical text is: the registry
-    writes them when it registers the step, and every plan of the step starts from
-    them (a step that profiles changed is a new record and writes its own)."""
+    Written once per step and kept on it, as its canonical text is: the first plan of
+    the step writes them, and every later plan starts from them (a step that profiles
+    changed is a new record and writes its own)."""
     records = step._edge_records
     if records is None:
         where, by = step.defined_at, declared_by(step)
@@ -270,6 +270,9 @@ _TAKE: dict[FieldKind, Callable[[Any], Any]] = {"names": _names, "codes": tuple,
 """How :func:`step` takes a keyword of each kind (any other kind: as given)."""
 
 _KEYWORDS = fields_for("keyword")
+# The keywords :func:`step` converts, with how: worked out once, since a plugin may
+# declare thousands of steps.
+_CONVERTED = tuple((row.name, _TAKE[row.kind]) for row in _KEYWORDS if row.kind in _TAKE)
 
 
 def step(
@@ -306,14 +309,17 @@ def step(
     where = caller_location()
 
     def decorate(fn: StepAction) -> StepDefinition:
-        doc_line = (fn.__doc__ or "").strip().splitlines()
-        taken = {row.name: _TAKE.get(row.kind, _same)(given[row.name]) for row in _KEYWORDS}
+        taken = dict(given)  # the name and the keywords, to be taken as fields
+        for key, take in _CONVERTED:
+            taken[key] = take(given[key])
         taken["name"] = name or getattr(fn, "__name__", "")
-        taken["description"] = description or (doc_line[0] if doc_line else "")
+        taken["description"] = description or _first_line(fn.__doc__)
         return StepDefinition(action=fn, fields=taken, defined_at=where)
 
     return decorate
 
 
-def _same(value: Any) -> Any:
-    return value
+def _first_line(doc: str | None) -> str:
+    """The first line of a docstring (``""`` when there is none)."""
+    lines = (doc or "").strip().splitlines()
+    return lines[0] if lines else ""

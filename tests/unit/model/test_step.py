@@ -18,7 +18,7 @@ def test_a_registered_step_keeps_its_own_edges_sorted_with_who_declared_them():
     # before leads to another step; the rest lead here, in declaration order (by source).
     assert records == (("a", "after", where, by, None), ("a", "requires", where, by, None),
                        ("b", "requires", where, by, None), ("d", "wants", where, by, None))
-    assert own_edge_records(registered) is records  # written at registration, once
+    assert own_edge_records(registered) is records  # written once, then kept
 
 
 def test_a_step_that_profiles_change_writes_its_own_edges():
