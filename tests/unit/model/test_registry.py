@@ -124,6 +124,12 @@ INVALID = [
     ({"name": "x", "requires": ["Bad Name"]},
      "requires entry: step name 'Bad Name' is not a valid name"),
     ({"name": "x", "after": [3]}, "after entry: step name must be a string, got int 3"),
+    # The names of a list are checked in one match first: a space inside a name is no
+    # separator, and the first problem in the list is the one reported.
+    ({"name": "x", "requires": ["a", "b c"]},
+     "requires entry: step name 'b c' is not a valid name"),
+    ({"name": "x", "after": ["a", "x", "Bad"]}, "lists itself under after"),
+    ({"name": "x", "wants": ["a", "Bad", "x"]}, "wants entry: step name 'Bad' is not"),
     ({"name": "x", "wants": ["x"]}, "lists itself under wants"),
     ({"name": "x", "before": ["x"]}, "lists itself under before"),
     ({"name": "x", "timeout": 0}, "timeout must be a positive, finite number of seconds up to "
