@@ -32,8 +32,9 @@ from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 
+from cli_plan import rows as cli_plan_rows
 from graphs import SHAPES, chain, profile_text, random_dag, setup
-from measure import Sink, timed
+from measure import Sink, compile_initorch, timed
 from ranks import rank_rows
 from teardown import rows as teardown_rows
 
@@ -324,23 +325,6 @@ def process(command: list[str]) -> Callable[[], float]:
     return sample
 
 
-def compile_initorch() -> None:
-    """Write initorch's bytecode, as ``pip install`` does for a wheel.
-
-    torch, networkx and yaml are imported from the bytecode pip wrote; an editable
-    checkout has none until an import writes it, and never under
-    ``PYTHONDONTWRITEBYTECODE`` (set on some machines): then every start-up would
-    compile initorch's own sources (about 0.3-0.4 s here), a cost no installed user pays.
-    """
-    import compileall
-
-    import initorch.steps
-
-    for package in (initorch, initorch.steps):
-        for folder in package.__path__:
-            compileall.compile_dir(folder, quiet=1)
-
-
 def startup_rows(runs: int) -> list[Row]:
     compile_initorch()
     cli = str(BIN / "initorch")
@@ -422,6 +406,7 @@ def main() -> None:
         rows += executor_rows(args.runs, (1_000, 10_000), folder)
     if not args.skip_startup:
         rows += startup_rows(args.runs)
+        rows += [Row(*fields) for fields in cli_plan_rows(args.runs)]
         rows += [Row(*fields) for fields in teardown_rows(args.runs)]
     if not args.skip_ranks:
         rows += [Row(*fields) for fields in rank_rows()]
