@@ -55,6 +55,17 @@ class Sink:
         return False
 
 
+def uptime() -> float:
+    """Seconds since the host booted (``/proc/uptime``): the clock of a process's start."""
+    return float(Path("/proc/uptime").read_text().split()[0])
+
+
+def process_start(probe: Mapping[str, object]) -> float:
+    """When a probed process started, in seconds of :func:`uptime`: its ``started_ticks``
+    (``/proc/<pid>/stat`` field 22) over ``ticks_per_s``."""
+    return int(str(probe["started_ticks"])) / int(str(probe["ticks_per_s"]))
+
+
 def command_time(command: list[str], cwd: Path | None = None) -> float:
     """Seconds ``command`` takes from process start to exit, its output dropped (a
     failure raises: a figure of a command that failed means nothing)."""

@@ -382,6 +382,26 @@ def sglang_rows(runs: int = 3) -> list[Row]:
     return rows
 
 
+def vllm_rows(runs: int = 3) -> list[Row]:
+    """Inside each process of a real vLLM server (API server, engine core, workers),
+    initorch's own time over that process's start-up (gated, the highest of a launch's
+    processes); and verify mode's time to ready over stock vLLM's on the same launch line
+    (reported, not gated).  None, with one line, without the vLLM venv."""
+    from vllm_startup import STOCK, VERIFY, samples, vllm_venv
+
+    if vllm_venv() is None:
+        print("vLLM rows skipped: no vLLM venv (.venv-vllm); 'make vllm-venv' builds it "
+              "(3.5 GB, about 4 minutes)")
+        return []
+    found = samples(runs)
+    stock = statistics.median(found.ready[STOCK])
+    return [Row("real vLLM server, verify mode: initorch's own time in each process / that "
+                "process's start-up, the launch's highest (%)", "<= 1%",
+                [100 * share for share in found.worst[VERIFY]], 1.0, ""),
+            Row("real vLLM server, time to ready, verify mode / stock vLLM", "reported",
+                [value / stock for value in found.ready[VERIFY]], math.inf)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="rounds per figure (default 5)")
@@ -389,6 +409,8 @@ def main() -> None:
                         help="leave out the two start-up rows (fresh interpreters, torch)")
     parser.add_argument("--skip-sglang", action="store_true",
                         help="leave out the real SGLang rows (9 server starts, minutes)")
+    parser.add_argument("--skip-vllm", action="store_true",
+                        help="leave out the real vLLM rows (6 server starts, minutes)")
     parser.add_argument("--skip-ranks", action="store_true",
                         help="leave out the simulated ranks (8 to 1,024 ranks against a "
                              "TCPStore, about 10 minutes)")
@@ -412,6 +434,8 @@ def main() -> None:
         rows += [Row(*fields) for fields in rank_rows()]
     if not args.skip_sglang:
         rows += sglang_rows()
+    if not args.skip_vllm:
+        rows += vllm_rows()
     print_table(rows, time.perf_counter() - began)
 
 
