@@ -4,7 +4,7 @@ The fingerprint (:mod:`initorch.resolution.fingerprint`) hashes ``json.dumps(...
 sort_keys=True, separators=(",", ":"), default=repr)`` of the plan.  Building each
 step's dicts and encoding them cost more than ordering the whole graph, so a step's
 part is written here directly, field by field in sorted key order, once per step,
-when the step is first planned (:func:`encode_step`): a later plan then only writes
+when the step is registered (:func:`encode_step`): a plan then only writes
 the wave in, and a step that profiles changed reuses the text of its declaration.
 Every value that is not a plain string, whole number, finite float, boolean or
 ``None`` goes through ``json.dumps`` itself, so the bytes are the canonical
@@ -258,9 +258,8 @@ def encode_step(declared: Step) -> tuple[bytes, bytes, int, int]:
     makes unchanged, up to the wave and after it, and where its declaration lies in
     the first part (what a changed step writes too).
 
-    The resolver calls it for each step the first time the step is planned (the
-    fingerprint needs it), not the registry: a step registered and never planned costs
-    nothing here."""
+    The registry calls it as it registers the step, so that a first plan costs what a
+    later one does; the resolver calls it for a step that reached it otherwise."""
     texts = _DECLARED_ROWS.texts(declared)
     declaration = _DECLARED_FORMAT % tuple(texts)
     texts += _OWN_ROWS.texts(declared)

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 
 from initorch.errors import StepDefinitionError, UnknownStepError
 from initorch.location import SourceLocation
+from initorch.model.canonical import encode_step
 from initorch.model.conditions import parse_condition
 from initorch.model.names import STEP_NAME, name_problem, non_ascii_problem
 from initorch.model.settings import SettingCatalog
@@ -21,6 +22,7 @@ from initorch.model.step import (
     STEP_FIELDS,
     Step,
     StepDefinition,
+    own_edge_records,
 )
 from initorch.suggest import closest
 
@@ -62,7 +64,10 @@ class StepCatalog:
             self.settings.add_all(record.settings, by=f"step {record.name}",
                                   where=record.defined_at)
         # What a plan needs of the step and no plan changes (its canonical text, its
-        # edge records) is written when the step is first planned, and kept on it.
+        # edge records) is written now, once, and kept on it: a plan reads it as it is.
+        if record._canonical is None:  # a Step registered again keeps its text
+            encode_step(record)
+        own_edge_records(record)
         self._steps[record.name] = record
         self._providers[record.name] = self.provider
         for target in record.wanted_by:

@@ -159,7 +159,7 @@ class Step:
     defined_at: SourceLocation = field(default=SourceLocation("<unknown>"), kw_only=True,
                                        compare=False, metadata=_role("location"))
     # What the plan fingerprint writes for this declaration, encoded once, when the
-    # step is first planned (:func:`initorch.model.canonical.encode_step`; a frozen
+    # step is registered (:func:`initorch.model.canonical.encode_step`; a frozen
     # step's fields never change, so neither does their encoding).  Not a field anyone
     # sets: ``dataclasses.replace`` starts a changed step without it.
     _canonical: tuple[bytes, bytes, int, int] | None = field(
@@ -186,8 +186,8 @@ def own_edge_records(step: Step) -> tuple[EdgeRecord, ...]:
     ``after``; its ``before`` edges lead to other steps), as graph records sorted in
     declaration order, targets planned or not.
 
-    Written once per step and kept on it, as its canonical text is: the first plan of
-    the step writes them, and every later plan starts from them (a step that profiles
+    Written once per step and kept on it, as its canonical text is: the registry
+    writes them, and every plan starts from them (a step that profiles
     changed is a new record and writes its own)."""
     records = step._edge_records
     if records is None:

@@ -8,7 +8,7 @@ step (its wave, its effective fields from
 :func:`~initorch.model.canonical.step_fields` and its declaration in code from
 :func:`~initorch.model.canonical.declaration`) and the skipped steps' names.
 
-Each registered step's part is written once, on its first plan, and kept on the step
+Each registered step's part is written once, as it is registered, and kept on the step
 (:func:`~initorch.model.canonical.encode_step`); here a step planned as declared
 is that text with the wave written in, a step that profiles changed writes its
 effective fields around its declaration's text, and the parts are fed to the hash
