@@ -7,6 +7,7 @@ The accepted launches (tp=1, and tp=2 with a CPU list per worker) are the ones
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import socket
 import subprocess
@@ -89,6 +90,11 @@ def refusals(vllm_python: Path, tiny_model: Path,
         ("store without config", base + store, {"MOONCAKE_CONFIG_PATH": None}),
         ("store without master", base + store, {"MOONCAKE_CONFIG_PATH": str(no_master)}),
         ("store, silent master", base + store, {"MOONCAKE_CONFIG_PATH": str(silent)}),
+        *((name, server_arguments(tiny_model, tp=2) + two_nodes(master),
+           {"VLLM_CPU_OMP_THREADS_BIND": "0", "GLOO_SOCKET_IFNAME": interface})
+          for name, master, interface in (("two nodes", NODE_0, None),
+                                          ("two nodes, interface named", NODE_0, "eth0"),
+                                          ("two nodes on this host", "127.0.0.1", None))),
     ]
     result = subprocess.run([str(vllm_python), "-c", CASES, json.dumps(cases)],
                             capture_output=True, text=True, env=environment({}),
@@ -98,6 +104,37 @@ def refusals(vllm_python: Path, tiny_model: Path,
     assert line is not None, result.stderr[-4000:]
     found: dict[str, list[str]] = json.loads(line.removeprefix("CASES "))
     return found
+
+
+NODE_0 = "10.231.7.1"  # test_two_nodes.py's first host; pre-flight connects to nothing
+
+
+def two_nodes(master: str) -> list[str]:
+    """Node 0 of a two-node launch, one worker per node (``test_two_nodes.py``)."""
+    return ["--nnodes", "2", "--node-rank", "0", "--master-addr", master,
+            "--master-port", "29501"]
+
+
+def test_two_nodes_need_gloos_interface_where_the_host_name_is_loopback(
+        refusals: dict[str, list[str]]) -> None:
+    """Refused exactly where gloo would advertise loopback: this host's name resolves to
+    127.0.0.1 here (and in the namespaces, where test_two_nodes.py saw the failure)."""
+    name = socket.gethostname()
+    try:
+        loopback = ipaddress.ip_address(socket.gethostbyname(name)).is_loopback
+    except OSError:  # no address at all: gloo falls back to loopback too
+        loopback = True
+    assert refusals["two nodes, interface named"] == []
+    assert refusals["two nodes on this host"] == []
+    if not loopback:
+        assert refusals["two nodes"] == []
+        return
+    [refused] = refusals["two nodes"]
+    assert refused.startswith(f"--nnodes 2 on the CPU: this host's name {name!r} ")
+    assert f"tcp://{NODE_0}:29501; distributed/parallel_state.py:1852-1855, " \
+           "platforms/cpu.py:108" in refused
+    assert refused.endswith(f"set GLOO_SOCKET_IFNAME to the interface that reaches {NODE_0} "
+                            f"on every node (`ip route get {NODE_0}` names it)")
 
 
 def test_accepted_launches(refusals: dict[str, list[str]]) -> None:

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 from initorch.kit import Engine, EngineCall, Hop, Marker
 
-__all__ = ["CONNECTOR_ACCELERATOR", "CPU_WORKER", "ENGINE", "GPU_WORKER", "HEAD_SIZES",
+__all__ = ["CONNECTOR_ACCELERATOR", "CPU_WORKER", "ENGINE", "GLOO_ACROSS_NODES", "GPU_WORKER",
+           "HEAD_SIZES",
            "KV_CONNECTORS", "LAYOUTS", "LOGGER", "NUMA_BIND", "PLUGIN_GROUP", "RELEASE",
            "SESSION_END", "SESSION_START", "STORE_CONFIG",
            "KVConnector", "WorkerLayout", "all_hook_targets", "layout_for"]
@@ -296,3 +297,19 @@ class HeadSizes:
 
 
 HEAD_SIZES = HeadSizes()
+
+
+@dataclass(frozen=True, slots=True)
+class GlooAcrossNodes:
+    """With ``--nnodes`` above 1, each worker joins ``tcp://master_addr:master_port``
+    (``distributed/parallel_state.py:1852-1855``) with the CPU platform's backend, gloo
+    (``platforms/cpu.py:108``).  Gloo advertises the address this host's name resolves
+    to, or the interface ``GLOO_SOCKET_IFNAME`` names; a name resolving to loopback sends
+    the other nodes to 127.0.0.1 ("Gloo connectFullMesh failed ... Connection refused,
+    remote=[127.0.0.1]", seen in tests/vllm/test_two_nodes.py's namespaces)."""
+
+    env: str = "GLOO_SOCKET_IFNAME"
+    where: str = "distributed/parallel_state.py:1852-1855, platforms/cpu.py:108"
+
+
+GLOO_ACROSS_NODES = GlooAcrossNodes()

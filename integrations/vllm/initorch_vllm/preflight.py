@@ -14,6 +14,7 @@ config it cannot build) is refused with its own message.
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import os
 import socket
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from initorch.kit import Preflight, one_line, run_checks
 from initorch_vllm.layout import (
     CONNECTOR_ACCELERATOR,
     ENGINE,
+    GLOO_ACROSS_NODES,
     HEAD_SIZES,
     KV_CONNECTORS,
     NUMA_BIND,
@@ -87,6 +89,40 @@ def head_size(launch: Launch) -> str | None:
             f"({', '.join(map(str, supported))}; {HEAD_SIZES.where}): each worker would fail "
             f"in its first forward pass (\"Unsupported CPU attention configuration: "
             f"head_dim={size}\")")
+
+
+def gloo_across_nodes(launch: Launch) -> str | None:
+    """CPU workers on several nodes meet in one gloo group, which each joins at the
+    address this host's name resolves to unless ``GLOO_SOCKET_IFNAME`` names an
+    interface: a name that resolves to loopback (the default of many images) sends the
+    other nodes to 127.0.0.1, and the group fails once every node has loaded vLLM.  A
+    master on loopback keeps every node on this host, where loopback does reach."""
+    parallel = launch.config.parallel_config
+    if not launch.on_cpu or parallel.nnodes <= 1 or os.environ.get(GLOO_ACROSS_NODES.env) \
+            or _loopback(parallel.master_addr):
+        return None
+    name = socket.gethostname()
+    try:
+        address = socket.gethostbyname(name)
+    except OSError:
+        address = None
+    if address is not None and not _loopback(address):
+        return None
+    resolved = "does not resolve" if address is None else f"resolves to {address}"
+    return (f"--nnodes {parallel.nnodes} on the CPU: this host's name {name!r} {resolved}, "
+            f"so the workers' gloo group (tcp://{parallel.master_addr}:"
+            f"{parallel.master_port}; {GLOO_ACROSS_NODES.where}) would send the other "
+            f"nodes to loopback (\"Gloo connectFullMesh failed ... Connection refused\"); "
+            f"set {GLOO_ACROSS_NODES.env} to the interface that reaches "
+            f"{parallel.master_addr} on every node (`ip route get {parallel.master_addr}` "
+            f"names it)")
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def kv_connector_module(launch: Launch) -> str | None:
@@ -165,7 +201,7 @@ def _connector(launch: Launch) -> Any:
 
 
 CHECKS: tuple[Callable[[Launch], str | None], ...] = (numa_binding, head_size,
-                                                      kv_connector_module,
+                                                      gloo_across_nodes, kv_connector_module,
                                                       connector_accelerator, store_master)
 
 
