@@ -105,13 +105,16 @@ def test_drive_runs_launches_without_cuda_warm_ups() -> None:
     drive._refuse_unmodelled("cpu", *sglang_state(enable_tp_lm_head_all_to_all=True))
 
 
-def test_drive_counts_its_own_steps_as_initorchs_cost() -> None:
+def test_drive_counts_its_own_steps_and_the_runs_bookkeeping_as_initorchs_cost() -> None:
     from initorch.kit import COST
 
-    outcomes = {name: SimpleNamespace(started=1.0, duration=duration)
-                for name, duration in (("rendezvous", 0.25), ("init_torch_distributed", 9.0))}
+    outcomes = {name: SimpleNamespace(started=started, duration=duration)
+                for name, started, duration in (("rendezvous", 1.0, 0.25),
+                                                ("init_torch_distributed", 1.25, 9.0),
+                                                ("warmup_collectives", None, 0.0))}
     before = dict(COST.phases)
-    drive._account_own_steps(SimpleNamespace(outcomes=outcomes))
-    added = {name: COST.phases[name] - before.get(name, 0.0) for name in COST.phases
+    drive._account_run(SimpleNamespace(outcomes=outcomes), 9.5)
+    added = {name: round(COST.phases[name] - before.get(name, 0.0), 6) for name in COST.phases
              if COST.phases[name] != before.get(name)}
-    assert added == {"drive rendezvous": 0.25}  # SGLang's own groups are not initorch's
+    # SGLang's own groups are not initorch's; the run's 0.25 s beyond its steps is
+    assert added == {"drive rendezvous": 0.25, "drive run": 0.25}

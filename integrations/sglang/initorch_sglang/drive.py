@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -232,13 +233,15 @@ def drive_parallel_runtime(*, server_args: Any, device: str, dist_port: int) -> 
         with COST.timed("drive plan"):
             run = _run(read_options(), server_args, get_parallel())
         offset = session.recorder.elapsed() if session is not None else 0.0
+        entered = time.perf_counter()
         try:
             with run:
                 binding = run.outputs.get("set_device")
         finally:
-            _account_own_steps(run.report)
+            _account_run(run.report, time.perf_counter() - entered)
             if session is not None:
-                session.adopt_drive(run.report, offset)
+                with COST.timed("drive report"):
+                    session.adopt_drive(run.report, offset)
     except StepFailedError as failure:  # the diagnosis first; SGLang's error path follows
         logger.error("initorch-sglang drive: %s", failure)
         raise
@@ -248,17 +251,21 @@ def drive_parallel_runtime(*, server_args: Any, device: str, dist_port: int) -> 
         binding()  # SGLang goes on on this thread: give it the device context
 
 
-OWN_STEPS = ("import_backend", "rendezvous")
-"""The driven plan's steps that are initorch's work, not SGLang's function under a step
-name: their time is initorch's cost in the rank (the rendezvous includes waiting for the
-other ranks to agree on the plan)."""
-
-
-def _account_own_steps(report: Any) -> None:
-    for name in OWN_STEPS:
-        outcome = report.outcomes.get(name)
-        if outcome is not None and outcome.started is not None:
+def _account_run(report: Any, seconds: float) -> None:
+    """initorch's own time in the driven run, which took ``seconds`` from entering it to
+    leaving it: each step that is initorch's work, not SGLang's function under a step
+    name (``drive import_backend``, ``drive rendezvous``: the rendezvous includes the wait
+    for the other ranks to arrive and agree on the plan), and the run's own bookkeeping
+    around the steps (starting and ending it, invoking and logging each step, leaving the
+    job: ``drive run``).  The steps run one after another (``Run``'s sequential
+    executor, which :func:`_run` keeps), so the bookkeeping is what the run took beyond
+    its steps' durations."""
+    steps = 0.0
+    for name, outcome in report.outcomes.items():
+        steps += outcome.duration  # 0 for a step that never started
+        if name not in _ACTIONS and outcome.started is not None:
             COST.add(f"drive {name}", outcome.duration)
+    COST.add("drive run", max(seconds - steps, 0.0))
 
 
 def _keep_profile_environment(plan: Any) -> None:
