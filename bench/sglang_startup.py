@@ -52,6 +52,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo, for tests.sglang
 
@@ -95,6 +96,7 @@ class Samples:
     own: dict[str, dict[str, list[tuple[float, float]]]] = field(default_factory=dict)
     phases: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     runtime: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    account: dict[str, list[float]] = field(default_factory=dict)
 
 
 def variants(trees: dict[str, Path], chosen: tuple[str, ...] = ("stock", *MODES.values())
@@ -189,28 +191,52 @@ def runtime_spans(marks: list[dict[str, float]], found: dict[str, list[float]]) 
                 found.setdefault(span, []).append(points[end] - points[start])
 
 
+def waited_for_the_last_rank(probes: list[dict[str, Any]]) -> dict[int, float]:
+    """Each rank's seconds between its arrival at drive mode's rendezvous and the last
+    rank's (by world rank; none outside drive mode).
+
+    The rendezvous step counts that wait as initorch's, but stock SGLang waits for the
+    last rank too, in its process-group init (the ``process groups: wait for the last
+    rank`` span measures it); what a rank spends in the rendezvous after the last rank
+    arrived (the plan agreement, the store) is initorch's alone."""
+    arrivals = {probe["rank"]: probe["marks_s"]["rendezvous in"] for probe in probes
+                if probe["rank"] is not None and "rendezvous in" in probe.get("marks_s", {})}
+    ranks = sum(1 for probe in probes if probe.get("marks_s"))
+    if not arrivals or len(arrivals) != ranks:
+        return {}
+    last = max(arrivals.values())
+    return {rank: last - arrived for rank, arrived in arrivals.items()}
+
+
 def collect(work: Path, name: str, up_at: float, found: Samples) -> None:
-    """Each process's own seconds and share, from the probe and the ranks' reports."""
-    marks = []
-    for path in sorted((work / "probe").glob("*.json")):
-        probe = json.loads(path.read_text())
-        if probe.get("marks_s"):
-            marks.append(probe["marks_s"])
+    """Each process's own seconds and share, from the probe and the ranks' reports.
+
+    A rank's own time is its report's account and the plugin's import, less the wait for
+    the last rank at drive mode's rendezvous (:func:`waited_for_the_last_rank`); the
+    account's own share, as the rank's log states it, goes to ``found.account``."""
+    probes = [json.loads(path.read_text()) for path in sorted((work / "probe").glob("*.json"))]
+    waited = waited_for_the_last_rank(probes)
+    for probe in probes:
         role = ROLES.get(str(probe["role"]), str(probe["role"]))
         spans = probe["spans_s"]
         imported = spans.get("plugin import", 0.0)
         report = work / "reports" / f"report-{probe['rank']}.json"
         if role == "rank" and probe["rank"] is not None and report.exists():
             cost = json.loads(report.read_text())["sglang"]["cost"]
-            own, process_up = imported + cost["total_s"], cost["process_up_s"]
+            counted, process_up = imported + cost["total_s"], cost["process_up_s"]
+            found.account[name].append(counted / process_up)
+            wait = waited.get(probe["rank"], 0.0)
+            own = counted - wait
             found.share[name].append(own / process_up)
-            for phase, seconds in {"plugin import": imported, **cost["phases_s"]}.items():
+            for phase, seconds in {"plugin import": imported, **cost["phases_s"],
+                                   "(less the wait for the last rank)": -wait}.items():
                 found.phases[name].setdefault(phase, []).append(seconds)
         else:  # stock SGLang's processes too: the plugin is installed, not asked for
             own = imported + spans.get("plugin call", 0.0)
             process_up = up_at - process_start(probe)
         found.own[name].setdefault(role, []).append((own, own / process_up))
-    runtime_spans(marks, found.runtime[name])
+    runtime_spans([probe["marks_s"] for probe in probes if probe.get("marks_s")],
+                  found.runtime[name])
 
 
 def start_up(model: Path, master: Master, variant: Variant, work: Path, name: str, tp: int,
@@ -243,7 +269,8 @@ def samples(runs: int, tp: int = 2, trees: dict[str, Path] | None = None,
     chosen = variants(trees or {"": REPO}, kinds)
     found = Samples(up={name: [] for name in chosen}, share={name: [] for name in chosen},
                     own={name: {} for name in chosen}, phases={name: {} for name in chosen},
-                    runtime={name: {} for name in chosen})
+                    runtime={name: {} for name in chosen},
+                    account={name: [] for name in chosen})
     if not trees:
         compile_checkout()
     sites: list[Path | None] = list(trees.values()) if trees else [None]
@@ -349,6 +376,12 @@ def print_samples(found: Samples, tp: int) -> None:
                   f"[{min(seconds):.3f}-{max(seconds):.3f}]  "
                   f"{statistics.median(shares):6.2%} [{min(shares):.2%}-{max(shares):.2%}]"
                   f"  ({len(values)})")
+    print("a rank's account as its log states it (drive: the rendezvous's wait for the last "
+          "rank included), share of its start-up to up, median [min-max]:")
+    for name, shares in found.account.items():
+        if shares:
+            print(f"  {name:<28} {statistics.median(shares):6.2%} "
+                  f"[{min(shares):.2%}-{max(shares):.2%}]  ({len(shares)})")
     print("a rank's own time by phase, milliseconds, median [min-max]:")
     for name, phases in found.phases.items():
         if phases:
@@ -360,9 +393,9 @@ def print_samples(found: Samples, tp: int) -> None:
         print("a rank's parallel runtime by span (probe marks, every rank), milliseconds, "
               "median [min-max]:")
     for name, spans in found.runtime.items():
-        for span, values in spans.items():
-            print(f"  {name:<28} {span:<36} {statistics.median(values) * 1000:7.0f} "
-                  f"[{min(values) * 1000:.0f}-{max(values) * 1000:.0f}]  ({len(values)})")
+        for span, lengths in spans.items():
+            print(f"  {name:<28} {span:<40} {statistics.median(lengths) * 1000:7.0f} "
+                  f"[{min(lengths) * 1000:.0f}-{max(lengths) * 1000:.0f}]  ({len(lengths)})")
 
 
 def main() -> None:
