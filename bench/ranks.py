@@ -189,6 +189,7 @@ def _worker(spec: dict[str, Any]) -> None:
             said: dict[str, Any] = {}
         except Exception as exc:
             said = {"error": str(exc), "details": list(getattr(exc, "details", ()))}
+            peers.leave(failed_step="rendezvous")  # what a run does when its agreement fails
         ranks[rank].outcome = {"t": time.monotonic(), "began": began,
                                "plan_at": store.plan_at, **said}
 

@@ -549,8 +549,8 @@ class JobPeers:
             else:
                 with self._lock:
                     view = self._view
-                if key in self._arrivals:
-                    return
+                if key in self._arrivals or ready(view):  # a summary that says a peer
+                    return  # stopped after ``ready`` held says that it held too
             if view.stopped:
                 raise stopped_peers(list(view.stopped[:LISTED]), self.rank.rank,
                                     view.unlisted + max(len(view.stopped) - LISTED, 0))
