@@ -1,6 +1,6 @@
 """The growth guard of the job's store traffic: simulated ranks at a size CI affords.
 
-``bench/ranks.py`` runs N simulated ranks (threads in a few processes, each running
+``bench/ranks.py`` runs N simulated ranks (threads, 32 per process, each running
 initorch's own :class:`~initorch.execution.peers.JobPeers`) against torch's real
 TCPStore on loopback, and counts every store call their code makes.  This guard runs
 32 and 256 of them and fails when the operations or bytes per beat grow faster than
