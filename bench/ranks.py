@@ -442,7 +442,8 @@ def measure(world: int, ranks_per_process: int = RANKS_PER_PROCESS,
         before, cpu, at = _counts(workers), server.cpu_s(), time.monotonic()
         time.sleep(COUNTED_BEATS * beat)
         after, cpu_after, now = _counts(workers), server.cpu_s(), time.monotonic()
-        beats = (after["beats"] - before["beats"]) / (world - 1)
+        # nan when no rank beat: they all left, having failed to agree (agree_failures says why)
+        beats = (after["beats"] - before["beats"]) / (world - 1) or math.nan
         ops = {op: (after["ops"][op] - before["ops"][op]) / beats for op in after["ops"]}
         ops = {op: count for op, count in ops.items() if count}
         victim = chunks[1 % len(chunks)][-1]  # a rank of another process than rank 0's
