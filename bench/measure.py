@@ -55,6 +55,17 @@ class Sink:
         return False
 
 
+def share_line(label: str, values: list[tuple[float, float]]) -> str:
+    """One row of a per-process cost table: the seconds and the share of the process's
+    start-up of each ``(seconds, share)`` sample, median [min-max], and how many."""
+    seconds = [value for value, _ in values]
+    shares = [share for _, share in values]
+    return (f"  {label} {statistics.median(seconds):6.3f} s "
+            f"[{min(seconds):.3f}-{max(seconds):.3f}]  "
+            f"{statistics.median(shares):6.2%} [{min(shares):.2%}-{max(shares):.2%}]"
+            f"  ({len(values)})")
+
+
 def uptime() -> float:
     """Seconds since the host booted (``/proc/uptime``): the clock of a process's start."""
     return float(Path("/proc/uptime").read_text().split()[0])

@@ -56,7 +56,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo, for tests.sglang
 
-from measure import interleaved, print_ratios
+from measure import interleaved, print_ratios, share_line
 
 from tests.sglang.server import BIND, SITE, Master, managed_master, running
 from tests.sglang.tiny_model import make_tiny_model
@@ -370,12 +370,7 @@ def print_samples(found: Samples, tp: int) -> None:
           "start-up to up (goal <= 1%), median [min-max]:")
     for name, roles in found.own.items():
         for role, values in sorted(roles.items()):
-            seconds = [value for value, _ in values]
-            shares = [share for _, share in values]
-            print(f"  {name:<28} {role:<12} {statistics.median(seconds):6.3f} s "
-                  f"[{min(seconds):.3f}-{max(seconds):.3f}]  "
-                  f"{statistics.median(shares):6.2%} [{min(shares):.2%}-{max(shares):.2%}]"
-                  f"  ({len(values)})")
+            print(share_line(f"{name:<28} {role:<12}", values))
     print("a rank's account as its log states it (drive: the rendezvous's wait for the last "
           "rank included), share of its start-up to up, median [min-max]:")
     for name, shares in found.account.items():

@@ -39,7 +39,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo, for tests.vllm
 
-from measure import compile_initorch, interleaved, print_ratios, process_start, uptime
+from measure import (
+    compile_initorch,
+    interleaved,
+    print_ratios,
+    process_start,
+    share_line,
+    uptime,
+)
 
 from tests.vllm.server import BIND, running, vllm_venv
 from tests.vllm.tiny_model import make_tiny_model
@@ -140,12 +147,7 @@ def print_samples(found: Samples, tp: int) -> None:
             values = roles.get(role)
             if not values:
                 continue
-            seconds = [value for value, _ in values]
-            shares = [share for _, share in values]
-            print(f"  {name:<12} {role:<12} {statistics.median(seconds):6.3f} s "
-                  f"[{min(seconds):.3f}-{max(seconds):.3f}]  "
-                  f"{statistics.median(shares):6.2%} [{min(shares):.2%}-{max(shares):.2%}]"
-                  f"  ({len(values)})")
+            print(share_line(f"{name:<12} {role:<12}", values))
     if found.phases:
         print("a worker's account by phase (verify mode), milliseconds, median [min-max]: "
               + ", ".join(f"{phase} {statistics.median(values) * 1000:.0f} "
