@@ -20,7 +20,6 @@ import pytest
 from initorch import Registry, load_plan
 from initorch.kit import (
     MOONCAKE_CALLS,
-    Engine,
     EngineCall,
     HookError,
     Hop,
@@ -42,9 +41,8 @@ from initorch.kit import (
     set_device_observer,
     support,
 )
+from tests.unit.kit.toy_engine import TOY
 
-TOY = Engine(name="Toy", package="toyengine", distributions=("toy-engine",),
-             marker="core/server.py", command="toy", integration="initorch-toy")
 SERVER = "core/server.py"
 
 DEVICE = "def set_device(index):\n    return index\n"

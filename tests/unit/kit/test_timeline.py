@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from initorch import InitorchError, load_plan
-from initorch.kit import Engine, Recorder
+from initorch.kit import Recorder
 from initorch.kit.timeline import (
     FILE_PATTERN,
     FirstAnswer,
@@ -35,9 +35,7 @@ from initorch.kit.timeline import (
 from initorch.reporting.redaction import REDACTED
 from initorch.reporting.timeline import NOT_MEASURED, Phase, Process, Timeline, read_timeline
 from initorch.reporting.timeline_text import timeline_text
-
-TOY = Engine(name="Toy", package="toyengine", distributions=("toy-engine",),
-             marker="core/server.py", command="toy", integration="initorch-toy")
+from tests.unit.kit.toy_engine import TOY
 
 
 def build_pools(size: int) -> int:
