@@ -194,7 +194,10 @@ def wait_for_store(ctx: StepContext, host: str, port: int, bound: float) -> floa
 
     ``TCPStore``'s client would wait as long in native code, silently: a rank started
     before rank 0 (or after rank 0 failed) would look hung.  Only the connection is
-    awaited here; the store client, made with the time left, says why it failed."""
+    awaited here; the store client, made with the time left, says why it failed.  The
+    connection is tried again after a twentieth of the time waited so far (5 ms to
+    0.2 s): a rank that arrives a moment before rank 0 serves the store learns of it
+    within milliseconds, and one that waits minutes tries five times a second."""
     address = host_port(host, port)
     began = said = time.monotonic()
     while can_connect(host, port, timeout=1.0) is not None:
@@ -206,7 +209,7 @@ def wait_for_store(ctx: StepContext, host: str, port: int, bound: float) -> floa
             said = now
             ctx.log.info("waiting_for_ranks", waiting_for="rank 0 to serve the job's store",
                          missing=[0], store=address, time_left_s=round(left, 1))
-        time.sleep(0.2)
+        time.sleep(min(max((now - began) / 20, 0.005), 0.2, left))
     return max(bound - (time.monotonic() - began), 0.0)
 
 

@@ -18,11 +18,12 @@ joins it; the core never imports torch).  Over it the run:
 
 Store traffic is linear in the ranks: rank 0 watches every heartbeat and publishes
 a bounded summary that the others read (:mod:`initorch.execution.watch`), and a
-barrier is one counter.  A rank other than the watcher that waits for a key (the
-verdict on the plans, every rank having read a disagreement) does not poll the store
-for it: its heartbeat thread waits for the key on the store between two beats, so the
-wait costs one store call per beat, however long the slowest rank takes, and ends as
-soon as the key is written.  ``docs/ranks.md`` counts the operations.
+barrier is one counter.  A rank that waits for its peers does not poll the store: it
+waits for a key that the last of them writes (the verdict on the plans, a barrier's
+"all arrived", every rank having read a disagreement; for the watcher, every rank's
+"planned"), and its heartbeat thread waits for that key on the store between two
+beats.  The wait costs one store call per beat, however long the slowest rank takes,
+and ends as soon as the key is written.  ``docs/ranks.md`` counts the operations.
 """
 
 from __future__ import annotations
@@ -81,7 +82,14 @@ AGREEMENT_KEY = "agreement"
 ROSTER_KEY = "roster"  # "0,3,1,...": each rank adds itself once, when it starts beating
 DISAGREED_KEY = "disagreed"  # counts the ranks that have read a disagreement
 ALL_NAMED_KEY = "disagreed/all"  # written by the last of them
+ALL_ARRIVED = "all"  # a barrier's counter key + "/" + this: written by the last rank
 MIN_STORE_WAIT_S = 0.01  # a shorter wait for a key is left to the next beat
+
+
+def planned_key(rank: int) -> str:
+    """Written by a rank other than the watcher once its plan's digest is on its
+    progress: the watcher waits for all of them, not polling the progress."""
+    return f"planned/{rank}"
 
 
 @runtime_checkable
@@ -186,9 +194,9 @@ class JobPeers:
         self._broken: list[PeerState] = []  # peers that broke off, as last read
         self._unlisted = 0  # peers that stopped, as last read, beyond the summary's list
         self._view = View()  # the heartbeat thread's last read
-        self._awaited: str | None = None  # the key the heartbeat thread waits for
+        self._awaited: tuple[str, ...] = ()  # the keys the heartbeat thread waits for
         self._arrivals: set[str] = set()  # the awaited keys it saw written
-        self._arrived = threading.Event()  # wakes the rank waiting for the key
+        self._arrived = threading.Event()  # wakes the rank waiting for the keys
         self._wake = threading.Event()  # wakes the heartbeat thread: a key, or stop
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -222,8 +230,13 @@ class JobPeers:
                                  "--local-rank, RANK or SLURM_PROCID")
         self._store.set(f"plan/{self.rank.rank}", json.dumps(own).encode())
         self._publish(**{PLAN: compared_digest(own)})
-        self._wait(self._judged if self._watching else self._verdict_published, PLAN,
-                   "publish its plan", self.job.bounds.join_s, key=AGREEMENT_KEY)
+        if self._watching:  # woken when the last rank's digest is on its progress
+            self._wait(self._judged, PLAN, "publish its plan", self.job.bounds.join_s,
+                       keys=tuple(planned_key(rank) for rank in self.others))
+        else:
+            self._store.set(planned_key(self.rank.rank), b"")
+            self._wait(self._verdict_published, PLAN, "publish its plan",
+                       self.job.bounds.join_s, keys=(AGREEMENT_KEY,))
         if not self._watching and not self._summary_seen:
             # Agreed before its heartbeat read the summary: read it once, so that this
             # rank knows which rank serves the store should the store go away.
@@ -239,10 +252,11 @@ class JobPeers:
                       fingerprint=plan.fingerprint, store=self.job.address,
                       hosts=published["hosts"], host_count=published["host_count"])
 
-    def _verdict_published(self, view: View) -> bool:
-        return view.verdict is not None
+    @staticmethod
+    def _verdict_published(view: View, arrived: bool) -> bool:
+        return arrived or view.verdict is not None
 
-    def _judged(self, view: View) -> bool:
+    def _judged(self, view: View, arrived: bool) -> bool:
         """The watcher: once every rank published its plan (or one showed a different
         world, when waiting for the rest is pointless), judge the plans and publish
         the verdict.  The manifests are read only when the digests differ."""
@@ -285,10 +299,10 @@ class JobPeers:
             if self._store.add(DISAGREED_KEY, 1) >= len(error.ranks):
                 self._store.set(ALL_NAMED_KEY, b"")
                 return
-            with self._awaiting(ALL_NAMED_KEY) as beating:
+            with self._awaiting((ALL_NAMED_KEY,)) as beating:
                 interval = POLL_START_S
                 while self._clock() < deadline and not (
-                        ALL_NAMED_KEY in self._arrivals if beating
+                        self._all_arrived((ALL_NAMED_KEY,)) if beating
                         else self._store.check([ALL_NAMED_KEY])):
                     self._nap(interval, beating)
                     interval = min(interval * 2, POLL_MAX_S)
@@ -362,52 +376,64 @@ class JobPeers:
 
     def _between_beats(self, seconds: float) -> bool:
         """Wait out the time to the next beat; true once the heartbeat is to stop.  While
-        the run awaits a key, the wait is on the store, for that key: the rank learns of
-        it as soon as it is written, at one store call per beat (a wait that the store's
-        client holds for a beat at most, so the next beat is never late)."""
+        the run awaits keys, the wait is on the store, for those keys: the rank learns
+        that they are all written as soon as the last one is, at one store call per beat
+        (a wait that the store's client holds until the next beat at most, so that beat
+        is never late)."""
         end = time.monotonic() + seconds
         while not self._stop.is_set():
             self._wake.clear()
-            key, left = self._awaited, end - time.monotonic()
+            keys, left = self._awaited, end - time.monotonic()
             if left <= 0:
                 return False
-            if key is None or key in self._arrivals or left < MIN_STORE_WAIT_S:
+            if not keys or self._all_arrived(keys) or left < MIN_STORE_WAIT_S:
                 self._wake.wait(left)
                 continue
             try:
-                self._store.wait([key], timedelta(seconds=left))
+                self._store.wait(list(keys), timedelta(seconds=left))
             except Exception:  # not written by the next beat (torch's DistStoreError), or
                 return False   # the store went away, which the beat's write then says
-            self._arrivals.add(key)
+            self._arrivals.update(keys)
             self._arrived.set()
         return True
+
+    def _all_arrived(self, keys: tuple[str, ...]) -> bool:
+        return all(key in self._arrivals for key in keys)
 
     def _beating(self) -> bool:
         thread = self._thread
         return thread is not None and thread.is_alive() and not self._stop.is_set()
 
     @contextmanager
-    def _awaiting(self, key: str) -> Iterator[bool]:
-        """Have the heartbeat thread wait for ``key`` while the body runs; yields whether
+    def _awaiting(self, keys: tuple[str, ...]) -> Iterator[bool]:
+        """Have the heartbeat thread wait for ``keys`` while the body runs; yields whether
         it does (the watcher, and a rank whose heartbeat is not beating, read the store
         themselves)."""
-        beating = not self._watching and self._beating()
+        beating = bool(keys) and not self._watching and self._beating()
         if beating:
             self._arrived.clear()
-            self._awaited = key
+            self._awaited = keys
             self._wake.set()
         try:
             yield beating
         finally:
             if beating:
-                self._awaited = None
+                self._awaited = ()
 
-    def _nap(self, seconds: float, beating: bool) -> None:
-        """Sleep between two looks; a real sleep ends early when the awaited key came."""
-        if beating and self._real_sleep:
-            self._arrived.wait(seconds)
-        else:
+    def _nap(self, seconds: float, beating: bool, keys: tuple[str, ...] = ()) -> None:
+        """Sleep between two looks; a real sleep ends early when the awaited keys came:
+        the heartbeat thread's wait for them, or, where this thread reads the store
+        itself, its own wait for them on the store.  That wait holds the client, which
+        the heartbeat thread shares, so it lasts no longer than between two of that
+        thread's reads: its beat is never more than that late."""
+        if not self._real_sleep:
             self._sleep(seconds)
+        elif beating:
+            self._arrived.wait(seconds)
+        elif keys:
+            with contextlib.suppress(Exception):  # not written yet (torch's DistStoreError),
+                self._store.wait(list(keys), timedelta(seconds=min(  # or the store went
+                    seconds, self.job.bounds.beat_s / READS_PER_BEAT)))  # away: read next
 
     def broken_off(self) -> PeerError | None:
         """The error for the peers that broke off (died, or failed), as this rank last
@@ -524,33 +550,38 @@ class JobPeers:
 
     # -- waiting for peers --------------------------------------------------------------
 
-    def _wait(self, ready: Callable[[View], bool], point: str, waiting_for: str,
-              bound: float, key: str | None = None) -> None:
-        """Read the job until ``ready`` holds; fail at once when a peer failed, left
-        or was lost, or after ``bound`` seconds, naming the ranks not yet at
-        ``point`` and where each was last seen.  With ``key`` (written once ``ready``
-        holds), a rank whose heartbeat thread awaits it reads no store here: the key's
-        arrival, and the job as that thread last read it (once per beat)."""
-        with self._awaiting(key) if key is not None else contextlib.nullcontext(False) as beating:
-            self._wait_reading(ready, point, waiting_for, bound, key if beating else None)
+    def _wait(self, ready: Callable[[View, bool], bool], point: str, waiting_for: str,
+              bound: float, keys: tuple[str, ...] = ()) -> None:
+        """Read the job until ``ready(view, arrived)`` holds (``arrived``: every one of
+        ``keys`` is written); fail at once when a peer failed, left or was lost, or
+        after ``bound`` seconds, naming the ranks not yet at ``point`` and where each
+        was last seen.  A rank other than the watcher reads no store here while its
+        heartbeat thread awaits ``keys`` (that thread holds the client): it takes the
+        job as that thread last read it (once per beat), and ``ready`` is asked again
+        as soon as the keys are written.  The watcher, which judges from what it reads
+        (and whose reads the others' summary is), reads the job at every look, and
+        between two looks waits for ``keys`` on the store instead of sleeping."""
+        with self._awaiting(keys) as beating:
+            self._wait_reading(ready, point, waiting_for, bound, keys, beating)
 
-    def _wait_reading(self, ready: Callable[[View], bool], point: str, waiting_for: str,
-                      bound: float, key: str | None) -> None:
+    def _wait_reading(self, ready: Callable[[View, bool], bool], point: str,
+                      waiting_for: str, bound: float, keys: tuple[str, ...],
+                      beating: bool) -> None:
         deadline = self._clock() + bound
         said = self._clock()
         interval = POLL_START_S
         while True:
-            if key is not None and not self._beating():
-                key = None  # the heartbeat stopped (the store went away): read it here
-            if key is None:
-                view = self._refresh()
-                if ready(view):
-                    return
-            else:
+            if beating and not self._beating():
+                beating = False  # the heartbeat stopped (the store went away): read it here
+            if beating:
+                arrived = self._all_arrived(keys)
                 with self._lock:
                     view = self._view
-                if key in self._arrivals or ready(view):  # a summary that says a peer
-                    return  # stopped after ``ready`` held says that it held too
+            else:
+                view = self._refresh()
+                arrived = bool(keys) and self._store.check(list(keys))
+            if ready(view, arrived):  # a summary that says a peer stopped
+                return  # after ``ready`` held says that it held too
             if view.stopped:
                 raise stopped_peers(list(view.stopped[:LISTED]), self.rank.rank,
                                     view.unlisted + max(len(view.stopped) - LISTED, 0))
@@ -570,7 +601,7 @@ class JobPeers:
                               missing=list(late.ranks[:MAX_SHOWN]), store=self.job.address,
                               time_left_s=round(deadline - now, 1),
                               last_seen=self._last_seen(late))
-            self._nap(interval, key is not None)
+            self._nap(interval, beating, () if arrived else keys)
             interval = min(interval * 2, POLL_MAX_S)
 
     def _behind(self, view: View, point: str) -> Behind:
@@ -604,14 +635,17 @@ class JobPeers:
         if self.rank.world_size == 1:
             return
         key = f"barrier/{step}"
+        everyone = f"{key}/{ALL_ARRIVED}"
         with self._store_calls():
             with self._lock:
                 first = step not in self._progress["arrived"]
             if first:
                 self._publish(arrived=[*self._progress["arrived"], step])
-                self._store.add(key, 1)
-            self._wait(lambda view: self._store.add(key, 0) >= self.rank.world_size, step,
-                       f"reach step {step}", self.job.bounds.barrier_s)
+                if self._store.add(key, 1) >= self.rank.world_size:
+                    self._store.set(everyone, b"")  # the last rank: the others wake
+                    return
+            self._wait(lambda view, arrived: arrived, step, f"reach step {step}",
+                       self.job.bounds.barrier_s, keys=(everyone,))
 
     @contextmanager
     def _store_calls(self) -> Iterator[None]:

@@ -727,3 +727,96 @@ def test_a_rank_waiting_for_the_verdict_reads_the_store_once_per_beat_not_per_po
     reads = [call for call in store.calls if call in (("get", "summary"), ("check", "summary"),
                                                        ("wait", "agreement"))]
     assert ("wait", "agreement") in reads and len(reads) <= 3, reads
+
+
+# -- waits end when the last rank writes its key, not at the next poll (issue 26) -------------
+
+class WaitOutcomes(CountingMemoryStore):
+    """Also keeps how each ``wait`` ended: ``(keys, "written")`` when the keys came,
+    ``(keys, "timeout")`` when its timeout ran out first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.outcomes: list[tuple[str, str]] = []
+
+    def wait(self, keys: list[str], timeout: timedelta) -> None:
+        try:
+            super().wait(keys, timeout)
+        except TimeoutError:
+            self.outcomes.append((",".join(keys), "timeout"))
+            raise
+        self.outcomes.append((",".join(keys), "written"))
+
+
+def _late(peers: JobPeers, action: Callable[[], None], after: str, store: MemoryStore) -> None:
+    """Start ``peers`` and run ``action`` on it once ``after`` is in the store, plus
+    half a second: the other rank is waiting by then, between two of its looks."""
+    import time
+
+    while after not in store.data:
+        time.sleep(0.005)
+    time.sleep(0.5)
+    peers.start()
+    action()
+
+
+def test_the_watcher_learns_the_last_plan_from_its_key_not_at_its_next_poll():
+    # The watcher read the plans on a backoff of 20 ms to 0.5 s: a rank whose plan came
+    # just after a look was judged up to 0.5 s late (0.16-0.3 s in SGLang's drive mode
+    # at tp=2).  Between two looks it now waits on the store for every other rank's
+    # "planned" key, and the wait ends when the last one is written.
+    store = WaitOutcomes()
+    plan = load_plan(["cpu"])
+    watcher, late = peers_of(store, 0, 2), peers_of(store, 1, 2)
+    watcher.start()
+    thread = threading.Thread(target=_late, args=(late, lambda: late.agree(plan), "plan/0",
+                                                  store))
+    thread.start()
+    watcher.agree(plan)
+    thread.join(WAIT)
+    for peers in (watcher, late):
+        peers.stop()
+    assert any(e[1] == "plan_agreed" for e in late.log.events)
+    planned = [outcome for keys, outcome in store.outcomes if keys == "planned/1"]
+    assert planned[-1] == "written" and "timeout" in planned, store.outcomes
+
+
+def test_a_rank_at_a_barrier_is_woken_by_the_last_arrival_and_polls_nothing():
+    # A barrier polled its counter, and the watcher's summary, every 20 ms to 0.5 s:
+    # the last rank's arrival was seen up to 0.5 s late, and each waiting rank read the
+    # store twice per look.  The last rank now writes "all arrived", which the others'
+    # heartbeat threads (the watcher itself, between its looks) wait for.
+    store = WaitOutcomes()
+    early, last = peers_of(store, 1, 2), peers_of(store, 0, 2)
+    early.start()
+    thread = threading.Thread(target=_late, args=(
+        last, lambda: last.barrier("init_torch_distributed"), "barrier/init_torch_distributed",
+        store))
+    thread.start()
+    early.barrier("init_torch_distributed")
+    thread.join(WAIT)
+    for peers in (early, last):
+        peers.stop()
+    everyone = "barrier/init_torch_distributed/all"
+    assert store.outcomes[-1] == (everyone, "written"), store.outcomes
+    assert ("add", "barrier/init_torch_distributed") in store.calls
+    polls = [call for call in store.calls
+             if call in (("add", "barrier/init_torch_distributed"), ("check", "summary"))]
+    assert len(polls) <= 4, polls  # two arrivals, and a read of the job per beat at most
+
+
+def test_the_watcher_at_a_barrier_waits_for_the_last_arrival_between_its_looks():
+    store = WaitOutcomes()
+    watcher, last = peers_of(store, 0, 2), peers_of(store, 1, 2)
+    watcher.start()
+    thread = threading.Thread(target=_late, args=(
+        last, lambda: last.barrier("init_torch_distributed"), "barrier/init_torch_distributed",
+        store))
+    thread.start()
+    watcher.barrier("init_torch_distributed")
+    thread.join(WAIT)
+    for peers in (watcher, last):
+        peers.stop()
+    waits = [outcome for keys, outcome in store.outcomes
+             if keys == "barrier/init_torch_distributed/all"]
+    assert waits[-1] == "written" and "timeout" in waits, store.outcomes

@@ -91,3 +91,62 @@ def test_under_torchrun_rank_0_warns_since_the_agent_serves_the_store():
 def test_a_small_job_or_another_rank_changes_nothing(world, rank, agent):
     found = case(256, 512, world, rank=rank, hosted=rank == 0 and not agent, agent=agent)
     assert found == {"limits": [256, 512], "error": None, "events": []}
+
+
+# -- waiting for rank 0 to serve the store ----------------------------------------------------
+
+class FakeTime:
+    """``time.monotonic`` and ``time.sleep`` for :func:`wait_for_store`: the clock moves
+    only by the sleeps, which are kept."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.mark.parametrize("serving_after", [0.05, 1.0, 30.0])
+def test_a_rank_early_for_the_store_retries_within_a_twentieth_of_its_wait(
+        monkeypatch, serving_after):
+    # Every 0.2 s made a rank that came a moment before rank 0 lose 0.1 s on average
+    # (issue 26: drive mode at tp=2); a retry after a twentieth of the wait so far
+    # costs at most 5% of the wait, and 0.2 s at most once rank 0 is long late.
+    from initorch.steps import rendezvous
+
+    clock = FakeTime()
+    began = clock.now
+    monkeypatch.setattr(rendezvous, "time", clock)
+    monkeypatch.setattr(rendezvous, "can_connect", lambda host, port, timeout:
+                        None if clock.now - began >= serving_after else "refused")
+
+    class Context:
+        log = type("Log", (), {"info": staticmethod(lambda *a, **k: None)})()
+
+    left = rendezvous.wait_for_store(Context(), "127.0.0.1", 1, bound=60.0)
+    waited = clock.now - began
+    assert serving_after <= waited <= max(serving_after * 1.05, serving_after + 0.005)
+    assert left == pytest.approx(60.0 - waited)
+    assert all(0.005 <= pause <= 0.2 for pause in clock.sleeps)
+
+
+def test_a_rank_early_for_the_store_stops_retrying_at_its_bound(monkeypatch):
+    from initorch.steps import rendezvous
+
+    clock = FakeTime()
+    monkeypatch.setattr(rendezvous, "time", clock)
+    monkeypatch.setattr(rendezvous, "can_connect", lambda host, port, timeout: "refused")
+    said: list[dict] = []
+
+    class Context:
+        log = type("Log", (), {"info": staticmethod(lambda event, **k: said.append(k))})()
+
+    assert rendezvous.wait_for_store(Context(), "127.0.0.1", 1, bound=12.0) == 0.0
+    assert sum(clock.sleeps) == pytest.approx(12.0)  # the last pause ends at the bound
+    left = [entry["time_left_s"] for entry in said]  # said every 5 s, at the next look
+    assert len(left) == 2 and 6.8 <= left[0] <= 7.0 and 1.8 <= left[1] <= 2.0, left
