@@ -19,11 +19,12 @@ detokenizer (where SGLang also loads its plugins) it is the import and the call 
 plugin.  The probe in ``bench/sglang_probe`` times what the report cannot see, in every
 process; with ``--profile`` it also writes a cProfile of each span.
 
-``--rank-path N`` times initorch's own path through a rank instead, N rounds per tree, in
-fresh interpreters of the SGLang venv that import SGLang's scheduler module first (what a
-rank has imported when it loads the plugins): the import of the integration's verify
-module, the installed plugins' registry, the plan, then drive mode's registry, plan and
-the import of the run.
+``--rank-path N`` times initorch's own path through a drive-mode rank instead, N rounds
+per tree, in fresh interpreters of the SGLang venv that import SGLang's scheduler module
+first (what a rank has imported when it loads the plugins): the plugin's import and
+load (the release gate and the hooks included), the import of the integration's
+verify module, the installed plugins' registry, the plan, then drive mode's registry,
+plan and the import of the run.
 
 ``--tree LABEL=REV`` adds verify and drive mode on initorch as it was at git revision
 REV (its core and its SGLang integration, put ahead of the installed ones on the
@@ -292,19 +293,33 @@ def samples(runs: int, tp: int = 2, trees: dict[str, Path] | None = None,
     return found
 
 
-RANK_PATH_PHASES = ("import", "plugins", "plan", "drive")
+RANK_PATH_PHASES = ("plugin import", "plugin load", "import", "plugins", "plan", "drive")
 
 
 def rank_path() -> None:
-    """In an SGLang venv: initorch's path through a rank, its phases' seconds as JSON.
+    """In an SGLang venv: initorch's path through a drive-mode rank, its phases' seconds
+    as JSON.
 
-    As the tree's own integration takes it: verify's registry and plan, then drive mode's
-    registry (from verify's, where the tree reuses it), its plan and the import of the
-    run."""
+    As a rank takes it: SGLang's scheduler module imported first, then the plugin as
+    SGLang's ``load_plugins`` takes it, in a process whose parent is the launcher (the
+    plugin module's import, then its load: the release gate, the hooks), then the tree's own
+    integration: verify's registry and plan, then drive mode's registry (from verify's,
+    where the tree reuses it), its plan and the import of the run."""
     import importlib
+    import multiprocessing
+    import types
 
     importlib.import_module("sglang.srt.managers.scheduler")  # as a rank has, first
+    launcher = types.SimpleNamespace(pid=os.getppid())  # this bench: a rank's launcher
+    multiprocessing.parent_process = lambda: launcher  # type: ignore[assignment,return-value]
+    os.environ["INITORCH_SGLANG"] = "drive"
     spent: dict[str, float] = {}
+    began = time.perf_counter()
+    plugin = importlib.import_module("initorch_sglang.plugin")
+    spent["plugin import"] = time.perf_counter() - began
+    began = time.perf_counter()
+    plugin.load()
+    spent["plugin load"] = time.perf_counter() - began
     began = time.perf_counter()
     verify = importlib.import_module("initorch_sglang.verify")
     spent["import"] = time.perf_counter() - began

@@ -114,14 +114,15 @@ def _repoint(stale: dict[int, tuple[Any, Callable[..., Any]]], engine: Engine) -
     """One walk over the engine's loaded modules: a name bound to a wrapped original
     (``from X import f`` before the hook) is bound to its wrapper.  Only the engine's
     modules: a binding matters where the engine's own code calls through it."""
-    for name, module in list(sys.modules.items()):
-        if not engine.owns(name):
-            continue
+    originals = stale.keys()
+    for module in [module for name, module in list(sys.modules.items()) if engine.owns(name)]:
         try:
-            names = list(vars(module).items())
+            namespace = vars(module)
         except TypeError:
             continue
-        for attribute, value in names:
+        if originals.isdisjoint(map(id, namespace.values())):
+            continue  # nearly every module: tested in C, not attribute by attribute
+        for attribute, value in list(namespace.items()):
             found = stale.get(id(value))
             if found is not None and found[0] is value:
                 with contextlib.suppress(AttributeError, TypeError):

@@ -19,11 +19,14 @@ def test_a_server_that_did_not_ask_is_untouched() -> None:
                    "        if any(s and s.plugin_name == 'initorch' for _, _, s in hooks)]\n"
                    "print(json.dumps({'hooks': ours,\n"
                    "                  'cpu_allocator': 'cpu' in ALLOC_MEMORY_FUNCS,\n"
-                   "                  'initorch': 'initorch_sglang.verify' in sys.modules}))\n")
+                   "                  'initorch': sorted(m for m in sys.modules\n"
+                   "                                     if m.split('.')[0] == 'initorch')}))\n")
     result = run_in_sglang(code)
     assert result.returncode == 0, result.stderr
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
-    assert outcome == {"hooks": [], "cpu_allocator": False, "initorch": False}
+    # Not one module of initorch's core: deciding "off" reads two variables (the plugin
+    # module imported initorch whole before, 40-45 ms of every stock process's start).
+    assert outcome == {"hooks": [], "cpu_allocator": False, "initorch": []}
 
 
 RANK_LOAD = LOAD + (

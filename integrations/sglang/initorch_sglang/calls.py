@@ -28,11 +28,11 @@ def installed_layout() -> Layout:
     """The installed SGLang's layout; the newest when none is installed or it fits none.
 
     Taken from the installed release's cached verdict (:func:`~initorch_sglang.version.
-    sglang_verdict`, a file read once it is cached) rather than re-recognised in every rank
+    installed_verdict`, a file read once it is cached) rather than re-recognised in every rank
     (about 0.2 s of ``ast`` for 0.5.23)."""
-    from initorch_sglang.version import sglang_verdict
+    from initorch_sglang.version import installed_verdict
 
-    verdict = sglang_verdict()
+    verdict = installed_verdict()
     if verdict.layout is not None:
         try:
             return layout_named(verdict.layout)

@@ -32,9 +32,15 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-# Only what deciding "off" needs: an SGLang that did not ask imports nothing more.
-from initorch_sglang.options import RENDEZVOUS_ENV, Options, OptionsError, read_options
-from initorch_sglang.version import UnknownSGLangError, accept_installed_sglang
+# Only what deciding "off" needs: an SGLang that did not ask imports nothing more (no
+# module of initorch's core: the release gate below imports it, once a launch asked).
+from initorch_sglang.options import (
+    RENDEZVOUS_ENV,
+    TIMELINE_ENV,
+    Options,
+    OptionsError,
+    read_options,
+)
 
 if TYPE_CHECKING:
     from initorch.kit import Hook
@@ -49,14 +55,23 @@ def load() -> None:
     started = time.perf_counter()
     try:
         options = read_options()
-        if not options.active or not accept_installed_sglang(
-                options.mode, launcher=multiprocessing.parent_process() is None):
-            return
-    except (OptionsError, UnknownSGLangError) as error:
+    except OptionsError as error:
         raise SystemExit(str(error)) from None
-    from initorch_sglang.timeline import start_recording
+    if not options.active:
+        return
+    from initorch_sglang.version import UnknownSGLangError, accept_installed_sglang
 
-    recording = start_recording(entered)  # None unless the launch asked for a timeline
+    try:
+        if not accept_installed_sglang(options.mode,
+                                       launcher=multiprocessing.parent_process() is None):
+            return
+    except UnknownSGLangError as error:
+        raise SystemExit(str(error)) from None
+    recording = None
+    if os.environ.get(TIMELINE_ENV):  # the launch asked for a timeline
+        from initorch_sglang.timeline import start_recording
+
+        recording = start_recording(entered)
     try:
         _load(options, started, recording)
     finally:

@@ -45,13 +45,13 @@ from initorch.kit import (
     recorded_calls,
     unrecorded_processes,
 )
+from initorch_sglang.options import TIMELINE_ENV
 
 if TYPE_CHECKING:
     from initorch.kit import Hook, RankSession, Timeline
 
 __all__ = ["HEALTH_PATH", "PHASES", "TIMELINE_ENV", "LaunchRecording", "start_recording"]
 
-TIMELINE_ENV = "INITORCH_SGLANG_TIMELINE"
 HEALTH_PATH = "/health_generate"
 """SGLang's readiness probe: 200 once a one-token generation went through every process
 (``srt/entrypoints/http_server.py:722-790 health_generate``)."""

@@ -16,6 +16,7 @@ release whose layout has no ``init_parallel_runtime`` to replace.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -28,7 +29,7 @@ from initorch_sglang.engine import SGLANG
 
 __all__ = ["KNOWN_SGLANG", "UNVERIFIED_ENV", "SGLangVerdict", "UnknownSGLangError",
            "accept_installed_sglang", "check_sglang_version", "installed_sglang",
-           "installed_tree_path", "prove",
+           "installed_tree_path", "installed_verdict", "prove",
            "refusal", "sglang_verdict"]
 
 KNOWN_SGLANG = ("0.5.23",)
@@ -155,6 +156,13 @@ def sglang_verdict(cache_dir: Path | None = None) -> SGLangVerdict:
     return verdict
 
 
+@functools.cache
+def installed_verdict() -> SGLangVerdict:
+    """:func:`sglang_verdict` once per process: the plugin's gate and the call map both
+    need it, and the cache key hashes this integration's files (3-5 ms a time)."""
+    return sglang_verdict()
+
+
 def check_sglang_version(found: str | None = None) -> str:
     """The installed release if the audit proves it (``found``: judge that version
     string against :data:`KNOWN_SGLANG` instead); else :class:`UnknownSGLangError`."""
@@ -186,7 +194,7 @@ def accept_installed_sglang(mode: str, environ: dict[str, str] | None = None,
     (verify mode on an unproven release; the ``launcher`` writes the one warning line);
     :class:`UnknownSGLangError` when drive mode cannot run on the installed release."""
     environ = dict(os.environ) if environ is None else environ
-    verdict = sglang_verdict()
+    verdict = installed_verdict()
     if mode == "drive":
         if not verdict.accepted:
             raise UnknownSGLangError(f"{refusal(verdict)}; drive mode refuses the launch")
