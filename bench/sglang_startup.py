@@ -304,7 +304,9 @@ def rank_path() -> None:
     SGLang's ``load_plugins`` takes it, in a process whose parent is the launcher (the
     plugin module's import, then its load: the release gate, the hooks), then the tree's own
     integration: verify's registry and plan, then drive mode's registry (from verify's,
-    where the tree reuses it), its plan and the import of the run."""
+    where the tree reuses it), its plan and the import of the run.  Each phase is the
+    process's CPU time, not the wall clock: on a shared machine a tree's phases then
+    differ by what the tree does, not by what else ran meanwhile."""
     import importlib
     import multiprocessing
     import types
@@ -314,15 +316,15 @@ def rank_path() -> None:
     multiprocessing.parent_process = lambda: launcher  # type: ignore[assignment,return-value]
     os.environ["INITORCH_SGLANG"] = "drive"
     spent: dict[str, float] = {}
-    began = time.perf_counter()
+    began = time.process_time()
     plugin = importlib.import_module("initorch_sglang.plugin")
-    spent["plugin import"] = time.perf_counter() - began
-    began = time.perf_counter()
+    spent["plugin import"] = time.process_time() - began
+    began = time.process_time()
     plugin.load()
-    spent["plugin load"] = time.perf_counter() - began
-    began = time.perf_counter()
+    spent["plugin load"] = time.process_time() - began
+    began = time.process_time()
     verify = importlib.import_module("initorch_sglang.verify")
-    spent["import"] = time.perf_counter() - began
+    spent["import"] = time.process_time() - began
     from initorch import Registry
     from initorch.kit import engine_performed
     from initorch_sglang import drive
@@ -330,18 +332,18 @@ def rank_path() -> None:
 
     selection = Selection(("sglang",), "cpu", (("hicache.enabled", True),))
     shared = getattr(verify, "installed_registry", None)
-    began = time.perf_counter()
+    began = time.process_time()
     registry = Registry.with_plugins() if shared is None else shared()
-    spent["plugins"] = time.perf_counter() - began
-    began = time.perf_counter()
+    spent["plugins"] = time.process_time() - began
+    began = time.process_time()
     selection.plan(registry)
-    spent["plan"] = time.perf_counter() - began
-    began = time.perf_counter()
+    spent["plan"] = time.process_time() - began
+    began = time.process_time()
     importlib.import_module("initorch.execution.run")
     driven = engine_performed(vars(drive)["_ACTIONS"], engine="SGLang",
                               installed=None if shared is None else shared())
     selection.with_overlay(DRIVE_OVERLAY).plan(driven)
-    spent["drive"] = time.perf_counter() - began
+    spent["drive"] = time.process_time() - began
     print(json.dumps(spent))
 
 
@@ -366,8 +368,8 @@ def rank_path_samples(runs: int, trees: dict[str, Path]) -> dict[str, dict[str, 
 
 
 def print_rank_path(found: dict[str, dict[str, list[float]]]) -> None:
-    print("initorch's path through a rank (SGLang's scheduler module imported first), "
-          "milliseconds, median [min-max]; each tree's ratio to the first's:")
+    print("initorch's path through a drive-mode rank (SGLang's scheduler module imported "
+          "first), CPU milliseconds, median [min-max]; each tree's ratio to the first's:")
     first = next(iter(found))
     for phase in (*RANK_PATH_PHASES, "total"):
         print(f"  {phase}:")

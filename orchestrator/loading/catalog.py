@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,26 +123,28 @@ class ProfileCatalog:
             raise ProfileError(f"unknown profile '{shown(ref)}'", location=location, hint=hint)
         file = display_path(str(source.file))
         if isinstance(source.file, Path):
-            return self._parse(file, ref, _read(source.file, ref, location))
-        return self._parse(file, ref, source.file.read_text("utf-8"))  # inside a package
+            path = source.file
+            return self._parse(file, ref, lambda: _read(path, ref, location))
+        return self._parse(file, ref, lambda: source.file.read_text("utf-8"))  # in a package
 
     def _load_path(self, ref: str, relative_to: str | None,
                    location: SourceLocation | None) -> ProfileDocument:
         base = Path(relative_to).parent if relative_to else Path.cwd()
         path = Path(os.path.realpath(base / ref))  # a loop of links fails on open, clearly
         return self._parse(display_path(path), printable(path.stem),
-                           _read(path, printable(ref), location))
+                           lambda: _read(path, printable(ref), location))
 
     def read_files(self) -> list[str]:
         """The profile files read so far (as messages show them): a command's inputs,
         which none of its outputs may overwrite."""
         return sorted(self._cache)
 
-    def _parse(self, shown_path: str, name: str, text: str) -> ProfileDocument:
-        """Parse ``text`` once per file (the cache is keyed by the shown path)."""
+    def _parse(self, shown_path: str, name: str, read: Callable[[], str]) -> ProfileDocument:
+        """Read and parse a file once (the cache is keyed by the shown path): a plan asks
+        for every profile to learn the device names, and an embedding server plans twice."""
         cached = self._cache.get(shown_path)
         if cached is None:
-            cached = self._cache[shown_path] = read_profile(text, shown_path, name)
+            cached = self._cache[shown_path] = read_profile(read(), shown_path, name)
         return cached
 
 
