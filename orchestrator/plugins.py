@@ -35,6 +35,7 @@ from importlib import import_module
 from importlib.metadata import EntryPoint, distributions
 
 from initorch.errors import InitorchError, PluginError, RunInterrupted, describe_exception
+from initorch.gc_pause import gc_paused
 from initorch.loading.catalog import ProfileCatalog
 from initorch.loading.detection import ProbeCatalog
 from initorch.model.registry import StepCatalog
@@ -135,16 +136,23 @@ class Registry:
         denied = selection.deny | set(deny)
         allowed = _allow_list(allow, environ)
         registry = cls()
+        with gc_paused():  # the steps, settings and profiles registered hold no cycle
+            registry._load_selected(selection, denied, allowed, on_error)
+        return registry
+
+    def _load_selected(self, selection: PluginSelection, denied: set[str],
+                       allowed: set[str] | None,
+                       on_error: Callable[[PluginError], None] | None) -> None:
+        """The installed plugins (builtin first), then the ones named, less ``denied``."""
         for entry in sorted(installed_entry_points(), key=_builtin_first):
             if entry.name in denied or (allowed is not None and entry.name != BUILTIN
                                         and entry.name not in allowed):
                 continue
-            registry._load_reporting(entry.name, _entry_point_function(entry), on_error)
+            self._load_reporting(entry.name, _entry_point_function(entry), on_error)
         for spec in selection.modules:
             if spec in denied or spec.partition(":")[0] in denied:
                 continue
-            registry._load_reporting(spec, _module_function(spec), on_error)
-        return registry
+            self._load_reporting(spec, _module_function(spec), on_error)
 
     def load_plugin(self, name: str, register: RegisterFunction) -> None:
         """Run one plugin's ``register`` function; failures name the plugin.

@@ -232,6 +232,25 @@ def test_python_dash_m_is_the_same_command():
     assert {row["name"] for row in json.loads(result.stdout)} == set(BUILTIN_PROFILES)
 
 
+def test_the_console_script_paces_the_collector_and_an_embedding_keeps_its_own(tmp_path):
+    # A plugin that says the collector's thresholds while the command registers it: the
+    # console script's, then those of a process that calls main() itself.
+    (tmp_path / "gc_plugin.py").write_text(
+        "import gc, sys\n"
+        "def register(registry):\n"
+        "    sys.stderr.write(f'thresholds {gc.get_threshold()}\\n')\n")
+    command = ["--plugin", "gc_plugin", "profiles"]
+    console = subprocess.run([sys.executable, "-m", "initorch", *command], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=60, check=True)
+    embedded = subprocess.run(
+        [sys.executable, "-c", f"from initorch.cli import main; main({command!r})"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True)
+    from initorch.cli.boundary import CLI_GC_THRESHOLD
+
+    assert f"thresholds ({CLI_GC_THRESHOLD}, 10, 10)" in console.stderr
+    assert "thresholds (700, 10, 10)" in embedded.stderr
+
+
 # --- settings -----------------------------------------------------------------------------------
 
 def test_settings_lists_every_declaration(run_cli, builtin_registry):
