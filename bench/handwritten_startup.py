@@ -3,17 +3,20 @@ checks.verify_transfer=true`` does, written by hand without initorch.
 
     python bench/handwritten_startup.py
 
-The same library calls in the plan's order (``initorch plan --profile cpu``):
-import torch, a 64 MiB host pool, a Mooncake TransferEngine over TCP, a gloo
-process group of one rank, a mooncake_master on loopback (waited for on its
-/health), a MooncakeDistributedStore reusing the engine (with SGLang's 4 KiB
-warm-up), the pool registered with the store, 4 KV pages of the page_first
-layout put and read back byte for byte; then everything released in reverse.
+The same library calls, written as carefully as initorch's plan runs them (``initorch
+plan --profile cpu``): the mooncake_master on loopback is started first, found without
+importing Mooncake, so that it comes up while torch imports (as the plan's first wave
+does); then import torch, a 64 MiB host pool, a Mooncake TransferEngine over TCP, a
+gloo process group of one rank, the master waited for on its /health, a
+MooncakeDistributedStore reusing the engine (with SGLang's 4 KiB warm-up), the pool
+registered with the store, 4 KV pages of the page_first layout put and read back byte
+for byte; then everything released in reverse, one call at a time, as a script does.
 No checks, diagnoses, logging or retries beyond what the calls need to be right.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -46,9 +49,24 @@ def ready(metrics_port: int, rpc_port: int) -> bool:
     return True
 
 
+def start_master() -> tuple[subprocess.Popen[bytes], int, int, int]:
+    """The mooncake_master binary of the installed wheel, started at once (the package is
+    located, not imported: importing it would wait for what the master does meanwhile)."""
+    spec = importlib.util.find_spec("mooncake")
+    assert spec is not None and spec.origin is not None, "mooncake is not installed"
+    binary = Path(spec.origin).parent / "mooncake_master"
+    rpc, metadata, metrics = free_port(), free_port(), free_port()
+    master = subprocess.Popen(
+        [str(binary), "--rpc_address=127.0.0.1", f"--rpc_port={rpc}",
+         "--enable_http_metadata_server=true", "--http_metadata_server_host=127.0.0.1",
+         f"--http_metadata_server_port={metadata}", "--metrics_host=127.0.0.1",
+         f"--metrics_port={metrics}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return master, rpc, metadata, metrics
+
+
 def main() -> None:
     os.environ.setdefault("MC_FORCE_TCP", "1")
-    import mooncake
+    master, rpc, metadata, metrics = start_master()
     import torch
     import torch.distributed as dist
     from mooncake.engine import TransferEngine
@@ -64,13 +82,6 @@ def main() -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}",
                             rank=0, world_size=1)
 
-    rpc, metadata, metrics = free_port(), free_port(), free_port()
-    binary = Path(mooncake.__file__).parent / "mooncake_master"
-    master = subprocess.Popen(
-        [str(binary), "--rpc_address=127.0.0.1", f"--rpc_port={rpc}",
-         "--enable_http_metadata_server=true", "--http_metadata_server_host=127.0.0.1",
-         f"--http_metadata_server_port={metadata}", "--metrics_host=127.0.0.1",
-         f"--metrics_port={metrics}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while not ready(metrics, rpc):
         assert master.poll() is None, "mooncake_master exited"
         time.sleep(0.1)
