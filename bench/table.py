@@ -413,7 +413,7 @@ def main() -> None:
                         help="leave out the real vLLM rows (6 server starts, minutes)")
     parser.add_argument("--skip-ranks", action="store_true",
                         help="leave out the simulated ranks (8 to 1,024 ranks against a "
-                             "TCPStore, about 10 minutes)")
+                             "TCPStore, about 15 minutes)")
     args = parser.parse_args()
     began = time.perf_counter()
     rows: list[Row] = []
