@@ -781,42 +781,38 @@ def test_the_watcher_learns_the_last_plan_from_its_key_not_at_its_next_poll():
     assert planned[-1] == "written" and "timeout" in planned, store.outcomes
 
 
+BARRIER = "barrier/init_torch_distributed"
+
+
+def barrier_with_a_late_rank(waiting_rank: int) -> WaitOutcomes:
+    """Rank ``waiting_rank`` of two at a barrier that the other rank reaches half a
+    second later; the store, with how its waits ended."""
+    store = WaitOutcomes()
+    waiting, last = peers_of(store, waiting_rank, 2), peers_of(store, 1 - waiting_rank, 2)
+    waiting.start()
+    thread = threading.Thread(target=_late, args=(
+        last, lambda: last.barrier("init_torch_distributed"), BARRIER, store))
+    thread.start()
+    waiting.barrier("init_torch_distributed")
+    thread.join(WAIT)
+    for peers in (waiting, last):
+        peers.stop()
+    return store
+
+
 def test_a_rank_at_a_barrier_is_woken_by_the_last_arrival_and_polls_nothing():
     # A barrier polled its counter, and the watcher's summary, every 20 ms to 0.5 s:
     # the last rank's arrival was seen up to 0.5 s late, and each waiting rank read the
     # store twice per look.  The last rank now writes "all arrived", which the others'
     # heartbeat threads (the watcher itself, between its looks) wait for.
-    store = WaitOutcomes()
-    early, last = peers_of(store, 1, 2), peers_of(store, 0, 2)
-    early.start()
-    thread = threading.Thread(target=_late, args=(
-        last, lambda: last.barrier("init_torch_distributed"), "barrier/init_torch_distributed",
-        store))
-    thread.start()
-    early.barrier("init_torch_distributed")
-    thread.join(WAIT)
-    for peers in (early, last):
-        peers.stop()
-    everyone = "barrier/init_torch_distributed/all"
-    assert store.outcomes[-1] == (everyone, "written"), store.outcomes
-    assert ("add", "barrier/init_torch_distributed") in store.calls
-    polls = [call for call in store.calls
-             if call in (("add", "barrier/init_torch_distributed"), ("check", "summary"))]
+    store = barrier_with_a_late_rank(1)
+    assert store.outcomes[-1] == (f"{BARRIER}/all", "written"), store.outcomes
+    assert ("add", BARRIER) in store.calls
+    polls = [call for call in store.calls if call in (("add", BARRIER), ("check", "summary"))]
     assert len(polls) <= 4, polls  # two arrivals, and a read of the job per beat at most
 
 
 def test_the_watcher_at_a_barrier_waits_for_the_last_arrival_between_its_looks():
-    store = WaitOutcomes()
-    watcher, last = peers_of(store, 0, 2), peers_of(store, 1, 2)
-    watcher.start()
-    thread = threading.Thread(target=_late, args=(
-        last, lambda: last.barrier("init_torch_distributed"), "barrier/init_torch_distributed",
-        store))
-    thread.start()
-    watcher.barrier("init_torch_distributed")
-    thread.join(WAIT)
-    for peers in (watcher, last):
-        peers.stop()
-    waits = [outcome for keys, outcome in store.outcomes
-             if keys == "barrier/init_torch_distributed/all"]
+    store = barrier_with_a_late_rank(0)
+    waits = [outcome for keys, outcome in store.outcomes if keys == f"{BARRIER}/all"]
     assert waits[-1] == "written" and "timeout" in waits, store.outcomes
