@@ -24,8 +24,8 @@ from pathlib import Path
 
 from tests.sglang.server import REPO, Server, free_port
 
-__all__ = ["BIND", "VllmServer", "initorch_in_vllm", "running", "server_arguments",
-           "vllm_venv"]
+__all__ = ["BIND", "WORKER_STEPS", "VllmServer", "assert_verified", "initorch_in_vllm",
+           "running", "server_arguments", "verify_environment", "vllm_venv"]
 
 VENV_ENV = "INITORCH_VLLM_VENV"
 PROMPT = "w1 w2 w3"
@@ -35,6 +35,12 @@ READY_TIMEOUT_S = 420.0  # 30-60 s on a quiet 2-core machine; CI may share it
 BIND = {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}
 """One CPU per worker for tp=2 on this one-NUMA-node host (utils/ompmultiprocessing.py:216
 asserts a NUMA node per worker otherwise)."""
+
+
+WORKER_STEPS = ("vllm_init_device", "init_torch_distributed", "init_model_parallel",
+                "vllm_model_runner", "vllm_load_model", "vllm_profile_memory",
+                "vllm_kv_connector", "vllm_init_kv_cache", "vllm_warm_up")
+"""What every CPU worker calls, in vLLM 0.32.0's order (the first call of each)."""
 
 
 def vllm_venv() -> Path | None:
@@ -71,14 +77,20 @@ class VllmServer(Server):
 
     model: str = ""
 
-    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> float:
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S, *,
+                   failed: str | None = None) -> float:
         """Seconds from launch until ``/health`` answers 200; ``RuntimeError`` with the
-        log's tail if the server dies first."""
+        log's tail if the server dies first, or once its log shows ``failed``: a launch
+        whose failure vLLM logs but does not exit on would otherwise be waited on for the
+        whole ``timeout``."""
         deadline = self.started + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"vLLM exited with {self.process.returncode} before it "
                                    f"was ready:\n{self.tail()}")
+            if failed is not None and failed in self.text():
+                raise RuntimeError(f"vLLM logged {failed!r} before it was ready:\n"
+                                   f"{self.tail()}")
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health",
                                             timeout=10) as reply:
@@ -134,3 +146,42 @@ def initorch_in_vllm(*arguments: str, **extra: str) -> subprocess.CompletedProce
     assert venv is not None, "no vLLM venv: the test should have been skipped"
     return subprocess.run([str(venv / "bin" / "initorch"), *arguments], capture_output=True,
                           text=True, env=environment(extra), timeout=600, check=False)
+
+
+def verify_environment(folder: Path) -> dict[str, str | None]:
+    """Verify mode, each rank's report and trace into ``folder``."""
+    return {"INITORCH_VLLM": "verify",
+            "INITORCH_VLLM_REPORT": str(folder / "report-{rank}.json"),
+            "INITORCH_VLLM_TRACE": str(folder / "trace-{rank}.json")}
+
+
+def assert_verified(folder: Path, rank: int, *, world: int = 1,
+                    address: str | None = None) -> None:
+    """Rank ``rank``'s report: every worker call seen, in the plan's order, on the
+    worker's main thread, no violation; its trace written.  Its process group: a world
+    of ``world`` ranks over gloo, met at ``address`` (a TCP store: across nodes, vLLM's
+    ``--master-addr``/``--master-port``) or, without one, in the file store of the init
+    method vLLM's executor gave the worker (one host, ``v1/executor/
+    multiproc_executor.py:138-143``, ``uniproc_executor.py:79-84``)."""
+    report = json.loads((folder / f"report-{rank}.json").read_text())
+    section = report["vllm"]
+    assert section["mode"] == "verify"
+    assert section["violations"] == [] and section["error"] is None
+    assert report["profiles"] == ["base", "cpu", "vllm"]
+    firsts = [call for call in section["calls"] if call["call"] == 1]
+    assert [call["step"] for call in firsts] == list(WORKER_STEPS)
+    assert {call["thread"] for call in firsts} == {"MainThread"}
+    assert all("device" in call for call in firsts)  # None: vLLM's CPU worker sets none
+    steps = {step["step"]: step for step in report["steps"]}
+    assert all(steps[name]["status"] == "succeeded" for name in WORKER_STEPS)
+    assert steps["set_device"]["status"] == "skipped"  # cpu_worker.py:108: no device set
+    assert report["rank"] == rank
+    assert json.loads((folder / f"trace-{rank}.json").read_text())
+    group = section["process_group"]
+    assert (group["backend"], group["world_size"]) == ("gloo", world), group
+    assert group["init_method"].startswith("file://"), group
+    if address is None:
+        assert (group["store"], group["path"]) == \
+            ("file", group["init_method"].removeprefix("file://")), group
+    else:
+        assert (group["store"], group["address"]) == ("tcp", address), group

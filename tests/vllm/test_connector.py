@@ -17,13 +17,13 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
 
 from tests.sglang.server import assert_nothing_left, free_port
-from tests.vllm.server import initorch_in_vllm, running, server_arguments
-from tests.vllm.test_server import verify_environment
+from tests.vllm.server import initorch_in_vllm, running, server_arguments, verify_environment
 
 pytestmark = pytest.mark.usefixtures("with_mooncake")
 
@@ -36,6 +36,10 @@ STORE = ["--kv-transfer-config",
          "--block-size", "32"]
 LONG_PROMPT = " ".join(f"w{i}" for i in range(1, 201))
 """200 tokens of the tiny model's vocabulary: six whole 32-token blocks to store."""
+WORKER_FAILED = "RuntimeError: Worker failed with error"
+"""The engine core's line when a worker fails its start-up (``v1/executor/
+multiproc_executor.py:444``)."""
+SHUTDOWN_GRACE_S = 60.0
 KEYS_TIMEOUT_S = 60.0  # the master logs its metrics every 10 s
 MASTER_READY_S = 30.0
 
@@ -62,9 +66,15 @@ def test_p2p_connector_refused_on_cpu(tiny_model: Path) -> None:
 def test_p2p_refused_is_what_vllm_fails_on(tiny_model: Path, tmp_path: Path) -> None:
     """The refusal launched anyway: the worker loads its weights, then fails building the
     connector at the cited line, before any Mooncake engine exists."""
-    with running(tiny_model, {}, tmp_path / "vllm.log", more=P2P) as server, \
-            pytest.raises(RuntimeError, match="before it was ready"):
-        server.wait_ready()
+    with running(tiny_model, {}, tmp_path / "vllm.log", more=P2P) as server:
+        with pytest.raises(RuntimeError, match="before it was ready"):
+            server.wait_ready(failed=WORKER_FAILED)
+        # The engine core has reported the worker's failure: vLLM shuts its launch down by
+        # itself then (seen within seconds), or it is stopped after this grace.  Stopped
+        # at once, in the middle of that shutdown, its engine core and worker outlived the
+        # launcher (seen under load).
+        with suppress(subprocess.TimeoutExpired):
+            server.wait_exit(SHUTDOWN_GRACE_S)
     text = server.text()
     assert "Cannot access accelerator device when none is available" in text
     assert re.search(r'mooncake_connector\.py", line 1186, in __init__', text)

@@ -10,7 +10,6 @@ order, each with its thread and device.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,21 +17,16 @@ from pathlib import Path
 import pytest
 
 from tests.sglang.server import assert_nothing_left
-from tests.vllm.server import BIND, initorch_in_vllm, running, server_arguments
+from tests.vllm.server import (
+    BIND,
+    assert_verified,
+    initorch_in_vllm,
+    running,
+    server_arguments,
+    verify_environment,
+)
 
 pytestmark = pytest.mark.usefixtures("vllm_python")
-
-WORKER_STEPS = ("vllm_init_device", "init_torch_distributed", "init_model_parallel",
-                "vllm_model_runner", "vllm_load_model", "vllm_profile_memory",
-                "vllm_kv_connector", "vllm_init_kv_cache", "vllm_warm_up")
-"""What every CPU worker calls, in vLLM 0.32.0's order (the first call of each)."""
-
-
-def verify_environment(folder: Path) -> dict[str, str | None]:
-    return {"INITORCH_VLLM": "verify",
-            "INITORCH_VLLM_REPORT": str(folder / "report-{rank}.json"),
-            "INITORCH_VLLM_TRACE": str(folder / "trace-{rank}.json")}
-
 
 def checked_and_served(model: Path, extra: Mapping[str, str | None], log: Path, *,
                        tp: int) -> list[int]:
@@ -48,25 +42,6 @@ def checked_and_served(model: Path, extra: Mapping[str, str | None], log: Path, 
     assert_nothing_left(server)
     assert len(tokens) == 8
     return tokens
-
-
-def assert_verified(folder: Path, rank: int) -> None:
-    """Rank ``rank``'s report: every worker call seen, in the plan's order, on the
-    worker's main thread, no violation; its trace written."""
-    report = json.loads((folder / f"report-{rank}.json").read_text())
-    section = report["vllm"]
-    assert section["mode"] == "verify"
-    assert section["violations"] == [] and section["error"] is None
-    assert report["profiles"] == ["base", "cpu", "vllm"]
-    firsts = [call for call in section["calls"] if call["call"] == 1]
-    assert [call["step"] for call in firsts] == list(WORKER_STEPS)
-    assert {call["thread"] for call in firsts} == {"MainThread"}
-    assert all("device" in call for call in firsts)  # None: vLLM's CPU worker sets none
-    steps = {step["step"]: step for step in report["steps"]}
-    assert all(steps[name]["status"] == "succeeded" for name in WORKER_STEPS)
-    assert steps["set_device"]["status"] == "skipped"  # cpu_worker.py:108: no device set
-    assert report["rank"] == rank
-    assert json.loads((folder / f"trace-{rank}.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -94,4 +69,4 @@ def test_verify_tp2(tiny_model: Path, tmp_path: Path, stock_tokens: list[int]) -
                                 tmp_path / "vllm.log", tp=2)
     assert tokens == stock_tokens  # tp=2 gives tp=1's greedy tokens
     for rank in (0, 1):
-        assert_verified(tmp_path, rank)
+        assert_verified(tmp_path, rank, world=2)

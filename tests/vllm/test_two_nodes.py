@@ -37,6 +37,7 @@ kernel's table of each worker's connections); nothing is left in either host aft
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -54,15 +55,19 @@ from tests.vllm.server import (
     MAX_TOKENS,
     PROMPT,
     READY_TIMEOUT_S,
+    assert_verified,
     environment,
     initorch_in_vllm,
     running,
     server_arguments,
+    verify_environment,
     vllm_venv,
 )
-from tests.vllm.test_server import assert_verified, verify_environment
 
-pytestmark = pytest.mark.usefixtures("vllm_python")
+NODES_ENV = "INITORCH_VLLM_NODES"
+pytestmark = [pytest.mark.usefixtures("vllm_python"), pytest.mark.skipif(
+    os.environ.get(NODES_ENV) != "1",
+    reason="two vLLM nodes, about 500 s: run by 'make e2e-vllm-nodes', not 'make test'")]
 
 two_hosts = netns.two_hosts  # the fixture: pytest finds it by its name in this module
 
@@ -234,7 +239,8 @@ def test_tp2_with_one_rank_on_each_of_two_hosts(
     for rank, folder in enumerate(reports):  # each node wrote its own rank's report
         assert sorted(path.name for path in folder.glob("report-*.json")) == \
             [f"report-{rank}.json"]
-        assert_verified(folder, rank)
+        # Its process group met on the head's store: the report says so from torch's.
+        assert_verified(folder, rank, world=2, address=f"{head.address}:{MASTER_PORT}")
 
     for rank, (node, host) in enumerate(zip(nodes, hosts, strict=True)):
         text = node.text()
