@@ -67,7 +67,8 @@ from tests.vllm.server import (
 NODES_ENV = "INITORCH_VLLM_NODES"
 pytestmark = [pytest.mark.usefixtures("vllm_python"), pytest.mark.skipif(
     os.environ.get(NODES_ENV) != "1",
-    reason="two vLLM nodes, about 500 s: run by 'make e2e-vllm-nodes', not 'make test'")]
+    reason="two vLLM nodes (77 s quiet, 500 s under load): run by 'make e2e-vllm-nodes', "
+           "not 'make test'")]
 
 two_hosts = netns.two_hosts  # the fixture: pytest finds it by its name in this module
 
