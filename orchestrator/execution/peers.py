@@ -22,8 +22,9 @@ barrier is one counter.  A rank that waits for its peers does not poll the store
 waits for a key that the last of them writes (the verdict on the plans, a barrier's
 "all arrived", every rank having read a disagreement; for the watcher, every rank's
 "planned"), and its heartbeat thread waits for that key on the store between two
-beats.  The wait costs one store call per beat, however long the slowest rank takes,
-and ends as soon as the key is written.  ``docs/ranks.md`` counts the operations.
+beats (the watcher checks it, often: one rank's bounded load).  The wait costs one
+store call per beat, however long the slowest rank takes, and ends as soon as the key
+is written.  ``docs/ranks.md`` counts the operations.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ DISAGREED_KEY = "disagreed"  # counts the ranks that have read a disagreement
 ALL_NAMED_KEY = "disagreed/all"  # written by the last of them
 ALL_ARRIVED = "all"  # a barrier's counter key + "/" + this: written by the last rank
 MIN_STORE_WAIT_S = 0.01  # a shorter wait for a key is left to the next beat
+KEY_CHECK_S = 0.01  # how often the watcher checks the keys it awaits between two looks
 
 
 def planned_key(rank: int) -> str:
@@ -423,17 +425,23 @@ class JobPeers:
     def _nap(self, seconds: float, beating: bool, keys: tuple[str, ...] = ()) -> None:
         """Sleep between two looks; a real sleep ends early when the awaited keys came:
         the heartbeat thread's wait for them, or, where this thread reads the store
-        itself, its own wait for them on the store.  That wait holds the client, which
-        the heartbeat thread shares, so it lasts no longer than between two of that
-        thread's reads: its beat is never more than that late."""
+        itself (the watcher), its own ``check`` of them every ``KEY_CHECK_S``.  A check
+        rather than a wait: torch's client warns twice on stderr for every wait that
+        times out, and between two looks the keys usually do not come; one rank's
+        checks are a bounded load on the store whatever the size of the job."""
         if not self._real_sleep:
             self._sleep(seconds)
         elif beating:
             self._arrived.wait(seconds)
         elif keys:
-            with contextlib.suppress(Exception):  # not written yet (torch's DistStoreError),
-                self._store.wait(list(keys), timedelta(seconds=min(  # or the store went
-                    seconds, self.job.bounds.beat_s / READS_PER_BEAT)))  # away: read next
+            end = time.monotonic() + seconds
+            while not self._store.check(list(keys)):
+                left = end - time.monotonic()
+                if left <= 0:
+                    return
+                time.sleep(min(KEY_CHECK_S, left))
+        else:
+            time.sleep(seconds)
 
     def broken_off(self) -> PeerError | None:
         """The error for the peers that broke off (died, or failed), as this rank last
@@ -560,7 +568,7 @@ class JobPeers:
         job as that thread last read it (once per beat), and ``ready`` is asked again
         as soon as the keys are written.  The watcher, which judges from what it reads
         (and whose reads the others' summary is), reads the job at every look, and
-        between two looks waits for ``keys`` on the store instead of sleeping."""
+        between two looks checks ``keys`` often instead of sleeping."""
         with self._awaiting(keys) as beating:
             self._wait_reading(ready, point, waiting_for, bound, keys, beating)
 
