@@ -140,7 +140,7 @@ class Registry:
             registry._load_selected(selection, denied, allowed, on_error)
         return registry
 
-    def _load_selected(self, selection: PluginSelection, denied: set[str],
+    def _load_selected(self, selection: PluginSelection, denied: Collection[str],
                        allowed: set[str] | None,
                        on_error: Callable[[PluginError], None] | None) -> None:
         """The installed plugins (builtin first), then the ones named, less ``denied``."""
