@@ -31,7 +31,8 @@ are exact, not sampled.  Per size it measures:
   as when its process is SIGKILLed), a whole simulation process killed (SIGKILL),
   and the watcher (rank 0) killed;
 * in a second job where one rank has another setting, the time for every rank to
-  name the difference (and leave, as a run does), from "go" and from the last plan;
+  name the difference (its ``plan_disagreement`` line), from "go" and from the last
+  plan, and until every rank had also left, as a run does;
 * the store process's CPU time (per beat at rest, and for the agreement).
 
 :func:`rank_rows` gives the rows of ``bench/table.py``; :func:`measure` one size, for
@@ -209,7 +210,7 @@ def _worker(spec: dict[str, Any]) -> None:
             said = {"error": str(exc), "details": list(getattr(exc, "details", ()))}
             peers.leave(failed_step="rendezvous")  # what a run does when its agreement fails
         ranks[rank].outcome = {"t": time.monotonic(), "began": began,
-                               "plan_at": store.plan_at, **said}
+                               "plan_at": store.plan_at, "named_at": _named_at(log), **said}
 
     joined = threading.Barrier(len(spec["ranks"]) + 1)
     threads = [threading.Thread(target=rank_body, args=(rank, joined), daemon=True)
@@ -267,6 +268,13 @@ def _first_lost(log: _Log) -> dict[int, tuple[float, str]]:
         if event == "peer_lost" and fields["lost_rank"] not in found:
             found[fields["lost_rank"]] = (at, fields["problem"])
     return found
+
+
+def _named_at(log: _Log) -> float | None:
+    """When this rank named the plans' difference (its ``plan_disagreement`` line,
+    said as soon as it read the verdict, before it waits for the others to have read
+    it too and leaves); ``None`` when it named none."""
+    return next((at for event, _, at in log.events if event == "plan_disagreement"), None)
 
 
 def _answer(message: dict[str, Any]) -> None:
@@ -442,6 +450,7 @@ class Measured:
     watcher_lost_texts: list[str]
     mismatch_s: float  # from "go" until every rank named the difference
     mismatch_after_last_plan_s: float  # from the last rank's plan published until then
+    mismatch_left_after_last_plan_s: float  # ... until every rank had also left
     mismatch_details: list[list[str]]
 
 
@@ -476,7 +485,8 @@ def measure(world: int, ranks_per_process: int = RANKS_PER_PROCESS,
                                                    {victim})
         stopped = workers[0].ask({"cmd": "stop", "rank": 0})["stopped"]
         watcher_lost_s, watcher_texts = _named(workers, 0, stopped, bound, {victim})
-    mismatch_s, mismatch_after_s, details = _mismatch(world, ranks_per_process, peer_s)
+    mismatch_s, mismatch_after_s, mismatch_left_s, details = _mismatch(
+        world, ranks_per_process, peer_s)
     total = sum(after["ops"].values()) - sum(before["ops"].values())
     return Measured(
         world, sum(ops.values()), (after["bytes"] - before["bytes"]) / beats, ops,
@@ -488,7 +498,7 @@ def measure(world: int, ranks_per_process: int = RANKS_PER_PROCESS,
         [o["error"] for o in outcomes.values() if "error" in o][:3],
         store_cpu_agree, (cpu_after - cpu) / beats * 1000, rank_lost_s, rank_texts,
         process_lost_s, process_texts, watcher_lost_s, watcher_texts, mismatch_s, mismatch_after_s,
-        details)
+        mismatch_left_s, details)
 
 
 def _owner(workers: list[_Process], chunks: list[list[int]], rank: int) -> _Process:
@@ -496,16 +506,21 @@ def _owner(workers: list[_Process], chunks: list[list[int]], rank: int) -> _Proc
 
 
 def _mismatch(world: int, ranks_per_process: int, peer_s: float
-              ) -> tuple[float, float, list[list[str]]]:
+              ) -> tuple[float, float, float, list[list[str]]]:
     """A job where the last rank has another setting: seconds from "go", and from the
-    last rank's plan published, until every rank named the difference, and the lines
-    each named."""
+    last rank's plan published, until every rank named the difference; from that plan
+    until every rank had also left (each waits for the others to have read it, then
+    leaves, as a run does); and the lines each named.  A rank that named nothing counts
+    as never (``inf``), and ``broken()`` says so."""
     odd = world - 1
     with _job(world, ranks_per_process, peer_s, f"bench/{world}/mismatch", odd) as (
             _, workers, _c):
         began, outcomes, _cpu = _agree(workers)
-    named = max(o["t"] for o in outcomes.values())
-    return (named - began, named - max(o["plan_at"] for o in outcomes.values()),
+    last_plan = max(o["plan_at"] for o in outcomes.values())
+    named = max(math.inf if o["named_at"] is None else o["named_at"]
+                for o in outcomes.values())
+    left = max(o["t"] for o in outcomes.values())
+    return (named - began, named - last_plan, left - last_plan,
             [o.get("details", []) for _, o in sorted(outcomes.items())])
 
 
@@ -556,6 +571,11 @@ FIGURES: tuple[tuple[str, Callable[[Measured], float], str, float], ...] = (
     ("time for every rank to agree, from go", lambda m: m.agree_s, " s", math.inf),
     ("time to name a mismatch on every rank, from go", lambda m: m.mismatch_s, " s",
      math.inf),
+    # After naming it, each rank waits until every other one has read the difference
+    # (so that a launcher's SIGTERM after the first failure cuts no rank short of
+    # naming it), then leaves: a second wake-up of N threads on two cores.
+    ("time for every rank to leave on a mismatch, after the last plan is published",
+     lambda m: m.mismatch_left_after_last_plan_s, " s", math.inf),
     ("workers' CPU to agree", lambda m: m.workers_cpu_agree_s, " s", math.inf),
 )
 
@@ -668,6 +688,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (  # heading, field of Measured, for
     ("killed watcher", "watcher_lost_s", "{:.1f} s"),
     ("mismatch named by all in", "mismatch_s", "{:.2f} s"),
     ("... after the last plan", "mismatch_after_last_plan_s", "{:.2f} s"),
+    ("... and all left", "mismatch_left_after_last_plan_s", "{:.2f} s"),
 )
 
 
