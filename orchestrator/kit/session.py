@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from initorch.kit.cost import COST, process_age
 from initorch.kit.outputs import Idle, build_report, now_iso, rank_path, write_outputs
+from initorch.kit.progress import Progress
 from initorch.kit.vendor import call_site
 
 if TYPE_CHECKING:
@@ -60,13 +61,19 @@ class Outputs:
     A logger is only seen where the engine's logging configuration sends it: an engine
     that configures the root logger shows the integration's own; one that configures
     only its own hierarchy (and stops it propagating) shows a child of it, so the
-    integration names one there and its lines appear with the engine's, in its format."""
+    integration names one there and its lines appear with the engine's, in its format.
+
+    ``status`` is the rank's status file (``{rank}`` filled in; ``None``: none) and
+    ``progress_s`` how long a phase lasts before a progress line names it (``None``: no
+    lines): :class:`~initorch.kit.progress.Progress`."""
 
     section: str
     report: str | None = None
     trace: str | None = None
     idle: Idle = field(default_factory=Idle)
     log: str | None = None
+    status: str | None = None
+    progress_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -85,6 +92,14 @@ class RankSession:
     extra: dict[str, Any] = field(default_factory=dict)
     driven: RunReport | None = None
     driven_offset: float = 0.0
+    progress: Progress = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.progress = Progress(
+            integration=self.recorder.engine.integration, rank=self.rank,
+            steps_total=len(self.plan.order), status=self.outputs.status,
+            every_s=self.outputs.progress_s,
+            logger=_logger(self.recorder.engine.integration, self.outputs.log))
 
     def adopt_drive(self, report: RunReport, offset: float) -> None:
         """Keep drive mode's run report; its times start ``offset`` s into the session."""
@@ -97,6 +112,7 @@ class RankSession:
 
         engine = self.recorder.engine
         logger = _logger(engine.integration, self.outputs.log)
+        self.progress.over(failed=error is not None)
         up = process_age()
         COST.add("recording", self.recorder.overhead)
         reporting = time.perf_counter()
@@ -245,7 +261,8 @@ def observer(step: str, *, binds: Callable[..., str] | None = None,
             return original(*args, **kwargs)
         device = None if binds is None else binds(session, *args, **kwargs)
         try:
-            with session.recorder.observe(step, binds=device) as call:
+            with session.recorder.observe(step, binds=device) as call, \
+                    session.progress.phase(step):
                 call.result = original(*args, **kwargs)
         except BaseException as error:
             if not _Current.framed:

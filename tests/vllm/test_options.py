@@ -16,9 +16,19 @@ def test_off_unless_asked() -> None:
 def test_every_option() -> None:
     options = read_options({"INITORCH_VLLM": "Verify", "INITORCH_VLLM_PROFILE": "cpu, vllm",
                             "INITORCH_VLLM_ON_VIOLATION": "warn",
-                            "INITORCH_VLLM_REPORT": "/tmp/r-{rank}.json"})
+                            "INITORCH_VLLM_REPORT": "/tmp/r-{rank}.json",
+                            "INITORCH_VLLM_STATUS": "/run/s-{rank}.json"})
     assert options == Options(mode="verify", profiles=("cpu", "vllm"),
-                              stop_on_violation=False, report="/tmp/r-{rank}.json")
+                              stop_on_violation=False, report="/tmp/r-{rank}.json",
+                              status="/run/s-{rank}.json", progress_s=10.0)
+    assert read_options({"INITORCH_VLLM": "verify",
+                         "INITORCH_VLLM_PROGRESS": "off"}).progress_s is None
+
+
+def test_a_bad_progress_value_is_one_line() -> None:
+    with pytest.raises(OptionsError, match="^initorch-vllm: INITORCH_VLLM_PROGRESS: 'x' is "
+                                           "neither seconds nor off$"):
+        read_options({"INITORCH_VLLM": "verify", "INITORCH_VLLM_PROGRESS": "x"})
 
 
 @pytest.mark.parametrize(("name", "value", "choices"), [

@@ -23,6 +23,8 @@ TRACE_ENV = "INITORCH_SGLANG_TRACE"
 SET_ENV = "INITORCH_SGLANG_SET"
 RENDEZVOUS_ENV = "INITORCH_SGLANG_RENDEZVOUS"
 TIMELINE_ENV = "INITORCH_SGLANG_TIMELINE"
+STATUS_ENV = "INITORCH_SGLANG_STATUS"
+PROGRESS_ENV = "INITORCH_SGLANG_PROGRESS"
 
 Mode = Literal["off", "verify", "drive"]
 MODES: tuple[Mode, ...] = ("off", "verify", "drive")
@@ -43,6 +45,9 @@ class Options:
     it).  ``report``/``trace``: per-rank output paths (``{rank}`` filled in).
     ``settings``: ``key=value`` items, as ``initorch --set`` takes them, separated by
     commas.  ``rendezvous``: where drive mode's ranks meet (the launcher picks it).
+    ``status``: each rank's status file (``{rank}`` filled in), and ``progress_s``: how
+    long a phase lasts before a progress line names it (``None``: no lines), as
+    :class:`initorch.kit.progress.Progress` takes them.
     """
 
     mode: Mode = "off"
@@ -52,6 +57,8 @@ class Options:
     trace: str | None = None
     settings: tuple[str, ...] = ()
     rendezvous: str | None = None
+    status: str | None = None
+    progress_s: float | None = None
 
     @property
     def active(self) -> bool:
@@ -80,4 +87,17 @@ def read_options(environ: Mapping[str, str] | None = None) -> Options:
         trace=environ.get(TRACE_ENV) or None,
         settings=settings,
         rendezvous=environ.get(RENDEZVOUS_ENV) or None,
+        status=environ.get(STATUS_ENV) or None,
+        progress_s=_progress_s(environ) if mode != "off" else None,
     )
+
+
+def _progress_s(environ: Mapping[str, str]) -> float | None:
+    """``INITORCH_SGLANG_PROGRESS``, read only when the integration is on (an SGLang
+    that did not ask imports nothing of initorch's core)."""
+    from initorch.kit.progress import progress_seconds
+
+    try:
+        return progress_seconds(environ.get(PROGRESS_ENV))
+    except ValueError as error:
+        raise OptionsError(f"initorch-sglang: {PROGRESS_ENV}: {error}") from None

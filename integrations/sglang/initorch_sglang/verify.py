@@ -85,7 +85,8 @@ def _begin(server_args: Any, options: Options, rank: int) -> RankSession | None:
     session = RankSession(plan, new_recorder(plan, stop_on_violation=options.stop_on_violation,
                                              label=SGLANG.label()),
                           rank, options.mode,
-                          Outputs("sglang", options.report, options.trace, IDLE))
+                          Outputs("sglang", options.report, options.trace, IDLE,
+                                  status=options.status, progress_s=options.progress_s))
     go_first()  # once every plugin loaded, the integration's import hooks run last
     session.extra["selection"] = selection.describe()
     session.extra["host_allocator"] = None

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["MODE_ENV", "ON_VIOLATION_ENV", "PROFILE_ENV", "REPORT_ENV", "TRACE_ENV",
+__all__ = ["MODE_ENV", "ON_VIOLATION_ENV", "PROFILE_ENV", "PROGRESS_ENV", "REPORT_ENV",
+           "STATUS_ENV", "TRACE_ENV",
            "Options", "OptionsError", "read_options"]
 
 MODE_ENV = "INITORCH_VLLM"
@@ -21,6 +22,8 @@ PROFILE_ENV = "INITORCH_VLLM_PROFILE"
 ON_VIOLATION_ENV = "INITORCH_VLLM_ON_VIOLATION"
 REPORT_ENV = "INITORCH_VLLM_REPORT"
 TRACE_ENV = "INITORCH_VLLM_TRACE"
+STATUS_ENV = "INITORCH_VLLM_STATUS"
+PROGRESS_ENV = "INITORCH_VLLM_PROGRESS"
 
 Mode = Literal["off", "verify"]
 MODES: tuple[Mode, ...] = ("off", "verify")
@@ -38,7 +41,10 @@ class Options:
     ``profiles``: the profiles of the plan, comma-separated in the variable (default:
     the worker's device profile, then ``vllm``).  ``stop_on_violation``: an order
     violation stops start-up (``INITORCH_VLLM_ON_VIOLATION=warn`` only logs it).
-    ``report``/``trace``: per-rank output paths (``{rank}`` filled in).
+    ``report``/``trace``: per-rank output paths (``{rank}`` filled in).  ``status``:
+    each worker's status file (``{rank}`` filled in), and ``progress_s``: how long a
+    phase lasts before a progress line names it (``None``: no lines), as
+    :class:`initorch.kit.progress.Progress` takes them.
     """
 
     mode: Mode = "off"
@@ -46,6 +52,8 @@ class Options:
     stop_on_violation: bool = True
     report: str | None = None
     trace: str | None = None
+    status: str | None = None
+    progress_s: float | None = None
 
     @property
     def active(self) -> bool:
@@ -63,7 +71,19 @@ def read_options(environ: Mapping[str, str] | None = None) -> Options:
                                   environ.get(PROFILE_ENV, "").split(",") if item.strip()),
                    stop_on_violation=on_violation == "stop",
                    report=environ.get(REPORT_ENV) or None,
-                   trace=environ.get(TRACE_ENV) or None)
+                   trace=environ.get(TRACE_ENV) or None,
+                   status=environ.get(STATUS_ENV) or None,
+                   progress_s=_progress_s(environ) if mode != "off" else None)
+
+
+def _progress_s(environ: Mapping[str, str]) -> float | None:
+    """``INITORCH_VLLM_PROGRESS``, read only when the integration is on."""
+    from initorch.kit.progress import progress_seconds
+
+    try:
+        return progress_seconds(environ.get(PROGRESS_ENV))
+    except ValueError as error:
+        raise OptionsError(f"initorch-vllm: {PROGRESS_ENV}: {error}") from None
 
 
 def _choice(environ: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:

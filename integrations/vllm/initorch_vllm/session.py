@@ -60,7 +60,8 @@ def begin(vllm_config: Any, options: Options, rank: int,
     recorder = Recorder(plan, ENGINE, stop_on_violation=options.stop_on_violation,
                         label=ENGINE.label())
     return RankSession(plan, recorder, rank, options.mode,
-                       Outputs("vllm", options.report, options.trace, log=LOGGER),
+                       Outputs("vllm", options.report, options.trace, log=LOGGER,
+                               status=options.status, progress_s=options.progress_s),
                        extra={"profiles": list(profiles), "device": device,
                               "process_group": {"init_method": init_method}})
 
