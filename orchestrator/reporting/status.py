@@ -65,6 +65,7 @@ class StatusFile:
             "in_phase_s": None, "steps_done": 0, "steps_total": steps_total,
             "started_at": time.time(), "updated_at": None}
         self._running: dict[str, float] = {}  # step -> when it started
+        self._done: set[str] = set()  # an engine may call a step twice (set_device)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._keep_fresh, args=(interval,),
                                         daemon=True, name="initorch-status")
@@ -86,7 +87,9 @@ class StatusFile:
     def step_finished(self, step: str, succeeded: bool) -> None:
         with self._lock:
             self._running.pop(step, None)
-            self._doc["steps_done"] += 1 if succeeded else 0
+            if succeeded:
+                self._done.add(step)
+                self._doc["steps_done"] = len(self._done)
             self._current()
         self._write()
 

@@ -46,12 +46,23 @@ def stock_tokens(tiny_model: Path, master: Master,
 
 def test_verify_mode_records_and_checks_a_real_start_that_serves(
         tiny_model: Path, master: Master, tmp_path: Path, stock_tokens: list[int]) -> None:
-    environ = {"INITORCH_SGLANG": "verify", **BIND, **report_paths(tmp_path)}
+    statuses = [str(tmp_path / f"status-{rank}.json") for rank in range(2)]
+    environ = {"INITORCH_SGLANG": "verify", **BIND, **report_paths(tmp_path),
+               "INITORCH_SGLANG_STATUS": str(tmp_path / "status-{rank}.json")}
     with running(tiny_model, master, environ, tmp_path / "server.log") as server:
         server.wait_ready()
         tokens = server.generate()
+        # Each rank's status file, read as a probe reads it while the server serves.
+        probe = [sys.executable, "-m", "initorch", "status", "--ready", *statuses]
+        assert subprocess.run(probe, check=False, capture_output=True).returncode == 0
     assert tokens == stock_tokens
     assert_nothing_left(server)
+    for rank, status in enumerate(statuses):
+        doc = json.loads(Path(status).read_text())
+        assert (doc["rank"], doc["state"], doc["steps_done"]) == (rank, "ready",
+                                                                  len(set(SGLANG_ORDER)))
+    gone = subprocess.run(probe, check=False, capture_output=True)
+    assert gone.returncode == 3, gone.stdout  # stale: its processes are gone
     log = server.text()
     assert len(re.findall(r"initorch-sglang: verify ok: 11 of \d+ planned steps", log)) == 2
     assert "installed the profile's plain (SGLang's ALLOC_MEMORY_FUNCS has no cpu entry" in log

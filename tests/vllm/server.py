@@ -149,10 +149,11 @@ def initorch_in_vllm(*arguments: str, **extra: str) -> subprocess.CompletedProce
 
 
 def verify_environment(folder: Path) -> dict[str, str | None]:
-    """Verify mode, each rank's report and trace into ``folder``."""
+    """Verify mode, each rank's report, trace and status file into ``folder``."""
     return {"INITORCH_VLLM": "verify",
             "INITORCH_VLLM_REPORT": str(folder / "report-{rank}.json"),
-            "INITORCH_VLLM_TRACE": str(folder / "trace-{rank}.json")}
+            "INITORCH_VLLM_TRACE": str(folder / "trace-{rank}.json"),
+            "INITORCH_VLLM_STATUS": str(folder / "status-{rank}.json")}
 
 
 def assert_verified(folder: Path, rank: int, *, world: int = 1,
@@ -162,7 +163,8 @@ def assert_verified(folder: Path, rank: int, *, world: int = 1,
     of ``world`` ranks over gloo, met at ``address`` (a TCP store: across nodes, vLLM's
     ``--master-addr``/``--master-port``) or, without one, in the file store of the init
     method vLLM's executor gave the worker (one host, ``v1/executor/
-    multiproc_executor.py:138-143``, ``uniproc_executor.py:79-84``)."""
+    multiproc_executor.py:138-143``, ``uniproc_executor.py:79-84``).  Its status file
+    said ready, every worker call done."""
     report = json.loads((folder / f"report-{rank}.json").read_text())
     section = report["vllm"]
     assert section["mode"] == "verify"
@@ -177,6 +179,9 @@ def assert_verified(folder: Path, rank: int, *, world: int = 1,
     assert steps["set_device"]["status"] == "skipped"  # cpu_worker.py:108: no device set
     assert report["rank"] == rank
     assert json.loads((folder / f"trace-{rank}.json").read_text())
+    status = json.loads((folder / f"status-{rank}.json").read_text())
+    assert (status["rank"], status["state"], status["steps_done"]) == \
+        (rank, "ready", len(set(WORKER_STEPS))), status
     group = section["process_group"]
     assert (group["backend"], group["world_size"]) == ("gloo", world), group
     assert group["init_method"].startswith("file://"), group

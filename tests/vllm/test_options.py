@@ -26,8 +26,8 @@ def test_every_option() -> None:
 
 
 def test_a_bad_progress_value_is_one_line() -> None:
-    with pytest.raises(OptionsError, match="^initorch-vllm: INITORCH_VLLM_PROGRESS: 'x' is "
-                                           "neither seconds nor off$"):
+    with pytest.raises(OptionsError, match=r"^initorch-vllm: INITORCH_VLLM_PROGRESS: 'x' is "
+                                           r"neither seconds nor off$"):
         read_options({"INITORCH_VLLM": "verify", "INITORCH_VLLM_PROGRESS": "x"})
 
 

@@ -112,3 +112,12 @@ def test_a_session_reports_its_observed_calls_to_its_status_file(tmp_path: Path)
     assert seen == ["set_device"]
     assert (doc["state"], doc["steps_done"], doc["steps_total"]) == ("ready", 1,
                                                                      len(plan.order))
+
+
+def test_a_step_called_twice_is_done_once(tmp_path: Path) -> None:
+    rank = progress(status=str(tmp_path / "s.json"))
+    for _ in range(2):  # SGLang sets the device twice
+        with rank.phase("set_device"):
+            pass
+    assert read_status(str(tmp_path / "s.json"))["steps_done"] == 1
+    assert "(1 of 9 steps done" in rank.line()
