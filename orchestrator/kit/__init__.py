@@ -105,8 +105,10 @@ if TYPE_CHECKING:
         recorded_calls,
         render_launch,
         unrecorded_processes,
+        watch_first_answer,
         written_ready,
     )
+    from initorch.kit.timeline_command import add_timeline_command
     from initorch.kit.vendor import (
         CallSite,
         Observe,
@@ -222,7 +224,9 @@ __getattr__, __dir__ = on_first_use(globals(), {
     "recorded_calls": "initorch.kit.timeline",
     "render_launch": "initorch.kit.timeline",
     "unrecorded_processes": "initorch.kit.timeline",
+    "watch_first_answer": "initorch.kit.timeline",
     "written_ready": "initorch.kit.timeline",
+    "add_timeline_command": "initorch.kit.timeline_command",
     "Timeline": "initorch.reporting.timeline",
 })
 
@@ -271,6 +275,7 @@ __all__ = [
     "VendorCall",
     "VendorRecord",
     "active",
+    "add_timeline_command",
     "after_import",
     "apply_hooks",
     "audit_path",
@@ -320,6 +325,7 @@ __all__ = [
     "support",
     "unrecorded_processes",
     "version_key",
+    "watch_first_answer",
     "wrap_vendor_function",
     "write_outputs",
     "written_ready",

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FILE_PATTERN", "FirstAnswer", "ProcessRecorder", "caller_outside", "code_source",
            "compare_launch", "descendants", "read_launch", "recorded_calls", "render_launch",
-           "unrecorded_processes", "written_ready"]
+           "unrecorded_processes", "watch_first_answer", "written_ready"]
 
 FILE_PATTERN = "process-{pid}.json"
 """The name of one process's timeline file in the launch's directory."""
@@ -340,6 +340,17 @@ class FirstAnswer:
                 self.answered(began, time.time())
 
         await self.app(scope, receive, watch)
+
+
+def watch_first_answer(app: Any, *, path: str, answered: Callable[[float, float], None]) -> None:
+    """Watch Starlette ``app`` for its first 200 to ``GET path`` (:class:`FirstAnswer`),
+    whether or not its middleware stack is built yet: an app whose engine built its
+    stack before handing it over refuses ``add_middleware``, so there the built stack
+    is wrapped, which is what ``add_middleware`` would have led to."""
+    if getattr(app, "middleware_stack", None) is None:
+        app.add_middleware(FirstAnswer, path=path, answered=answered)
+    else:
+        app.middleware_stack = FirstAnswer(app.middleware_stack, path=path, answered=answered)
 
 
 def written_ready(directory: str | os.PathLike[str], pid: int) -> float | None:

@@ -60,24 +60,10 @@ def add_command(add: Any) -> None:
     audit.add_argument("--json", action="store_true", help="print the result as JSON")
     audit.add_argument("sources", type=Path, nargs="+", metavar="WHEEL_OR_TREE")
     audit.set_defaults(handler=cmd_audit)
-    timeline = commands.add_parser(
-        "timeline", help="where a launch's start-up time went, every process (blame, "
-                         "critical chain, trace, picture)",
-        description="Join the start-up timelines that the processes of an SGLang launch "
-                    "wrote (INITORCH_SGLANG_TIMELINE=DIR beside INITORCH_SGLANG=verify or "
-                    "drive), print the critical chain and the phases longest first, and "
-                    "write the merged Chrome/Perfetto trace and the picture (HTML and SVG).")
-    timeline.add_argument("directory", type=Path, metavar="DIR",
-                          help="the directory the launch wrote (process-<pid>.json files)")
-    timeline.add_argument("--trace", type=Path, metavar="FILE",
-                          help="the merged trace (default DIR/timeline-trace.json)")
-    timeline.add_argument("--plot", type=Path, metavar="FILE",
-                          help="the picture, an HTML page, with FILE's .svg beside it "
-                               "(default DIR/timeline.html)")
-    timeline.add_argument("--compare", type=Path, metavar="BEFORE",
-                          help="print what got slower since the launch in BEFORE (another "
-                               "such directory), phase by phase, instead")
-    timeline.set_defaults(handler=cmd_timeline)
+    from initorch.kit import add_timeline_command
+
+    add_timeline_command(commands, engine="SGLang", variable="INITORCH_SGLANG_TIMELINE",
+                         mode="INITORCH_SGLANG=verify or drive")
 
 
 def _no_subcommand(args: argparse.Namespace, registry: Registry) -> int:
@@ -140,18 +126,3 @@ def cmd_audit(args: argparse.Namespace, registry: Registry) -> int:
         print(table(audits, args.device))
     return exit_code(audits)
 
-
-def cmd_timeline(args: argparse.Namespace, registry: Registry) -> int:
-    from initorch.kit import compare_launch, read_launch, render_launch
-
-    launch = read_launch(args.directory)
-    if args.compare is not None:
-        print(compare_launch(read_launch(args.compare), launch))
-        return EXIT_OK
-    trace = args.trace or args.directory / "timeline-trace.json"
-    plot = args.plot or args.directory / "timeline.html"
-    print(render_launch(launch, trace=trace, plot=plot,
-                        title=f"{launch.labels.get('engine', 'SGLang')} start-up timeline"))
-    print(f"\ntrace: {trace} (open it in ui.perfetto.dev)\npicture: {plot} "
-          f"(and {plot.with_suffix('.svg')})")
-    return EXIT_OK

@@ -1,4 +1,4 @@
-"""``initorch vllm check`` and ``drift`` (entry point ``initorch.commands``).
+"""``initorch vllm check``, ``drift`` and ``timeline`` (entry point ``initorch.commands``).
 
 Exit codes follow initorch's: 0 ok, 1 drift found, 2 the launch would fail (or bad usage,
 or a tree that cannot be read), 70 an internal error.
@@ -19,7 +19,7 @@ __all__ = ["add_command"]
 
 
 def add_command(add: Any) -> None:
-    """Declare ``initorch vllm`` with its two sub-commands."""
+    """Declare ``initorch vllm`` with its sub-commands."""
     group = add("vllm", _no_subcommand, "vLLM: pre-flight check of a server launch, drift "
                 "of its start-up against the vllm profile")
     commands = group.add_subparsers(dest="vllm_command", metavar="COMMAND")
@@ -45,6 +45,10 @@ def add_command(add: Any) -> None:
                        help="the device whose worker and plan are checked (default cpu; "
                             "cuda checks the GPU worker)")
     drift.set_defaults(handler=cmd_drift)
+    from initorch.kit import add_timeline_command
+
+    add_timeline_command(commands, engine="vLLM", variable="INITORCH_VLLM_TIMELINE",
+                         mode="INITORCH_VLLM=verify")
 
 
 def _no_subcommand(args: argparse.Namespace, registry: Registry) -> int:

@@ -29,6 +29,7 @@ __all__ = ["load"]
 
 def load() -> None:
     """Entry point of the vLLM plugin."""
+    entered = time.time()  # the start-up timeline's end of vLLM's imports
     started = time.perf_counter()
     try:
         options = read_options()
@@ -37,7 +38,9 @@ def load() -> None:
     if not options.active:
         return
     from initorch.kit import COST
+    from initorch_vllm.timeline import start_recording
 
+    recording = start_recording(entered)  # INITORCH_VLLM_TIMELINE: this process's timeline
     if multiprocessing.parent_process() is None:  # the API server: workers come later
         from initorch_vllm.release import refusal
 
@@ -45,6 +48,8 @@ def load() -> None:
         COST.add("plugin load", time.perf_counter() - started)
         if refused is not None:
             raise SystemExit(refused)
+        if recording is not None:
+            recording.start(entered)
         return
     from initorch.kit import HookError, apply_hooks
     from initorch_vllm.layout import ENGINE
@@ -52,6 +57,9 @@ def load() -> None:
 
     COST.add("plugin load", time.perf_counter() - started)  # "hooks" has the rest
     try:
-        apply_hooks(hooks(options), ENGINE)
+        apply_hooks(hooks(options) if recording is None
+                    else recording.hooks(hooks(options)), ENGINE)
     except HookError as error:
         raise SystemExit(str(error)) from None
+    if recording is not None:
+        recording.plugin_loaded(entered)

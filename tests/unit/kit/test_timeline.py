@@ -30,6 +30,7 @@ from initorch.kit.timeline import (
     recorded_calls,
     render_launch,
     unrecorded_processes,
+    watch_first_answer,
     written_ready,
 )
 from initorch.reporting.redaction import REDACTED
@@ -191,6 +192,30 @@ def test_the_first_200_of_the_probe_is_noted_once_and_every_answer_passes():
     assert asyncio.run(_probe(app, "/health_generate")) == 200
     [(began, answered)] = noted
     assert began <= answered
+
+
+class BuiltApp:
+    """A Starlette app whose middleware stack is built (as vLLM's ``build_app`` leaves
+    it): ``add_middleware`` refuses, as Starlette's does then."""
+
+    def __init__(self, stack: Any) -> None:
+        self.middleware_stack = stack
+
+    def add_middleware(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("Cannot add middleware after an application has started")
+
+
+def test_an_app_whose_stack_is_built_is_watched_around_the_stack():
+    noted: list[float] = []
+
+    async def stack(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+    app = BuiltApp(stack)
+    watch_first_answer(app, path="/health", answered=lambda began, at: noted.append(at))
+    assert isinstance(app.middleware_stack, FirstAnswer) and app.middleware_stack.app is stack
+    assert asyncio.run(_probe(app.middleware_stack, "/health")) == 200
+    assert len(noted) == 1
 
 
 def write(folder: Path, timeline: Timeline, recorded_in: int) -> None:
