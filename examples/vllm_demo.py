@@ -9,6 +9,10 @@
 4. Verify mode: the OpenAI-compatible server starts tp=2; each worker records vLLM's own
    start-up calls as initorch steps and checks them against the plan; one completion;
    rank 0's run table and where each worker's report and trace are.
+5. Where that start-up went: every process of the launch (the API server, the engine
+   core, the two workers) recorded its start-up timeline (``INITORCH_VLLM_TIMELINE``),
+   and ``initorch vllm timeline`` prints the chain to ready and the phases longest
+   first, and writes the merged trace and the picture (``build/vllm-demo-timeline/``).
 
 vLLM runs from ``.venv-vllm`` (``make vllm-venv``) on a tiny Llama made locally.  Each
 command is printed before it runs.
@@ -18,9 +22,11 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,6 +40,9 @@ from tests.vllm.server import (  # noqa: E402
     vllm_venv,
 )
 from tests.vllm.tiny_model import make_tiny_model  # noqa: E402
+
+TIMELINE = REPO / "build" / "vllm-demo-timeline"
+"""Where the verify-mode launch writes its processes' timelines, and the picture goes."""
 
 
 def show(command: list[str], extra: dict[str, str]) -> None:
@@ -79,13 +88,21 @@ def main() -> int:
                      {})
         extra = {"INITORCH_VLLM": "verify", **BIND,
                  "INITORCH_VLLM_REPORT": str(work / "report-{rank}.json"),
-                 "INITORCH_VLLM_TRACE": str(work / "trace-{rank}.json")}
+                 "INITORCH_VLLM_TRACE": str(work / "trace-{rank}.json"),
+                 "INITORCH_VLLM_TIMELINE": str(TIMELINE)}
+        shutil.rmtree(TIMELINE, ignore_errors=True)
         show([str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
               *arguments, "--host", "127.0.0.1", "--port", "PORT"], extra)
         with running(model, extra, work / "vllm.log", tp=2) as server:
             ready = server.wait_ready()
             tokens = server.generate()
             print(f"ready after {ready:.1f} s; POST /v1/completions 'w1 w2 w3' -> {tokens}")
+            from initorch.kit import written_ready
+
+            deadline = time.monotonic() + 60  # written just after the first 200 of /health
+            while written_ready(TIMELINE, server.process.pid) is None and \
+                    time.monotonic() < deadline:
+                time.sleep(0.2)
         for rank in (0, 1):
             report = json.loads((work / f"report-{rank}.json").read_text())
             section = report["vllm"]
@@ -96,7 +113,8 @@ def main() -> int:
                   f"{section['cost']['total_s']:.2f} s of the worker's "
                   f"{section['cost']['process_up_s']:.1f} s; report and trace written")
         print(f"processes left after shutdown: {server.leftovers or 'none'}")
-        return 0 if not server.leftovers else 1
+        timeline = run_initorch(venv, ["vllm", "timeline", str(TIMELINE)], {})
+        return 0 if not server.leftovers and timeline == 0 else 1
 
 
 if __name__ == "__main__":
