@@ -80,6 +80,7 @@ if TYPE_CHECKING:
         run_checks,
         show_preflight,
     )
+    from initorch.kit.process_recording import ProcessRecording
     from initorch.kit.recorder import Call, OrderViolation, Recorder, VendorRecord
     from initorch.kit.session import (
         Outputs,
@@ -227,6 +228,7 @@ __getattr__, __dir__ = on_first_use(globals(), {
     "watch_first_answer": "initorch.kit.timeline",
     "written_ready": "initorch.kit.timeline",
     "add_timeline_command": "initorch.kit.timeline_command",
+    "ProcessRecording": "initorch.kit.process_recording",
     "Timeline": "initorch.reporting.timeline",
 })
 
@@ -263,6 +265,7 @@ __all__ = [
     "Outputs",
     "Preflight",
     "ProcessRecorder",
+    "ProcessRecording",
     "RankSession",
     "Recorder",
     "ReleaseAudit",

@@ -80,6 +80,25 @@ def geometry(page: Path) -> dict:
     return json.loads(html.unescape(found.group(1)))
 
 
+def assert_launch_drawn(page: Path, timeline: Timeline, names: set[str]) -> None:
+    """A real launch's picture (``page``, of ``timeline``) in headless chromium, through
+    the page's geometry: every phase a bar where its times say, labelled with its name,
+    ``names`` among them, and the ready line at the ready moment (the engines' real
+    launch tests; skipped without chromium)."""
+    if CHROMIUM is None:
+        pytest.skip("needs Debian's chromium (apt-get install -y chromium)")
+    seen = geometry(page)
+    bars, scale, left = seen["bars"], seen["scale"], seen["left"]
+    filled = timeline.with_gaps()
+    assert len(bars) == len(filled.phases)
+    for bar in bars:
+        assert bar["x"] == pytest.approx(left + bar["start"] * scale, abs=1.0), bar
+        assert bar["label"].startswith(bar["name"])
+    assert {bar["name"] for bar in bars} >= names
+    assert seen["ready_x"] == pytest.approx(left + (filled.ready_at() - filled.origin) * scale,
+                                            abs=2.0)
+
+
 def test_the_picture_in_chromium(tmp_path):
     timeline = real_and_launch_timeline()
     page = tmp_path / "timeline.html"

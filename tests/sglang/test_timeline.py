@@ -20,6 +20,7 @@ import pytest
 from initorch.kit import ProcessRecorder, read_launch, written_ready
 from initorch.reporting.redaction import REDACTED
 from initorch.reporting.timeline import NOT_MEASURED, Phase, Timeline
+from tests.e2e.test_timeline_browser import assert_launch_drawn
 from tests.sglang.server import (
     BIND,
     Master,
@@ -191,28 +192,9 @@ def test_initorch_sglang_timeline_prints_the_chain_and_draws_the_launch(
     assert pids == {process.pid for process in launch.timeline.processes}
     for path in (tmp_path / "trace.json", tmp_path / "launch.html", tmp_path / "launch.svg"):
         assert TOKEN not in path.read_text()
-    picture(tmp_path / "launch.html", launch.timeline)
-
-
-def picture(page: Path, timeline: Timeline) -> None:
-    """The real launch's picture in headless chromium, through the page's geometry (the
-    helpers of ``tests/e2e/test_timeline_browser.py``): every phase a bar where its
-    times say, no process with a silent hole, the ready line at the probe's answer."""
-    from tests.e2e.test_timeline_browser import CHROMIUM, geometry
-
-    if CHROMIUM is None:
-        pytest.skip("needs Debian's chromium (apt-get install -y chromium)")
-    seen = geometry(page)
-    bars, scale, left = seen["bars"], seen["scale"], seen["left"]
-    filled = timeline.with_gaps()
-    assert len(bars) == len(filled.phases)
-    for bar in bars:
-        assert bar["x"] == pytest.approx(left + bar["start"] * scale, abs=1.0), bar
-        assert bar["label"].startswith(bar["name"])
-    assert {bar["name"] for bar in bars} >= {"Scheduler.__init__", "health_generate (first 200)",
-                                            "sglang_load_model", NOT_MEASURED}
-    assert seen["ready_x"] == pytest.approx(left + (filled.ready_at() - filled.origin) * scale,
-                                            abs=2.0)
+    assert_launch_drawn(tmp_path / "launch.html", launch.timeline,
+                        {"Scheduler.__init__", "health_generate (first 200)",
+                         "sglang_load_model", NOT_MEASURED})
 
 
 def test_a_constructor_that_fails_is_written_failed_and_never_up(tmp_path: Path) -> None:

@@ -33,24 +33,21 @@ import logging
 import multiprocessing
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from initorch.kit import (
     ProcessRecorder,
+    ProcessRecording,
     caller_outside,
     code_source,
-    recorded_calls,
-    unrecorded_processes,
     watch_first_answer,
 )
 from initorch_vllm.layout import ENGINE, LAYOUTS, LOGGER, SESSION_END, SESSION_START
 
 if TYPE_CHECKING:
-    from initorch.kit import Hook, RankSession, Timeline
+    from initorch.kit import Hook, RankSession
 
 __all__ = ["HEALTH_PATH", "PHASES", "TIMELINE_ENV", "LaunchRecording", "start_recording"]
 
@@ -93,8 +90,6 @@ _LAST_CALLS = tuple(call.target for layout in LAYOUTS for call in layout.calls
                     if call.step == SESSION_END)
 """Each worker class's warm-up: when it returns, the worker's start-up is over."""
 
-logger = logging.getLogger(LOGGER)
-
 
 def start_recording(entered: float) -> LaunchRecording | None:
     """This process's recording, if the launch asked for one (``None`` otherwise):
@@ -114,18 +109,12 @@ def start_recording(entered: float) -> LaunchRecording | None:
     return recording
 
 
-@dataclass
-class LaunchRecording:
-    """One vLLM process's recording: where it goes, which process this is, and what only
-    it knows (the worker's session, the ready moment)."""
+class LaunchRecording(ProcessRecording):
+    """One vLLM process's recording (the kit's :class:`~initorch.kit.ProcessRecording`):
+    the hooks that record its phases, and its name."""
 
-    directory: str
-    role: str
-    recorder: ProcessRecorder
-    session: RankSession | None = None
-    ready: float | None = None
-    process_ready: float | None = None
-    _write_lock: threading.Lock = field(default_factory=threading.Lock)
+    serving = "api server"
+    log = logging.getLogger(LOGGER)
 
     def start(self, entered: float) -> None:
         """In a process where verify hooks nothing (the API server): this process's
@@ -214,59 +203,45 @@ class LaunchRecording:
             try:
                 watch_first_answer(app, path=HEALTH_PATH, answered=self._answered)
             except Exception as error:  # reported; vLLM goes on
-                logger.warning("%s: cannot watch %s for the ready moment: %s: %s",
-                               ENGINE.integration, HEALTH_PATH, type(error).__name__, error)
+                self.log.warning("%s: cannot watch %s for the ready moment: %s: %s",
+                                 ENGINE.integration, HEALTH_PATH, type(error).__name__, error)
         return app
 
     def _answered(self, began: float, answered: float) -> None:
-        with self.recorder.accounted():
-            handler = getattr(sys.modules.get(_HEALTH), "health", None)
-            self.recorder.record("health (first 200)", began, answered,
-                                 source=code_source(handler),
-                                 detail=f"the first GET {HEALTH_PATH} vLLM answered with 200: "
-                                        "the server is ready")
-            self.ready = self.process_ready = answered
-        # Off the event loop: the /proc walk and the write take milliseconds.
-        threading.Thread(target=self.write, name="initorch-timeline", daemon=True).start()
-        logger.info("%s: ready; the start-up timeline of this process is in %s",
-                    ENGINE.integration, self.directory)
+        handler = getattr(sys.modules.get(_HEALTH), "health", None)
+        self.answered("health (first 200)", began, answered, source=code_source(handler),
+                      detail=f"the first GET {HEALTH_PATH} vLLM answered with 200: the "
+                             "server is ready")
 
-    def write_up(self) -> None:
-        """This process is up (its start-up work is over): note when, and write."""
-        self.process_ready = time.time()
-        self.write()
-
-    def write(self) -> None:
-        """Write this process's file, never raising into vLLM: the start-up's outcome does
-        not depend on its timeline, and a file that cannot be written (or made) is one
-        warning line."""
-        with self._write_lock:
-            try:
-                with self.recorder.accounted():
-                    timeline = self._snapshot()
-                self.recorder.write(self.directory, timeline)
-            except Exception as error:  # reported; vLLM goes on
-                logger.warning("%s: cannot write the start-up timeline to %s: %s: %s",
-                               ENGINE.integration, self.directory, type(error).__name__,
-                               error)
-
-    def _snapshot(self) -> Timeline:
-        processes, phases = unrecorded_processes(self.recorder.pid, time.time()) \
-            if self.role == "api server" else ([], [])
-        if self.session is not None:  # what verify mode observed, taken from its recorder
-            phases = recorded_calls(self.session.recorder, _step_sources(self.session))
-        return self.recorder.snapshot(name=self._name(), argv=list(sys.orig_argv),
-                                      ready=self.ready, process_ready=self.process_ready,
-                                      others=(processes, phases),
-                                      labels={"engine": _engine_label()})
-
-    def _name(self) -> str:
+    def name(self) -> str:
         worker = f"worker, rank {self.session.rank}" if self.session is not None else None
         if self.role == "engine core":
             return "vLLM engine core" + (f" (and its {worker})" if worker else "")
         if worker:
             return f"vLLM {worker}"
         return {"api server": "vLLM API server"}.get(self.role, f"vLLM {self.role}")
+
+    def engine_label(self) -> str:
+        vllm = sys.modules.get("vllm")
+        return f"vLLM {getattr(vllm, '__version__', '(version unknown)')}"
+
+    def integration(self) -> str:
+        return ENGINE.integration
+
+    def step_sources(self, session: RankSession) -> dict[str, str | None]:
+        """Each observed step's vLLM function, as ``file:line`` (the hooked target,
+        unwrapped), from the call map of the worker's device."""
+        import pkgutil
+
+        from initorch_vllm.layout import layout_for
+
+        sources: dict[str, str | None] = {}
+        for call in layout_for(session.plan.device.type).calls:
+            try:
+                sources[call.step] = code_source(pkgutil.resolve_name(call.target))
+            except (ImportError, AttributeError, ValueError):
+                sources[call.step] = call.target
+        return sources
 
 
 def _short(target: str) -> str:
@@ -278,23 +253,3 @@ def _short(target: str) -> str:
             return ".".join(parts[index:])
     return parts[-1]
 
-
-def _step_sources(session: RankSession) -> dict[str, str | None]:
-    """Each observed step's vLLM function, as ``file:line`` (the hooked target,
-    unwrapped), from the call map of the worker's device."""
-    import pkgutil
-
-    from initorch_vllm.layout import layout_for
-
-    sources: dict[str, str | None] = {}
-    for call in layout_for(session.plan.device.type).calls:
-        try:
-            sources[call.step] = code_source(pkgutil.resolve_name(call.target))
-        except (ImportError, AttributeError, ValueError):
-            sources[call.step] = call.target
-    return sources
-
-
-def _engine_label() -> str:
-    vllm = sys.modules.get("vllm")
-    return f"vLLM {getattr(vllm, '__version__', '(version unknown)')}"
