@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 __all__ = ["MODE_ENV", "ON_VIOLATION_ENV", "PROFILE_ENV", "PROGRESS_ENV", "REPORT_ENV",
-           "STATUS_ENV", "TRACE_ENV",
+           "STATUS_ENV", "TIMELINE_ENV", "TRACE_ENV",
            "Options", "OptionsError", "read_options"]
 
 MODE_ENV = "INITORCH_VLLM"
@@ -24,6 +24,9 @@ REPORT_ENV = "INITORCH_VLLM_REPORT"
 TRACE_ENV = "INITORCH_VLLM_TRACE"
 STATUS_ENV = "INITORCH_VLLM_STATUS"
 PROGRESS_ENV = "INITORCH_VLLM_PROGRESS"
+TIMELINE_ENV = "INITORCH_VLLM_TIMELINE"
+"""A directory: every process of the launch writes its start-up timeline there
+(:mod:`initorch_vllm.timeline`)."""
 
 Mode = Literal["off", "verify"]
 MODES: tuple[Mode, ...] = ("off", "verify")

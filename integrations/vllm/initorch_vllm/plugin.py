@@ -19,10 +19,11 @@ naming the cause.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 
 # Only what deciding "off" needs: a vLLM that did not ask imports nothing more.
-from initorch_vllm.options import OptionsError, read_options
+from initorch_vllm.options import TIMELINE_ENV, OptionsError, read_options
 
 __all__ = ["load"]
 
@@ -38,9 +39,12 @@ def load() -> None:
     if not options.active:
         return
     from initorch.kit import COST
-    from initorch_vllm.timeline import start_recording
 
-    recording = start_recording(entered)  # INITORCH_VLLM_TIMELINE: this process's timeline
+    recording = None
+    if os.environ.get(TIMELINE_ENV):  # the launch asked for this process's timeline
+        from initorch_vllm.timeline import start_recording
+
+        recording = start_recording(entered)
     if multiprocessing.parent_process() is None:  # the API server: workers come later
         from initorch_vllm.release import refusal
 

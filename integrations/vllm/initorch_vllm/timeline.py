@@ -45,14 +45,13 @@ from initorch.kit import (
     watch_first_answer,
 )
 from initorch_vllm.layout import ENGINE, LAYOUTS, LOGGER, SESSION_END, SESSION_START
+from initorch_vllm.options import TIMELINE_ENV
 
 if TYPE_CHECKING:
     from initorch.kit import Hook, RankSession
 
 __all__ = ["HEALTH_PATH", "PHASES", "TIMELINE_ENV", "LaunchRecording", "start_recording"]
 
-TIMELINE_ENV = "INITORCH_VLLM_TIMELINE"
-"""The directory every process of the launch writes its timeline file into."""
 
 HEALTH_PATH = "/health"
 """vLLM's readiness probe: 200 once the engine client answers ``check_health``
