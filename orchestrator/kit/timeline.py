@@ -206,18 +206,25 @@ class ProcessRecorder:
 
 def caller_outside(*folders: str) -> tuple[str, str | None]:
     """The function (and its file:line) that called into the code of ``folders`` (path
-    fragments, such as an integration's package folder): the first frame up the stack
-    outside all of them and of ``importlib`` (an entry point's loader), that is, which
-    of its functions an engine loaded a plugin from, which tells its processes apart."""
+    fragments, such as an integration's package folder and the engine's plugin
+    loader): the first frame up the stack above the outermost one in any of them or in
+    ``importlib`` (an entry point's loader), that is, which of its functions an engine
+    loaded a plugin from, which tells its processes apart.  A wrapper between the
+    loader and the plugin (a profiler's, a bench probe's) is below that frame, so it
+    is passed over."""
     from initorch.location import display_path
 
-    frame = sys._getframe(1)
     skipped = (*folders, "/importlib/")
+    frames, frame = [], sys._getframe(1)
     while frame is not None:
-        name = frame.f_code.co_filename.replace(os.sep, "/")
-        if not any(folder in name for folder in skipped):
-            return frame.f_code.co_name, f"{display_path(name)}:{frame.f_lineno}"
+        frames.append(frame)
         frame = frame.f_back  # type: ignore[assignment]
+    names = [f.f_code.co_filename.replace(os.sep, "/") for f in frames]
+    inside = [i for i, name in enumerate(names) if any(folder in name for folder in skipped)]
+    for index in range(inside[-1] + 1 if inside else 0, len(frames)):
+        if not any(folder in names[index] for folder in skipped):
+            found = frames[index]
+            return found.f_code.co_name, f"{display_path(names[index])}:{found.f_lineno}"
     return "?", None
 
 

@@ -31,24 +31,21 @@ import functools
 import logging
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from initorch.kit import (
     FirstAnswer,
     ProcessRecorder,
+    ProcessRecording,
     caller_outside,
     code_source,
-    recorded_calls,
-    unrecorded_processes,
 )
 from initorch_sglang.options import TIMELINE_ENV
 
 if TYPE_CHECKING:
-    from initorch.kit import Hook, RankSession, Timeline
+    from initorch.kit import Hook, RankSession
 
 __all__ = ["HEALTH_PATH", "PHASES", "TIMELINE_ENV", "LaunchRecording", "start_recording"]
 
@@ -90,8 +87,6 @@ PHASES: dict[str, tuple[str, ...]] = {
 }
 """The SGLang functions whose calls are phases, by process (0.5.23's lines)."""
 
-logger = logging.getLogger("initorch_sglang")
-
 
 def start_recording(entered: float) -> LaunchRecording | None:
     """This process's recording, if the launch asked for one (``None`` otherwise):
@@ -112,18 +107,12 @@ def start_recording(entered: float) -> LaunchRecording | None:
     return recording
 
 
-@dataclass
-class LaunchRecording:
-    """One SGLang process's recording: where it goes, which process this is, and what
-    only it knows (the rank's session, the ready moment)."""
+class LaunchRecording(ProcessRecording):
+    """One SGLang process's recording (the kit's :class:`~initorch.kit.ProcessRecording`):
+    the hooks that record its phases, and its name."""
 
-    directory: str
-    role: str
-    recorder: ProcessRecorder
-    session: RankSession | None = None
-    ready: float | None = None
-    process_ready: float | None = None
-    _write_lock: threading.Lock = field(default_factory=threading.Lock)
+    serving = "launcher"
+    log = logging.getLogger("initorch_sglang")
 
     def plugin_loaded(self, entered: float) -> None:
         """The plugin's load, from ``entered`` to now."""
@@ -203,57 +192,43 @@ class LaunchRecording:
             module.app.add_middleware(FirstAnswer, path=HEALTH_PATH, answered=self._answered)
 
     def _answered(self, began: float, answered: float) -> None:
-        from initorch_sglang.engine import SGLANG
+        handler = sys.modules[_HTTP_SERVER].health_generate
+        self.answered("health_generate (first 200)", began, answered,
+                      source=code_source(handler),
+                      detail=f"the first GET {HEALTH_PATH} SGLang answered with 200: the "
+                             "server is ready")
 
-        with self.recorder.accounted():
-            handler = sys.modules[_HTTP_SERVER].health_generate
-            self.recorder.record("health_generate (first 200)", began, answered,
-                                 source=code_source(handler),
-                                 detail=f"the first GET {HEALTH_PATH} SGLang answered with "
-                                        "200: the server is ready")
-            self.ready = self.process_ready = answered
-        # Off the event loop: the /proc walk and the write take milliseconds.
-        threading.Thread(target=self.write, name="initorch-timeline", daemon=True).start()
-        logger.info("%s: ready; the start-up timeline of this process is in %s",
-                    SGLANG.integration, self.directory)
-
-    def write_up(self) -> None:
-        """This process is up (its start-up work is over): note when, and write."""
-        self.process_ready = time.time()
-        self.write()
-
-    def write(self) -> None:
-        """Write this process's file, never raising into SGLang: the start-up's outcome
-        does not depend on its timeline, and a file that cannot be written (or made) is
-        one warning line."""
-        from initorch_sglang.engine import SGLANG
-
-        with self._write_lock:
-            try:
-                with self.recorder.accounted():
-                    timeline = self._snapshot()
-                self.recorder.write(self.directory, timeline)
-            except Exception as error:  # reported; SGLang goes on
-                logger.warning("%s: cannot write the start-up timeline to %s: %s: %s",
-                               SGLANG.integration, self.directory, type(error).__name__,
-                               error)
-
-    def _snapshot(self) -> Timeline:
-        processes, phases = unrecorded_processes(self.recorder.pid, time.time()) \
-            if self.role == "launcher" else ([], [])
-        if self.session is not None:  # what verify mode observed, taken from its recorder
-            phases = recorded_calls(self.session.recorder, _step_sources(self.session))
-        return self.recorder.snapshot(name=self._name(), argv=list(sys.orig_argv),
-                                      ready=self.ready, process_ready=self.process_ready,
-                                      others=(processes, phases),
-                                      labels={"engine": _engine_label()})
-
-    def _name(self) -> str:
+    def name(self) -> str:
         if self.role == "scheduler" and self.session is not None:
             return f"SGLang scheduler, rank {self.session.rank}"
         return {"launcher": "SGLang launcher (HTTP server, tokenizer manager)",
                 "detokenizer": "SGLang detokenizer"}.get(self.role, f"SGLang {self.role}")
 
+
+    def engine_label(self) -> str:
+        sglang = sys.modules.get("sglang")
+        return f"SGLang {getattr(sglang, '__version__', '(version unknown)')}"
+
+    def integration(self) -> str:
+        from initorch_sglang.engine import SGLANG
+
+        return SGLANG.integration
+
+    def step_sources(self, session: RankSession) -> dict[str, str | None]:
+        """Each observed step's SGLang function, as ``file:line`` (the hooked target,
+        unwrapped; ``set_device`` on the profile's device module)."""
+        import pkgutil
+
+        from initorch_sglang.calls import installed_layout
+
+        module = str(session.plan.config()["device.torch_module"])
+        sources: dict[str, str | None] = {}
+        for call in installed_layout().calls:
+            try:
+                sources[call.step] = code_source(pkgutil.resolve_name(call.hook_target(module)))
+            except (ImportError, AttributeError, ValueError):
+                sources[call.step] = call.target
+        return sources
 
 def _short(target: str) -> str:
     """A phase's name: the function's qualified name in its module
@@ -265,24 +240,3 @@ def _short(target: str) -> str:
             return ".".join(parts[index:])
     return parts[-1]
 
-
-def _step_sources(session: RankSession) -> dict[str, str | None]:
-    """Each observed step's SGLang function, as ``file:line`` (the hooked target,
-    unwrapped; ``set_device`` on the profile's device module)."""
-    import pkgutil
-
-    from initorch_sglang.calls import installed_layout
-
-    module = str(session.plan.config()["device.torch_module"])
-    sources: dict[str, str | None] = {}
-    for call in installed_layout().calls:
-        try:
-            sources[call.step] = code_source(pkgutil.resolve_name(call.hook_target(module)))
-        except (ImportError, AttributeError, ValueError):
-            sources[call.step] = call.target
-    return sources
-
-
-def _engine_label() -> str:
-    sglang = sys.modules.get("sglang")
-    return f"SGLang {getattr(sglang, '__version__', '(version unknown)')}"

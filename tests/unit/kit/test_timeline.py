@@ -91,6 +91,20 @@ def test_the_caller_is_the_first_frame_outside_the_plugins_code():
     assert where is not None and where.endswith(f"test_timeline.py:{line}")
 
 
+def test_a_wrapper_between_the_loader_and_the_plugin_is_passed_over():
+    code: dict[str, Any] = {"caller_outside": caller_outside}
+    exec(compile("def load():\n    return caller_outside('/a-plugin/', '/engine/plugins/')\n",
+                 "/site/a-plugin/plugin.py", "exec"), code)
+    exec(compile("def wrapped():\n    return load()\n", "/probe/sitecustomize.py", "exec"),
+         code)
+    exec(compile("def load_plugins():\n    return wrapped()\n", "/site/engine/plugins/x.py",
+                 "exec"), code)
+    function, where = code["load_plugins"]()  # the engine's loader, a probe's wrapper
+    line = sys._getframe().f_lineno - 1
+    assert function == "test_a_wrapper_between_the_loader_and_the_plugin_is_passed_over"
+    assert where is not None and where.endswith(f"test_timeline.py:{line}")
+
+
 def test_a_phase_still_running_is_written_as_running_up_to_now():
     recorder = ProcessRecorder()
     with recorder.phase("serve"):
