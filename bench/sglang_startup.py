@@ -19,6 +19,10 @@ detokenizer (where SGLang also loads its plugins) it is the import and the call 
 plugin.  The probe in ``bench/sglang_probe`` times what the report cannot see, in every
 process; with ``--profile`` it also writes a cProfile of each span.
 
+Verify mode's launches also record their start-up timeline (``INITORCH_SGLANG_TIMELINE``,
+the launch ``make demo-sglang`` draws): each phase's seconds, the longest of a launch's
+processes, are reported, so that a change which shortens a phase shows in the numbers.
+
 ``--rank-path N`` times initorch's own path through a drive-mode rank instead, N rounds
 per tree, in fresh interpreters of the SGLang venv that import SGLang's scheduler module
 first (what a rank has imported when it loads the plugins): the plugin's import and
@@ -98,6 +102,8 @@ class Samples:
     phases: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     runtime: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     account: dict[str, list[float]] = field(default_factory=dict)
+    timeline: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    """Seconds of each phase of a launch's start-up timeline, by variant (verify only)."""
 
 
 def variants(trees: dict[str, Path], chosen: tuple[str, ...] = ("stock", *MODES.values())
@@ -240,23 +246,53 @@ def collect(work: Path, name: str, up_at: float, found: Samples) -> None:
                   found.runtime[name])
 
 
+def timeline_phases(folder: Path, into: dict[str, list[float]]) -> None:
+    """Each measured phase of the launch timeline in ``folder``, by process kind
+    (``Scheduler.__init__ [SGLang scheduler]``), its seconds (the longest of the
+    processes of that kind: the slower rank), and the seconds from the first process's
+    start to ready, into ``into``."""
+    from initorch.kit import read_launch
+
+    launch = read_launch(folder)
+    longest: dict[str, float] = {"(ready after)": launch.ready_at() - launch.origin}
+    for phase in launch.blame():
+        kind = launch.process(phase.process).name.split(" (")[0].split(", rank")[0]
+        key = f"{phase.name} [{kind}]"
+        longest[key] = max(longest.get(key, 0.0), phase.duration)
+    for name, seconds in longest.items():
+        into.setdefault(name, []).append(seconds)
+
+
 def start_up(model: Path, master: Master, variant: Variant, work: Path, name: str, tp: int,
              profile: bool, found: Samples) -> float:
-    """Seconds to ready; the seconds to up and each process's account go to ``found``."""
-    for folder in ("reports", "probe"):
+    """Seconds to ready; the seconds to up, each process's account and (verify mode)
+    the timeline's phases go to ``found``."""
+    for folder in ("reports", "probe", "timeline"):
         shutil.rmtree(work / folder, ignore_errors=True)
         (work / folder).mkdir(parents=True)
     environ = variant.environ | {"INITORCH_SGLANG_REPORT": str(work / "reports" /
                                                                 "report-{rank}.json"),
                                  "INITORCH_BENCH_PROBE": str(work / "probe"),
                                  "INITORCH_BENCH_PROFILE": "1" if profile else ""}
+    timeline = environ.get("INITORCH_SGLANG") == "verify"
+    if timeline:
+        environ["INITORCH_SGLANG_TIMELINE"] = str(work / "timeline")
     site = (*(() if variant.site is None else (variant.site,)), SITE, PROBE)
     with running(model, master, environ, work / "server.log", site=site, tp=tp) as server:
         ready = server.wait_ready()
         up = server.up_after if server.up_after is not None else ready
         up_at = uptime() - (time.monotonic() - server.started - up)
         found.up[name].append(up)
+        if timeline:  # untimed: the launcher writes the ready moment just after answering
+            from initorch.kit import written_ready
+
+            deadline = time.monotonic() + 60
+            while written_ready(work / "timeline", server.process.pid) is None and \
+                    time.monotonic() < deadline:
+                time.sleep(0.2)
     collect(work, name, up_at, found)
+    if timeline:
+        timeline_phases(work / "timeline", found.timeline.setdefault(name, {}))
     if profile:
         kept = work / "profiles" / f"{name}-{len(found.up[name])}"
         shutil.copytree(work / "probe", kept, dirs_exist_ok=True)
@@ -408,6 +444,12 @@ def print_samples(found: Samples, tp: int) -> None:
         for span, lengths in spans.items():
             print(f"  {name:<28} {span:<40} {statistics.median(lengths) * 1000:7.0f} "
                   f"[{min(lengths) * 1000:.0f}-{max(lengths) * 1000:.0f}]  ({len(lengths)})")
+    for name, phases in found.timeline.items():
+        print(f"{name}: the start-up timeline's phases (the longest process's), seconds, "
+              "median [min-max]:")
+        for phase, lengths in sorted(phases.items(), key=lambda item: -max(item[1])):
+            print(f"  {phase:<60} {statistics.median(lengths):8.3f} "
+                  f"[{min(lengths):.3f}-{max(lengths):.3f}]  ({len(lengths)})")
 
 
 def main() -> None:

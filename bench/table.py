@@ -365,9 +365,11 @@ def _cores() -> int:
 
 
 def sglang_rows(runs: int = 3) -> list[Row]:
-    """Inside each rank, initorch's own time over the rank's start-up to up (gated); and
+    """Inside each rank, initorch's own time over the rank's start-up to up (gated);
     verify and drive mode against stock SGLang on the same launch line (reported: two
-    launches of one line differ by more than initorch adds)."""
+    launches of one line differ by more than initorch adds); and each phase of verify
+    mode's start-up timeline, the launch ``make demo-sglang`` draws, longest first
+    (reported: a change that shortens a phase shows here)."""
     from sglang_startup import samples
 
     found = samples(runs)
@@ -379,6 +381,11 @@ def sglang_rows(runs: int = 3) -> list[Row]:
         rows += [Row(f"real SGLang server, time to {point}, {mode} / stock SGLang",
                      "reported", [value / stock for value in measured[mode]], math.inf)
                  for mode in ("verify mode", "drive mode")]
+    phases = found.timeline.get("verify mode", {})
+    rows += [Row(f"real SGLang server, verify mode, start-up phase: {phase} (ms)", "reported",
+                 [1000 * value for value in values], math.inf, "ms")
+             for phase, values in sorted(phases.items(),
+                                         key=lambda item: -statistics.median(item[1]))]
     return rows
 
 
