@@ -13,7 +13,8 @@ here, engine-neutral:
   each call against the plan as it happens; the session that frames a rank's start-up
   (:func:`run_framed`, or the :func:`begin`/:func:`end` pair for a start-up made of
   several calls; :class:`RankSession`) and writes its report and trace; initorch's
-  own time in the process (:data:`COST`);
+  own time in the process (:data:`COST`); where the rank is while it starts, for people
+  and probes (:class:`Progress`);
 - **pre-flight**: the result, its lines and exit codes (:class:`Preflight`,
   :func:`show_preflight`), and the checks that are no engine's (:func:`cpu_list_problem`);
 - **drift and audit over call maps**: a release read as text (:class:`SourceTree`),
@@ -81,6 +82,7 @@ if TYPE_CHECKING:
         show_preflight,
     )
     from initorch.kit.process_recording import ProcessRecording
+    from initorch.kit.progress import PROGRESS_EVERY_S, Progress, progress_seconds
     from initorch.kit.recorder import Call, OrderViolation, Recorder, VendorRecord
     from initorch.kit.session import (
         Outputs,
@@ -159,6 +161,9 @@ __getattr__, __dir__ = on_first_use(globals(), {
     "now_iso": "initorch.kit.outputs",
     "rank_path": "initorch.kit.outputs",
     "write_outputs": "initorch.kit.outputs",
+    "PROGRESS_EVERY_S": "initorch.kit.progress",
+    "Progress": "initorch.kit.progress",
+    "progress_seconds": "initorch.kit.progress",
     "Outputs": "initorch.kit.session",
     "RankSession": "initorch.kit.session",
     "active": "initorch.kit.session",
@@ -239,6 +244,7 @@ __all__ = [
     "EXIT_REFUSED",
     "MAX_FILE_BYTES",
     "MOONCAKE_CALLS",
+    "PROGRESS_EVERY_S",
     "Action",
     "Call",
     "CallLine",
@@ -266,6 +272,7 @@ __all__ = [
     "Preflight",
     "ProcessRecorder",
     "ProcessRecording",
+    "Progress",
     "RankSession",
     "Recorder",
     "ReleaseAudit",
@@ -313,6 +320,7 @@ __all__ = [
     "order",
     "plan_or_off",
     "process_age",
+    "progress_seconds",
     "rank_path",
     "read_launch",
     "recognise",

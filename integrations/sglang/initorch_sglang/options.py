@@ -95,7 +95,7 @@ def read_options(environ: Mapping[str, str] | None = None) -> Options:
 def _progress_s(environ: Mapping[str, str]) -> float | None:
     """``INITORCH_SGLANG_PROGRESS``, read only when the integration is on (an SGLang
     that did not ask imports nothing of initorch's core)."""
-    from initorch.kit.progress import progress_seconds
+    from initorch.kit import progress_seconds
 
     try:
         return progress_seconds(environ.get(PROGRESS_ENV))

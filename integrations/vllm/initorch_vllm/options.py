@@ -81,7 +81,7 @@ def read_options(environ: Mapping[str, str] | None = None) -> Options:
 
 def _progress_s(environ: Mapping[str, str]) -> float | None:
     """``INITORCH_VLLM_PROGRESS``, read only when the integration is on."""
-    from initorch.kit.progress import progress_seconds
+    from initorch.kit import progress_seconds
 
     try:
         return progress_seconds(environ.get(PROGRESS_ENV))
