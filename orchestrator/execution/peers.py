@@ -86,12 +86,8 @@ ALL_NAMED_KEY = "disagreed/all"  # written by the last of them
 ALL_ARRIVED = "all"  # a barrier's counter key + "/" + this: written by the last rank
 MIN_STORE_WAIT_S = 0.01  # a shorter wait for a key is left to the next beat
 KEY_CHECK_S = 0.01  # how often the watcher checks the keys it awaits between two looks
-
-
-def planned_key(rank: int) -> str:
-    """Written by a rank other than the watcher once its plan's digest is on its
-    progress: the watcher waits for all of them, not polling the progress."""
-    return f"planned/{rank}"
+PLANNED_KEY = "planned"  # counts the ranks but the watcher whose plan's digest is published
+ALL_PLANNED_KEY = "planned/all"  # written by the last of them: the watcher awaits one key
 
 
 @runtime_checkable
@@ -234,9 +230,12 @@ class JobPeers:
         self._publish(**{PLAN: compared_digest(own)})
         if self._watching:  # woken when the last rank's digest is on its progress
             self._wait(self._judged, PLAN, "publish its plan", self.job.bounds.join_s,
-                       keys=tuple(planned_key(rank) for rank in self.others))
+                       keys=(ALL_PLANNED_KEY,))
         else:
-            self._store.set(planned_key(self.rank.rank), b"")
+            # One counter and one key, not a key per rank: the watcher checks what it
+            # awaits every KEY_CHECK_S, and a check of N keys costs the store O(N).
+            if self._store.add(PLANNED_KEY, 1) >= self.rank.world_size - 1:
+                self._store.set(ALL_PLANNED_KEY, b"")
             self._wait(self._verdict_published, PLAN, "publish its plan",
                        self.job.bounds.join_s, keys=(AGREEMENT_KEY,))
         if not self._watching and not self._summary_seen:
