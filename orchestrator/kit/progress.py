@@ -64,7 +64,8 @@ def progress_seconds(text: str | None) -> float | None:
 class Progress:
     """One rank's progress through its start-up; thread-safe (an engine's calls run on
     several threads).  :meth:`phase` frames each observed call; :meth:`over` ends the
-    start-up.  With neither a status path nor ``every_s`` it does nothing at all."""
+    start-up.  With neither a status path nor ``every_s`` it writes and says nothing
+    (and starts no thread): it only keeps track, for :meth:`line`."""
 
     def __init__(self, *, integration: str, rank: int, steps_total: int,
                  status: str | None, every_s: float | None, logger: logging.Logger) -> None:
