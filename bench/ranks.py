@@ -58,6 +58,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from initorch.execution.peers import AGREEMENT_KEY
+
 HERE = Path(__file__).resolve()
 SIZES = (8, 32, 128, 512, 1024)
 RANKS_PER_PROCESS = 32
@@ -77,8 +79,8 @@ SWITCH_INTERVAL_S = 0.05
 # and every connection: thousands of lines at 1,024 ranks, CPU the ranks then lack.
 WORKER_ENV = {"TORCH_CPP_LOG_LEVEL": "ERROR"}
 SETTLE_BEATS = 2  # beats after the agreement before the traffic at rest is counted
-# The store's CPU time comes in ticks of 10 ms: at 128 ranks a beat costs it a few ms,
-# so it is counted over enough beats to be tens of ticks.
+# The store's traffic at rest is counted over this many beats (its CPU time too: a few ms
+# per beat at 128 ranks).
 COUNTED_BEATS = 12
 ODD_SETTING = ("hicache.host_pool_mb", 128)  # the mismatch: 64 in the cpu profile
 SERVED_STEP = "serve"
@@ -98,6 +100,8 @@ class CountingStore:
         self.bytes = 0
         self.beats = 0  # progress writes: one per heartbeat (and per step said)
         self.plan_at = math.nan  # when this rank published its plan (monotonic)
+        self.verdict_at = math.nan  # when it wrote the verdict (the watcher) ...
+        self.read_verdict_at = math.nan  # ... or first read it
 
     def _count(self, op: str, size: int) -> None:
         with self._lock:
@@ -112,10 +116,14 @@ class CountingStore:
         self._store.set(key, value)
         if key.startswith("plan/"):
             self.plan_at = time.monotonic()
+        elif key == AGREEMENT_KEY:
+            self.verdict_at = time.monotonic()
 
     def get(self, key: str) -> bytes:
         value: bytes = self._store.get(key)
         self._count("get", len(key) + len(value))
+        if key == AGREEMENT_KEY and math.isnan(self.read_verdict_at):
+            self.read_verdict_at = time.monotonic()
         return value
 
     def add(self, key: str, amount: int) -> int:
@@ -210,7 +218,9 @@ def _worker(spec: dict[str, Any]) -> None:
             said = {"error": str(exc), "details": list(getattr(exc, "details", ()))}
             peers.leave(failed_step="rendezvous")  # what a run does when its agreement fails
         ranks[rank].outcome = {"t": time.monotonic(), "began": began,
-                               "plan_at": store.plan_at, "named_at": _named_at(log), **said}
+                               "plan_at": store.plan_at, "verdict_at": store.verdict_at,
+                               "read_verdict_at": store.read_verdict_at,
+                               "named_at": _named_at(log), **said}
 
     joined = threading.Barrier(len(spec["ranks"]) + 1)
     threads = [threading.Thread(target=rank_body, args=(rank, joined), daemon=True)
@@ -333,9 +343,12 @@ class StoreServer:
         self.port = int(self.proc.stdout.readline())
 
     def cpu_s(self) -> float:
-        """User and system CPU seconds the store has used so far."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """CPU seconds the store has used so far, to the nanosecond: the run time the
+        scheduler keeps for each of its threads (``/proc/PID/task/*/schedstat``).
+        ``/proc/PID/stat`` counts ticks of 10 ms, a quarter of what the store spends on
+        12 beats at 128 ranks: its growth exponent read 1.15 one run and 1.08 the next."""
+        tasks = Path(f"/proc/{self.proc.pid}/task").iterdir()
+        return sum(int((task / "schedstat").read_text().split()[0]) for task in tasks) / 1e9
 
     def close(self) -> None:
         assert self.proc.stdin is not None
@@ -435,6 +448,8 @@ class Measured:
     last_began_s: float  # from "go" until the last rank started agree(): the harness's wake-up
     last_plan_s: float  # from "go" until the last rank published its plan
     agree_after_last_plan_s: float  # from the last rank's plan published to every rank agreed
+    verdict_after_last_plan_s: float  # ... to the watcher's verdict written: its part
+    read_after_verdict_s: float  # from the verdict written until every rank had read it
     workers_cpu_agree_s: float  # the worker processes' CPU from "go" to every rank agreed
     agree_ops_per_rank: float  # every store call from "go" until every rank agreed, per rank
     agree_bytes_per_rank: float
@@ -462,8 +477,8 @@ def measure(world: int, ranks_per_process: int = RANKS_PER_PROCESS,
     with _job(world, ranks_per_process, peer_s, f"bench/{world}") as (server, workers, chunks):
         cpu, joined = server.cpu_s(), _counts(workers)
         began, outcomes, workers_cpu = _agree(workers)
-        last = {what: max(o[what] for o in outcomes.values())
-                for what in ("t", "began", "plan_at")}
+        last = {what: max(o[what] for o in outcomes.values() if not math.isnan(o[what]))
+                for what in ("t", "began", "plan_at", "verdict_at", "read_verdict_at")}
         agree_s = last["t"] - began
         store_cpu_agree, agreeing = server.cpu_s() - cpu, _counts(workers)
         time.sleep(SETTLE_BEATS * beat)
@@ -491,7 +506,8 @@ def measure(world: int, ranks_per_process: int = RANKS_PER_PROCESS,
     return Measured(
         world, sum(ops.values()), (after["bytes"] - before["bytes"]) / beats, ops,
         total / (now - at) / world, agree_s, last["began"] - began, last["plan_at"] - began,
-        last["t"] - last["plan_at"], workers_cpu,
+        last["t"] - last["plan_at"], last["verdict_at"] - last["plan_at"],
+        last["read_verdict_at"] - last["verdict_at"], workers_cpu,
         (sum(agreeing["ops"].values()) - sum(joined["ops"].values())) / world,
         (agreeing["bytes"] - joined["bytes"]) / world,
         sum("error" not in o for o in outcomes.values()),
@@ -541,7 +557,7 @@ this), unit: ``Row(*fields)``."""
 
 def growth(small: float, large: float, sizes: tuple[int, int]) -> float:
     """``k`` in ``figure ~ size ** k`` between two sizes (``inf`` where the small one
-    measured nothing: the store's CPU time comes in ticks of 10 ms)."""
+    measured nothing)."""
     if small <= 0 or large <= 0:
         return math.inf
     return math.log(large / small) / math.log(sizes[1] / sizes[0])
@@ -604,7 +620,7 @@ def rows_for(measured: dict[int, Measured], peer_s: float) -> list[Fields]:
                      [_worst_loss(m)], peer_s, " s"))
     low = 128 if 128 in measured and sizes[-1] > 128 else sizes[0]
     pair = (low, sizes[-1])
-    for name, read, unit, goal in FIGURES:
+    for name, read, unit, goal in FIGURES if low < pair[1] else ():  # one size: no growth
         k = growth(read(measured[pair[0]]), read(measured[pair[1]]), pair)
         rows.append((f"growth exponent of the {name}, simulated ranks {pair[0]:,} -> "
                      f"{pair[1]:,} ({read(measured[pair[1]]):.3g}{unit} at {pair[1]:,})",
@@ -680,6 +696,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (  # heading, field of Measured, for
     ("all agreed in", "agree_s", "{:.2f} s"),
     ("last plan published", "last_plan_s", "{:.2f} s"),
     ("... then all agreed in", "agree_after_last_plan_s", "{:.2f} s"),
+    ("... of which the verdict", "verdict_after_last_plan_s", "{:.2f} s"),
+    ("... then all read it", "read_after_verdict_s", "{:.2f} s"),
     ("workers' CPU to agree", "workers_cpu_agree_s", "{:.2f} s"),
     ("ops per rank to agree", "agree_ops_per_rank", "{:.1f}"),
     ("store CPU to agree", "store_cpu_agree_s", "{:.2f} s"),
