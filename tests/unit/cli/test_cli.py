@@ -251,6 +251,24 @@ def test_the_console_script_paces_the_collector_and_an_embedding_keeps_its_own(t
     assert "thresholds (700, 10, 10)" in embedded.stderr
 
 
+def test_the_console_script_exits_with_what_is_alive_frozen_and_runs_atexit(tmp_path):
+    # A plugin's atexit handler still runs, and sees every object frozen: the shutdown's
+    # collections skip them (boundary.console_main).  main() called by a host freezes nothing.
+    (tmp_path / "exit_plugin.py").write_text(
+        "import atexit, gc, sys\n"
+        "def register(registry):\n"
+        "    atexit.register(lambda: sys.stderr.write(f'frozen {gc.get_freeze_count()}\\n'))\n")
+    command = ["--plugin", "exit_plugin", "profiles"]
+    console = subprocess.run([sys.executable, "-m", "initorch", *command], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=60, check=True)
+    embedded = subprocess.run(
+        [sys.executable, "-c", f"from initorch.cli import main; main({command!r})"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True)
+    frozen = int(console.stderr.split("frozen ")[1].split()[0])
+    assert frozen > 1000
+    assert "frozen 0" in embedded.stderr
+
+
 # --- settings -----------------------------------------------------------------------------------
 
 def test_settings_lists_every_declaration(run_cli, builtin_registry):
