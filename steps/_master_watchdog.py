@@ -1,8 +1,8 @@
 """Keeps a managed ``mooncake_master`` from outliving the initorch process that needs it.
 
-Run as a script (standard library only, so it starts fast)::
+Run as a script (standard library only, without site, so it starts fast)::
 
-    python -I _master_watchdog.py GRACE_S LOGFILE -- /path/mooncake_master --flags...
+    python -I -S _master_watchdog.py GRACE_S LOGFILE -- /path/mooncake_master --flags...
 
 It starts the master, removes LOGFILE's name (the master writes to it, initorch reads
 it through the descriptor it keeps open: however either dies, no file is left behind),
