@@ -17,6 +17,7 @@ import pytest
 from initorch.execution.context import RunState, RunStepContext
 from initorch.execution.launchers import RankInfo
 from initorch.reporting.logs import get_logger
+from initorch.steps import listeners as listeners_module
 from initorch.steps.listeners import (
     Listener,
     is_loopback,
@@ -56,6 +57,37 @@ def test_the_process_listeners_are_found_with_their_interface(host, wildcard):
         [found] = [entry for entry in listeners() if entry.port == port]
     assert found.on_every_interface is wildcard
     assert port not in {entry.port for entry in listeners()}
+
+
+def test_netlink_and_proc_name_the_same_listeners(monkeypatch):
+    # sock_diag answers by default; /proc's tables where netlink is refused.
+    with listening("0.0.0.0"), listening("127.0.0.1"), listening("::"), listening("::1"):
+        by_netlink = listeners()
+
+        def refused() -> None:
+            raise PermissionError("netlink refused")
+
+        monkeypatch.setattr(listeners_module, "_diag_listeners", refused)
+        by_proc = listeners()
+    assert len(by_netlink) >= 4
+    assert by_netlink == by_proc
+
+
+def test_another_process_listeners_are_found():
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import socket, sys; s = socket.socket(); "
+         "s.bind(('0.0.0.0', 0)); s.listen(); print(s.getsockname()[1], flush=True); "
+         "sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        port = int(child.stdout.readline())
+        assert Listener(port, "0.0.0.0") in listeners(child.pid)
+        assert port not in {entry.port for entry in listeners()}
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(timeout=30)
 
 
 @pytest.mark.parametrize(("host", "loopback"), [("127.0.0.1", True), ("127.8.0.1", True),
