@@ -232,19 +232,29 @@ def test_python_dash_m_is_the_same_command():
     assert {row["name"] for row in json.loads(result.stdout)} == set(BUILTIN_PROFILES)
 
 
-def test_the_console_script_paces_the_collector_and_an_embedding_keeps_its_own(tmp_path):
-    # A plugin that says the collector's thresholds while the command registers it: the
-    # console script's, then those of a process that calls main() itself.
-    (tmp_path / "gc_plugin.py").write_text(
-        "import gc, sys\n"
-        "def register(registry):\n"
-        "    sys.stderr.write(f'thresholds {gc.get_threshold()}\\n')\n")
-    command = ["--plugin", "gc_plugin", "profiles"]
-    console = subprocess.run([sys.executable, "-m", "initorch", *command], cwd=tmp_path,
+Finished = subprocess.CompletedProcess[str]
+
+
+def _console_and_embedded(folder, plugin: str, source: str) -> tuple[Finished, Finished]:
+    """``initorch --plugin PLUGIN profiles`` run by the console script, then by a process
+    that calls main() itself, with ``source`` as the plugin module in ``folder``."""
+    (folder / f"{plugin}.py").write_text(source)
+    command = ["--plugin", plugin, "profiles"]
+    console = subprocess.run([sys.executable, "-m", "initorch", *command], cwd=folder,
                              capture_output=True, text=True, timeout=60, check=True)
     embedded = subprocess.run(
         [sys.executable, "-c", f"from initorch.cli import main; main({command!r})"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True)
+        cwd=folder, capture_output=True, text=True, timeout=60, check=True)
+    return console, embedded
+
+
+def test_the_console_script_paces_the_collector_and_an_embedding_keeps_its_own(tmp_path):
+    # A plugin that says the collector's thresholds while the command registers it: the
+    # console script's, then those of a process that calls main() itself.
+    console, embedded = _console_and_embedded(tmp_path, "gc_plugin", (
+        "import gc, sys\n"
+        "def register(registry):\n"
+        "    sys.stderr.write(f'thresholds {gc.get_threshold()}\\n')\n"))
     from initorch.cli.boundary import CLI_GC_THRESHOLD
 
     assert f"thresholds ({CLI_GC_THRESHOLD}, 10, 10)" in console.stderr
@@ -254,16 +264,10 @@ def test_the_console_script_paces_the_collector_and_an_embedding_keeps_its_own(t
 def test_the_console_script_exits_with_what_is_alive_frozen_and_runs_atexit(tmp_path):
     # A plugin's atexit handler still runs, and sees every object frozen: the shutdown's
     # collections skip them (boundary.console_main).  main() called by a host freezes nothing.
-    (tmp_path / "exit_plugin.py").write_text(
+    console, embedded = _console_and_embedded(tmp_path, "exit_plugin", (
         "import atexit, gc, sys\n"
         "def register(registry):\n"
-        "    atexit.register(lambda: sys.stderr.write(f'frozen {gc.get_freeze_count()}\\n'))\n")
-    command = ["--plugin", "exit_plugin", "profiles"]
-    console = subprocess.run([sys.executable, "-m", "initorch", *command], cwd=tmp_path,
-                             capture_output=True, text=True, timeout=60, check=True)
-    embedded = subprocess.run(
-        [sys.executable, "-c", f"from initorch.cli import main; main({command!r})"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True)
+        "    atexit.register(lambda: sys.stderr.write(f'frozen {gc.get_freeze_count()}\\n'))\n"))
     frozen = int(console.stderr.split("frozen ")[1].split()[0])
     assert frozen > 1000
     assert "frozen 0" in embedded.stderr
