@@ -25,7 +25,7 @@ import hashlib
 import json
 import os
 import socket
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -37,6 +37,7 @@ from initorch.resolution.plan import Plan, env_values, read_settings
 
 Manifest = dict[str, Any]
 MAX_SHOWN = 20  # differences listed before "... and N more"
+FINGERPRINT_SHOWN = 12  # a fingerprint's characters in a disagreement
 SAME_PLANS_HINT = ("start every rank from the same profiles, --set values and initorch "
                    "version, or from one saved plan: initorch run --plan FILE")
 
@@ -68,6 +69,13 @@ def compared_digest(m: Manifest) -> str:
     """A digest of what :func:`differences` compares in ``m`` (not its host, pid or
     fingerprint): two ranks with the same digest have no difference to name."""
     return _digest([[label, values] for label, values in _aspects({0: m})])
+
+
+def plan_key(m: Manifest) -> str:
+    """What a rank publishes on its progress, and the watcher groups the ranks by: its
+    :func:`compared_digest` and its fingerprint as :func:`disagreement` shows it.  Ranks
+    with one key have one explanation, so one manifest per key explains them all."""
+    return f"{compared_digest(m)}/{m['fingerprint'][:FINGERPRINT_SHOWN]}"
 
 
 def verdict(error: PeerError | None, agreed: Manifest, hosts: list[str]) -> dict[str, Any]:
@@ -110,22 +118,31 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def disagreement(manifests: Mapping[int, Manifest]) -> PeerError | None:
-    """The error every rank raises when the plans differ (None when they agree)."""
-    found = differences(manifests)
+def disagreement(manifests: Mapping[int, Manifest],
+                 sharing: Mapping[int, Sequence[int]] | None = None) -> PeerError | None:
+    """The error every rank raises when the plans differ (None when they agree).
+
+    ``sharing`` gives, for a rank of ``manifests``, every rank whose manifest has the
+    same :func:`plan_key` (itself included): the watcher reads one manifest per key, not
+    N, and each line still names every rank on each side."""
+    found = differences(manifests, sharing)
     if not found:
         return None
-    fingerprints = _difference("fingerprints", {rank: m["fingerprint"][:12]
-                                                for rank, m in sorted(manifests.items())})
+    fingerprints = _difference("fingerprints", {
+        rank: m["fingerprint"][:FINGERPRINT_SHOWN] for rank, m in sorted(manifests.items())},
+        sharing)
+    ranks = [r for rank in manifests for r in (sharing or {}).get(rank, (rank,))]
     return PeerError(f"the ranks' plans differ ({fingerprints or 'same fingerprint'})",
-                     ranks=sorted(manifests), details=found, hint=SAME_PLANS_HINT)
+                     ranks=sorted(ranks), details=found, hint=SAME_PLANS_HINT)
 
 
-def differences(manifests: Mapping[int, Manifest]) -> list[str]:
-    """One line per aspect in which the ranks' manifests differ (empty: they agree)."""
+def differences(manifests: Mapping[int, Manifest],
+                sharing: Mapping[int, Sequence[int]] | None = None) -> list[str]:
+    """One line per aspect in which the ranks' manifests differ (empty: they agree);
+    ``sharing`` as for :func:`disagreement`."""
     ordered = dict(sorted(manifests.items()))
     lines = [line for label, values in _aspects(ordered)
-             if (line := _difference(label, values)) is not None]
+             if (line := _difference(label, values, sharing)) is not None]
     if len(lines) > MAX_SHOWN:
         lines = [*lines[:MAX_SHOWN], f"... and {len(lines) - MAX_SHOWN} more"]
     return lines
@@ -179,10 +196,11 @@ def _shown(value: Any) -> str:
     return value if isinstance(value, str) and value else json.dumps(value)
 
 
-def _difference(label: str, values: Mapping[int, Any]) -> str | None:
+def _difference(label: str, values: Mapping[int, Any],
+                sharing: Mapping[int, Sequence[int]] | None = None) -> str | None:
     groups: dict[str, list[int]] = {}
     for rank, value in values.items():
-        groups.setdefault(str(value), []).append(rank)
+        groups.setdefault(str(value), []).extend((sharing or {}).get(rank, (rank,)))
     if len(groups) < 2:
         return None
     return f"{label}: " + "; ".join(f"{value} on {rank_list(ranks)}"

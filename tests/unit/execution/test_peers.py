@@ -15,11 +15,20 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from initorch import RankInfo, Registry, load_plan
 from initorch.errors import PeerError
 from initorch.execution import run as run_module
-from initorch.execution.agreement import compared_digest, differences, manifest, rank_list
+from initorch.execution.agreement import (
+    compared_digest,
+    differences,
+    disagreement,
+    manifest,
+    plan_key,
+    rank_list,
+)
 from initorch.execution.liveness import silence_bound
 from initorch.execution.peers import JobPeers, KeyValueStore
 from initorch.execution.run import Run
@@ -155,8 +164,8 @@ def in_threads(world: int, body: Callable[[int], Any]) -> dict[int, Any]:
     return results
 
 
-def agree_all(plans: list[Any]) -> dict[int, Any]:
-    store = MemoryStore()
+def agree_all(plans: list[Any], store: MemoryStore | None = None) -> dict[int, Any]:
+    store = MemoryStore() if store is None else store
     world = len(plans)
 
     def agree(rank: int) -> JobPeers:
@@ -195,6 +204,25 @@ def test_one_rank_with_a_different_setting_is_named_on_every_rank():
             f"the ranks' plans differ (fingerprints: {usual.fingerprint[:12]} on ranks 0,2,3; "
             f"{other.fingerprint[:12]} on rank 1)")
         assert "initorch run --plan" in (error.hint or "")
+
+
+def test_a_mismatch_costs_the_watcher_one_manifest_per_plan_not_one_per_rank():
+    usual = load_plan(["cpu"])
+    other = load_plan(["cpu"], settings={"hicache.host_pool_mb": 128})
+    store = CountingMemoryStore()
+    plans = [usual] * 12
+    plans[3] = plans[9] = other
+    results = agree_all(plans, store)
+    assert [key for kind, key in store.calls if "plan/" in key and kind != "set"] == \
+        ["plan/0,plan/3"]
+    for error in results.values():
+        assert isinstance(error, PeerError)
+        assert error.details == (
+            "hicache.host_pool_mb: 64 on ranks 0-2,4-8,10,11; 128 on ranks 3,9",)
+        assert error.ranks == tuple(range(12))
+        assert str(error).startswith(
+            f"the ranks' plans differ (fingerprints: {usual.fingerprint[:12]} on ranks "
+            f"0-2,4-8,10,11; {other.fingerprint[:12]} on ranks 3,9)")
 
 
 def test_device_type_steps_and_env_differences_are_each_named():
@@ -565,6 +593,30 @@ def test_many_differences_are_cut_short():
     lines = differences({0: base, 1: other})
     assert len(lines) == 21 and lines[-1] == "... and 10 more"
     assert lines[0] == "x.k00: (not declared: a plugin missing there?) on rank 0; 0 on rank 1"
+
+
+VARIANTS = [manifest(load_plan(["cpu"], **changes), RankInfo(0, 0, 2)) for changes in (
+    {}, {"settings": {"hicache.host_pool_mb": 128}}, {"device": "cpu:1"})] + [
+    manifest(load_plan(["mps"]), RankInfo(0, 0, 2))]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(range(len(VARIANTS))), min_size=2, max_size=40))
+def test_one_manifest_per_plan_key_explains_every_rank_as_all_of_them_do(chosen):
+    """What the watcher says from one manifest per plan key is what N manifests say."""
+    everyone = {rank: VARIANTS[variant] for rank, variant in enumerate(chosen)}
+    by_key: dict[str, list[int]] = {}
+    for rank, m in everyone.items():
+        by_key.setdefault(plan_key(m), []).append(rank)
+    sharing = {ranks[0]: ranks for ranks in by_key.values()}
+    grouped = disagreement({rank: everyone[rank] for rank in sharing}, sharing)
+    whole = disagreement(everyone)
+    if whole is None:
+        assert grouped is None
+    else:
+        assert grouped is not None
+        assert (str(grouped), grouped.ranks, grouped.details) == \
+            (str(whole), whole.ranks, whole.details)
 
 
 # -- what the agreement covers: the settings the plan reads (issue 19) ------------------------
