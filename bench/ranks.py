@@ -26,13 +26,14 @@ are exact, not sampled.  Per size it measures:
   has joined (connected, heartbeat beating), until the last rank returned from
   ``agree``; each rank computes its manifest after "go", as a real rank does.  And
   from the last rank's plan published: what is left then is initorch's own wait, while
-  the time before it holds N ranks' starts on this machine's two cores;
+  the time before it holds N ranks' starts on this machine's two cores (that one the
+  median of ``AGREEMENTS`` jobs: two more that only agree);
 * the time for every other rank to name a rank killed mid-run (its heartbeat stops,
   as when its process is SIGKILLed), a whole simulation process killed (SIGKILL),
   and the watcher (rank 0) killed;
-* in a second job where one rank has another setting, the time for every rank to
-  name the difference (its ``plan_disagreement`` line), from "go" and from the last
-  plan, and until every rank had also left, as a run does;
+* in ``AGREEMENTS`` more jobs where one rank has another setting, the time for every
+  rank to name the difference (its ``plan_disagreement`` line), from "go" and from the
+  last plan, and until every rank had also left, as a run does (medians);
 * the store process's CPU time (per beat at rest, and for the agreement).
 
 :func:`rank_rows` gives the rows of ``bench/table.py``; :func:`measure` one size, for
@@ -47,6 +48,7 @@ import math
 import os
 import select
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -82,6 +84,10 @@ SETTLE_BEATS = 2  # beats after the agreement before the traffic at rest is coun
 # The store's traffic at rest is counted over this many beats (its CPU time too: a few ms
 # per beat at 128 ranks).
 COUNTED_BEATS = 12
+# The times after the last plan are a few tens of ms at 128 ranks: one sample's jitter
+# moved their growth exponent by up to 0.25 between runs (2026-12-05: 0.96 then 1.20 for
+# the agreement, 1.22 then 1.00 for the mismatch).  Each is the median of this many jobs.
+AGREEMENTS = 3
 ODD_SETTING = ("hicache.host_pool_mb", 128)  # the mismatch: 64 in the cpu profile
 SERVED_STEP = "serve"
 
@@ -470,15 +476,15 @@ class Measured:
 
 
 def measure(world: int, ranks_per_process: int = RANKS_PER_PROCESS,
-            peer_s: float = PEER_TIMEOUT_S) -> Measured:
-    """Every figure for a job of ``world`` simulated ranks."""
+            peer_s: float = PEER_TIMEOUT_S, agreements: int = AGREEMENTS) -> Measured:
+    """Every figure for a job of ``world`` simulated ranks; the times after the last plan
+    (the agreement's and the mismatch's) are the median of ``agreements`` jobs each."""
     beat = min(max(peer_s / 6, 0.05), 2.0)
     bound = 3 * peer_s + 10
     with _job(world, ranks_per_process, peer_s, f"bench/{world}") as (server, workers, chunks):
         cpu, joined = server.cpu_s(), _counts(workers)
         began, outcomes, workers_cpu = _agree(workers)
-        last = {what: max(o[what] for o in outcomes.values() if not math.isnan(o[what]))
-                for what in ("t", "began", "plan_at", "verdict_at", "read_verdict_at")}
+        last = _last(outcomes)
         agree_s = last["t"] - began
         store_cpu_agree, agreeing = server.cpu_s() - cpu, _counts(workers)
         time.sleep(SETTLE_BEATS * beat)
@@ -500,14 +506,19 @@ def measure(world: int, ranks_per_process: int = RANKS_PER_PROCESS,
                                                    {victim})
         stopped = workers[0].ask({"cmd": "stop", "rank": 0})["stopped"]
         watcher_lost_s, watcher_texts = _named(workers, 0, stopped, bound, {victim})
-    mismatch_s, mismatch_after_s, mismatch_left_s, details = _mismatch(
-        world, ranks_per_process, peer_s)
+    agreed = [(last["t"] - last["plan_at"], last["verdict_at"] - last["plan_at"],
+               last["read_verdict_at"] - last["verdict_at"])]
+    agreed += [_agreement_after_last_plan(world, ranks_per_process, peer_s)
+               for _ in range(agreements - 1)]
+    agree_after, verdict_after, read_after = _medians(agreed)
+    mismatches = [_mismatch(world, ranks_per_process, peer_s) for _ in range(agreements)]
+    mismatch_s, mismatch_after_s, mismatch_left_s = _medians([m[:3] for m in mismatches])
+    details = mismatches[0][3]
     total = sum(after["ops"].values()) - sum(before["ops"].values())
     return Measured(
         world, sum(ops.values()), (after["bytes"] - before["bytes"]) / beats, ops,
         total / (now - at) / world, agree_s, last["began"] - began, last["plan_at"] - began,
-        last["t"] - last["plan_at"], last["verdict_at"] - last["plan_at"],
-        last["read_verdict_at"] - last["verdict_at"], workers_cpu,
+        agree_after, verdict_after, read_after, workers_cpu,
         (sum(agreeing["ops"].values()) - sum(joined["ops"].values())) / world,
         (agreeing["bytes"] - joined["bytes"]) / world,
         sum("error" not in o for o in outcomes.values()),
@@ -515,6 +526,29 @@ def measure(world: int, ranks_per_process: int = RANKS_PER_PROCESS,
         store_cpu_agree, (cpu_after - cpu) / beats * 1000, rank_lost_s, rank_texts,
         process_lost_s, process_texts, watcher_lost_s, watcher_texts, mismatch_s, mismatch_after_s,
         mismatch_left_s, details)
+
+
+def _last(outcomes: dict[int, dict[str, Any]]) -> dict[str, float]:
+    """When the last rank got to each point of the agreement (returned, began, published
+    its plan, saw the verdict written, read it)."""
+    return {what: max(o[what] for o in outcomes.values() if not math.isnan(o[what]))
+            for what in ("t", "began", "plan_at", "verdict_at", "read_verdict_at")}
+
+
+def _agreement_after_last_plan(world: int, ranks_per_process: int, peer_s: float
+                               ) -> tuple[float, float, float]:
+    """Another job that only agrees: from the last plan published until every rank
+    returned, until the verdict was written, and from it until every rank read it."""
+    with _job(world, ranks_per_process, peer_s, f"bench/{world}/again") as (_, workers, _c):
+        _began, outcomes, _cpu = _agree(workers)
+    last = _last(outcomes)
+    return (last["t"] - last["plan_at"], last["verdict_at"] - last["plan_at"],
+            last["read_verdict_at"] - last["verdict_at"])
+
+
+def _medians(samples: list[tuple[float, ...]]) -> tuple[float, ...]:
+    """Each position's median over ``samples``."""
+    return tuple(statistics.median(column) for column in zip(*samples, strict=True))
 
 
 def _owner(workers: list[_Process], chunks: list[list[int]], rank: int) -> _Process:
