@@ -3,7 +3,7 @@
 Every test here is marked ``vllm`` (registered below) and ``e2e``: they start the real
 vLLM 0.32.0 server, run its own code, or read its tree.  They are skipped, with one
 reason, when the vLLM venv is missing (``make vllm-venv`` builds it; ``make test`` does
-too, and runs them in its e2e tier, the two-node test aside: ``make e2e-vllm-nodes``).
+too, and runs them in its e2e tier, the two-node test included).
 ``initorch_vllm`` (and ``initorch_sglang``, for the two overlays side by side) are
 imported by path, not put on ``sys.path``: their folders hold the editable installs'
 metadata, whose entry points would load the plugins into every other test.

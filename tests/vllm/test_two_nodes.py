@@ -37,7 +37,6 @@ kernel's table of each worker's connections); nothing is left in either host aft
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -64,11 +63,7 @@ from tests.vllm.server import (
     vllm_venv,
 )
 
-NODES_ENV = "INITORCH_VLLM_NODES"
-pytestmark = [pytest.mark.usefixtures("vllm_python"), pytest.mark.skipif(
-    os.environ.get(NODES_ENV) != "1",
-    reason="two vLLM nodes (77 s quiet, 500 s under load): run by 'make e2e-vllm-nodes', "
-           "not 'make test'")]
+pytestmark = pytest.mark.usefixtures("vllm_python")
 
 two_hosts = netns.two_hosts  # the fixture: pytest finds it by its name in this module
 
