@@ -506,8 +506,7 @@ def measure(world: int, ranks_per_process: int = RANKS_PER_PROCESS,
                                                    {victim})
         stopped = workers[0].ask({"cmd": "stop", "rank": 0})["stopped"]
         watcher_lost_s, watcher_texts = _named(workers, 0, stopped, bound, {victim})
-    agreed = [(last["t"] - last["plan_at"], last["verdict_at"] - last["plan_at"],
-               last["read_verdict_at"] - last["verdict_at"])]
+    agreed = [_after_last_plan(last)]
     agreed += [_agreement_after_last_plan(world, ranks_per_process, peer_s)
                for _ in range(agreements - 1)]
     agree_after, verdict_after, read_after = _medians(agreed)
@@ -537,11 +536,15 @@ def _last(outcomes: dict[int, dict[str, Any]]) -> dict[str, float]:
 
 def _agreement_after_last_plan(world: int, ranks_per_process: int, peer_s: float
                                ) -> tuple[float, float, float]:
-    """Another job that only agrees: from the last plan published until every rank
-    returned, until the verdict was written, and from it until every rank read it."""
+    """Another job that only agrees: its :func:`_after_last_plan`."""
     with _job(world, ranks_per_process, peer_s, f"bench/{world}/again") as (_, workers, _c):
         _began, outcomes, _cpu = _agree(workers)
-    last = _last(outcomes)
+    return _after_last_plan(_last(outcomes))
+
+
+def _after_last_plan(last: dict[str, float]) -> tuple[float, float, float]:
+    """From the last plan published until every rank returned, until the verdict was
+    written, and from it until every rank read it."""
     return (last["t"] - last["plan_at"], last["verdict_at"] - last["plan_at"],
             last["read_verdict_at"] - last["verdict_at"])
 

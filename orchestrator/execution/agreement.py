@@ -131,7 +131,7 @@ def disagreement(manifests: Mapping[int, Manifest],
     fingerprints = _difference("fingerprints", {
         rank: m["fingerprint"][:FINGERPRINT_SHOWN] for rank, m in sorted(manifests.items())},
         sharing)
-    ranks = [r for rank in manifests for r in (sharing or {}).get(rank, (rank,))]
+    ranks = [r for rank in manifests for r in _members(rank, sharing)]
     return PeerError(f"the ranks' plans differ ({fingerprints or 'same fingerprint'})",
                      ranks=sorted(ranks), details=found, hint=SAME_PLANS_HINT)
 
@@ -196,11 +196,16 @@ def _shown(value: Any) -> str:
     return value if isinstance(value, str) and value else json.dumps(value)
 
 
+def _members(rank: int, sharing: Mapping[int, Sequence[int]] | None) -> Sequence[int]:
+    """The ranks whose manifest ``rank``'s stands for (itself alone without ``sharing``)."""
+    return (rank,) if sharing is None else sharing.get(rank, (rank,))
+
+
 def _difference(label: str, values: Mapping[int, Any],
                 sharing: Mapping[int, Sequence[int]] | None = None) -> str | None:
     groups: dict[str, list[int]] = {}
     for rank, value in values.items():
-        groups.setdefault(str(value), []).extend((sharing or {}).get(rank, (rank,)))
+        groups.setdefault(str(value), []).extend(_members(rank, sharing))
     if len(groups) < 2:
         return None
     return f"{label}: " + "; ".join(f"{value} on {rank_list(ranks)}"
