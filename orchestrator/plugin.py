@@ -14,7 +14,8 @@ behind it may change without breaking a plugin.
 
 The job's store (:class:`JobStore`, :class:`PeerBounds`) and the executors
 (:class:`Executor`, :class:`RunDriver`) are imported on first use, so that a step
-module that names them costs a dry run nothing.
+module that names them costs a dry run nothing.  A step's result types are
+:func:`record` s: frozen dataclasses that cost less to define.
 """
 
 from typing import TYPE_CHECKING
@@ -34,6 +35,7 @@ from initorch.model.settings import SettingCatalog, SettingSpec, setting
 from initorch.model.step import MAX_TIMEOUT_S, Step, StepDefinition, step
 from initorch.numbers import MAX_WORLD_SIZE, NumberError, parse_count
 from initorch.plugins import Registry
+from initorch.records import record
 from initorch.reporting.diagnosis import Diagnosis, DiagnosisCatalog, Finding
 
 if TYPE_CHECKING:
@@ -86,6 +88,7 @@ __all__ = [
     "non_ascii_problem",
     "parse_count",
     "parse_device",
+    "record",
     "setting",
     "split_host_port",
     "step",

@@ -130,6 +130,7 @@ if TYPE_CHECKING:
         support,
         version_key,
     )
+    from initorch.records import record
     from initorch.reporting.timeline import Timeline
 
 __getattr__, __dir__ = on_first_use(globals(), {
@@ -203,6 +204,7 @@ __getattr__, __dir__ = on_first_use(globals(), {
     "Marker": "initorch.kit.callmap",
     "layout_named": "initorch.kit.callmap",
     "recognise": "initorch.kit.callmap",
+    "record": "initorch.records",
     "Order": "initorch.kit.chains",
     "Site": "initorch.kit.chains",
     "locate": "initorch.kit.chains",
@@ -324,6 +326,7 @@ __all__ = [
     "rank_path",
     "read_launch",
     "recognise",
+    "record",
     "recorded_calls",
     "render_launch",
     "render_table",
