@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import ClassVar
 
 from initorch.location import SourceLocation
 from initorch.printable import shown
+from initorch.records import record
 
 __all__ = [
     "EXIT_INTERNAL_ERROR",
@@ -52,7 +52,7 @@ EXIT_INTERNAL_ERROR = 70  # a bug in initorch (sysexits' EX_SOFTWARE)
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT) outside a run; a run exits 128+N itself
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Problem:
     """One thing wrong with the input: what, where, and how to fix it."""
 

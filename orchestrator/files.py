@@ -19,10 +19,10 @@ import os
 import stat
 import tempfile
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from initorch.errors import InitorchError, Problem
 from initorch.location import display_path
+from initorch.records import record
 
 MAX_INPUT_BYTES = 16 * 2**20
 """The largest profile or saved plan read (16 MiB).  A generated 100,000-step profile
@@ -79,7 +79,7 @@ def describe_os_error(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class OutputFile:
     """A file a command will write: the option that names it and the path given."""
 

@@ -30,7 +30,6 @@ import os
 import re
 import sys
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
 from importlib import import_module
 from importlib.metadata import EntryPoint, distributions
 
@@ -40,6 +39,7 @@ from initorch.loading.catalog import ProfileCatalog
 from initorch.loading.detection import ProbeCatalog
 from initorch.model.registry import StepCatalog
 from initorch.model.settings import SettingCatalog
+from initorch.records import record
 from initorch.reporting.diagnosis import DiagnosisCatalog
 
 ENTRY_POINT_GROUP = "initorch.plugins"
@@ -54,7 +54,7 @@ _DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 _IDENTIFIER = re.compile(r"^[A-Za-z_]\w*$")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PluginSelection:
     """What to load besides the installed plugins, and which installed ones to skip.
 

@@ -37,9 +37,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
-from initorch.plugin import PreviewContext, StepContext, StepError, setting, step
+from initorch.plugin import PreviewContext, StepContext, StepError, record, setting, step
 from initorch.steps.topology import (
     RankShare,
     format_cpu_list,
@@ -65,7 +64,7 @@ POLICY = setting(
 OMP_THREADS_BIND = "SGLANG_CPU_OMP_THREADS_BIND"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CpuBinding:
     """What this rank was bound to, and what to restore on teardown."""
 

@@ -31,10 +31,9 @@ import importlib.util
 import os
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
-from initorch.plugin import DeviceProbe, Machine, Verdict
+from initorch.plugin import DeviceProbe, Machine, Verdict, record
 
 # Where the dynamic loader looks when nothing else says (ld.so(8); Debian multiarch).
 SYSTEM_LIBRARY_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64", "/usr/local/lib",
@@ -43,7 +42,7 @@ SYSTEM_LIBRARY_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64", "/usr/local/l
 HIDDEN = ("", "-1", "none", "NoDevFiles")  # visible-devices values that hide every device
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class HardwareProbe:
     """One device's probe, as data: what must be installed and present.
 
@@ -166,7 +165,7 @@ say(build=build, devices=devices)
 """
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ChildAnswer:
     """What a deep probe's child found: a problem that rejects the device, or whether
     torch is the probe's build and how many devices it counts."""

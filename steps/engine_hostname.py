@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from initorch.plugin import StepContext, StepError, split_host_port
+from initorch.plugin import StepContext, StepError, record, split_host_port
 from initorch.steps.mooncake_build import ASCEND_BUILDS, AscendBuild, MooncakeBuild
 from initorch.steps.network import free_port, local_address_towards
 from initorch.steps.set_device import device_index, visible_devices
@@ -27,7 +26,7 @@ LEGACY_SWITCH = "ENABLE_ASCEND_TRANSFER_WITH_MOONCAKE"
 PHYSICAL_ID = "ASCEND_NPU_PHY_ID"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class EngineHostname:
     """What ``initialize`` gets (``argument``) and the bare host peers dial (``host``)."""
 

@@ -27,9 +27,7 @@ step uses to lay out pages in the pool.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from initorch.plugin import StepError
+from initorch.plugin import StepError, record
 
 LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_first_kv_split", "page_head")
 DEPRECATED_LAYOUTS = {"page_first_kv_spilt": "page_first_kv_split"}
@@ -37,7 +35,7 @@ IO_BACKENDS = ("direct", "kernel", "kernel_ascend")
 MHA_PAGE_LAYOUTS = ("page_first", "page_first_direct", "page_head")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LayoutChoice:
     """The layout to use, and what was changed on the way (for warnings)."""
 
@@ -87,7 +85,7 @@ def resolve_layout(requested: str, storage_backend: str, io_backend: str,
     return LayoutChoice(layout, io_backend, tuple(notes))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class KvGeometry:
     """A small KV cache: enough layers, heads and tokens per page to place pages the way
     SGLang does, in whatever host memory the pool has."""

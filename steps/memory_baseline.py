@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from initorch.plugin import PreviewContext, StepContext, StepError, setting, step
+from initorch.plugin import PreviewContext, StepContext, StepError, record, setting, step
 from initorch.steps.import_backend import TORCH_MODULE
 from initorch.steps.set_device import HOST_DEVICE_TYPES, VISIBLE_DEVICES_ENV, device_index
 from initorch.steps.topology import host_available_bytes, local_world_size
@@ -83,7 +82,7 @@ def query_mps_working_set(ctx: StepContext, module: ModuleType, index: int | Non
     return min(host_available_bytes(), headroom)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class MemoryQuerySpec:
     """A named way to ask a device for its free memory; ``summary`` is what the
     dry run shows (``{module}`` is the profile's device module)."""
@@ -117,7 +116,7 @@ BALANCE_THRESHOLD = setting(
                 "0.9)")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class MemoryBaseline:
     """Bytes available to every rank before the weights load."""
 

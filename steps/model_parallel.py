@@ -27,10 +27,9 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
-from initorch.plugin import PreviewContext, StepContext, StepError, setting, step
+from initorch.plugin import PreviewContext, StepContext, StepError, record, setting, step
 from initorch.steps.distributed import COLLECTIVE_BACKEND
 from initorch.steps.rendezvous import TIMEOUT_S
 
@@ -47,7 +46,7 @@ CPU_GROUP_BACKEND = setting(
                 "mooncake-cpu with Mooncake as the backend)")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ParallelLayout:
     """Group sizes and the rank lists they give."""
 
@@ -83,7 +82,7 @@ class ParallelLayout:
         return layout
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ParallelGroup:
     """This rank's group of one kind: a device group and a CPU (gloo) group."""
 
@@ -98,7 +97,7 @@ class ParallelGroup:
         return len(self.ranks)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ModelParallel:
     """The output of ``init_model_parallel``: the world group and this rank's groups."""
 

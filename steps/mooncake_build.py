@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
+from initorch.plugin import record
 from initorch.steps.elf import needed
 
 # Which published wheel fits which stack, for hints (one per environment: they share the
@@ -88,7 +88,7 @@ def metadata_scheme(server: str) -> str | None:
     return scheme if found else "etcd"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class MooncakeBuild:
     """What the installed engine binary was built with."""
 

@@ -43,7 +43,6 @@ from __future__ import annotations
 import datetime
 import os
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from initorch.plugin import (
@@ -54,6 +53,7 @@ from initorch.plugin import (
     StepContext,
     StepError,
     host_port,
+    record,
     setting,
     split_host_port,
     step,
@@ -131,7 +131,7 @@ def ensure_open_files(ctx: StepContext, hosted_here: bool) -> None:
                     f"open only {hard} (the hard RLIMIT_NOFILE)", hint=fix)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TorchJobStore:
     """The job's store: ``store`` for ``init_process_group``, ``peers`` (a clone: its own
     connection, keys under this job's name) for the run's agreement and heartbeat."""

@@ -15,22 +15,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
+
+from initorch.plugin import record
 
 NODE_DIR = "sys/devices/system/node"
 CPU_DIR = "sys/devices/system/cpu"
 _NODE_NAME = re.compile(r"^node(\d+)$")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Core:
     """One physical core: the logical CPUs (hyper-thread siblings) it runs."""
 
     cpus: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class NumaNode:
     """A NUMA node with the physical cores of it this process may use."""
 
@@ -42,7 +43,7 @@ class NumaNode:
         return tuple(sorted(cpu for core in self.cores for cpu in core.cpus))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RankShare:
     """The cores one local rank is pinned to; ``shared`` when ranks outnumber cores."""
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from initorch.errors import StepDefinitionError, StepError
@@ -17,6 +16,7 @@ from initorch.execution.launchers import RankInfo
 from initorch.model.devices import DeviceRef
 from initorch.model.settings import CORE_KEYS
 from initorch.model.step import Step
+from initorch.records import record
 from initorch.resolution.plan import Plan
 
 __all__ = ["DeviceBinding", "Job", "RankInfo", "RunState", "RunStepContext"]
@@ -133,7 +133,7 @@ class RunState:
         return self._binding is not None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RunStepContext:
     """The view of a run that one step gets: implements
     :class:`initorch.model.contexts.StepContext`."""

@@ -28,11 +28,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from initorch.loading.document import EnvEntry
+from initorch.records import record
 
 Source = Literal["profile", "process"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class EnvOutcome:
     """What a variable ended up as, and whether the profile or the process decided."""
 

@@ -18,7 +18,6 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Protocol
 
@@ -29,6 +28,7 @@ from initorch.execution.native_output import release_captures
 from initorch.execution.signals import POLL_S, SignalGuard
 from initorch.execution.watchdog import Watchdog
 from initorch.location import display_path
+from initorch.records import record
 from initorch.reporting.diagnosis import DiagnosisCatalog, failure_text
 from initorch.reporting.report import StepOutcome
 from initorch.resolution.plan import PlannedStep
@@ -295,7 +295,7 @@ def release_frames(error: BaseException) -> None:
         pending += [e for e in (exc.__cause__, exc.__context__) if e is not None]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class StepInvoker:
     """Runs one step of a run at a time, on the calling thread: built once per run
     with what stays the same from step to step, then :meth:`invoke` for each step.

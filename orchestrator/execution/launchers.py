@@ -26,12 +26,13 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import Field, dataclass, field, fields, replace
+from dataclasses import Field, field, fields, replace
 from typing import Any
 
 from initorch.addresses import host_port, split_host_port
 from initorch.errors import LaunchError
 from initorch.numbers import MAX_WORLD_SIZE, NumberError, parse_count
+from initorch.records import record
 
 TORCHRUN_HINT = "check the variables torchrun exports"
 SLURM_HINT = "start one task per rank with srun (srun --ntasks-per-node=N initorch run ...)"
@@ -42,7 +43,7 @@ ARGS_HINT = "pass --dist-init-addr HOST:PORT --nnodes N --node-rank R"
 SLURM_PORT_BASE = 15000
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RankInfo:
     """This process's place in the job.
 
@@ -102,7 +103,7 @@ def _option(metavar: str, help_text: str, minimum: int | None = None) -> dict[st
     return {"metavar": metavar, "help": help_text, "minimum": minimum}
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LaunchArguments:
     """SGLang-style arguments; ``None`` for what was not given.
 

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from initorch.errors import PeerError
+from initorch.records import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PeerState:
     """A peer as this rank sees it: ``kind`` is ``alive``, ``absent`` (no progress
     published yet), ``failed`` (a step failed), ``exited`` (left the job) or ``lost``

@@ -36,7 +36,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 
@@ -75,6 +74,7 @@ from initorch.execution.watch import (
     progress_key,
     summary,
 )
+from initorch.records import record
 from initorch.resolution.plan import Plan
 
 POLL_START_S = 0.02
@@ -112,7 +112,7 @@ class KeyValueStore(Protocol):
         torch's client holds its connection meanwhile: no other call on it runs."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PeerBounds:
     """How long a rank waits for its peers.
 

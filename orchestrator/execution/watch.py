@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from initorch.execution.peer_states import PeerState, first_causes, where
+from initorch.records import record
 
 WATCHER = 0
 SUMMARY_KEY = "summary"
@@ -39,7 +40,7 @@ def progress_key(rank: int) -> str:
     return f"progress/{rank}"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Behind:
     """The ranks not yet at a point (their plan published, a barrier reached): up to
     :data:`LISTED` of them by rank, each with where it was last seen (``None``: it
@@ -50,7 +51,7 @@ class Behind:
     count: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class View:
     """What a rank knows of the job after one read: ``beat`` of the summary (``None``
     before the watcher published one), the peers that stopped (all of them on the
@@ -115,7 +116,7 @@ def summary(beat: int, watcher: dict[str, Any], stopped: list[PeerState],
     }, separators=(",", ":")).encode()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Summary:
     """A summary as a reader decodes it: the watcher's own progress, and the rest."""
 

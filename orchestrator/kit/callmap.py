@@ -14,10 +14,9 @@ files (:class:`Marker`), never from its version string.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from initorch.kit.follow import find_function
+from initorch.records import record
 
 if TYPE_CHECKING:
     from initorch.kit.source import SourceTree
@@ -31,7 +30,7 @@ DEVICE_MODULE = "{device_module}"
 the function to hook depends on the device the plan is for."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Hop:
     """In ``file`` (inside the engine's package), function ``function`` (qualified within
     the file: ``Scheduler.__init__``) calls ``calls`` (a name or attribute)."""
@@ -44,7 +43,7 @@ class Hop:
         return f"{self.file} {self.function} -> {self.calls}"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class EngineCall:
     """The engine's own function that performs initorch step ``step``.
 
@@ -62,7 +61,7 @@ class EngineCall:
         return self.target.replace(DEVICE_MODULE, device_module)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Marker:
     """``file`` defines ``function`` (qualified within the file) at module or class level,
     or, with ``function`` empty, ``file`` exists: how a layout is recognised from the tree
@@ -73,6 +72,8 @@ class Marker:
 
     def found_in(self, tree: SourceTree) -> bool:
         """Whether ``tree`` has this file (and defines this function in it)."""
+        from initorch.kit.follow import find_function  # reading a tree: never in a rank
+
         if not tree.has(self.file):
             return False
         if not self.function:

@@ -11,17 +11,17 @@ first unconditional one, else its last) precedes B's earliest site.  Shared by d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 from initorch.kit.callmap import Hop
 from initorch.kit.follow import CallLine, MissingCall, call_sites
 from initorch.kit.source import SourceTree
+from initorch.records import record
 
 __all__ = ["MissingCall", "Order", "Site", "locate", "locate_chain", "order"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Site:
     """Every site of ``hop``'s call in its function."""
 
@@ -57,7 +57,7 @@ def locate_chain(tree: SourceTree, chain: tuple[Hop, ...]) -> list[Site]:
     return [locate(tree, hop) for hop in chain]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Order:
     """Where two chains part and which call comes first there (``separate``: they start
     in different functions, so the source alone cannot order them)."""

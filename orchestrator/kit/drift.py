@@ -17,12 +17,12 @@ can be trusted.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from initorch.kit.chains import MissingCall, Site, locate_chain, order
 from initorch.kit.follow import resolve_target
+from initorch.records import record
 
 if TYPE_CHECKING:
     from initorch import Edge, Plan
@@ -34,7 +34,7 @@ __all__ = ["DriftReport", "EdgeCheck", "check_drift"]
 Verdict = Literal["ok", "drift", "undecidable"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class EdgeCheck:
     """One claim (``edge``) and what the engine's source says of it."""
 
@@ -49,7 +49,7 @@ class EdgeCheck:
                 f"{self.evidence}{reason}")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DriftReport:
     """Every checked claim, and the chains that could not be followed, for one release
     of engine ``engine`` (its name, as messages say it)."""

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+
+from initorch.records import record
 
 __all__ = ["Engine"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Engine:
     """An inference engine as the kit names and finds it.
 

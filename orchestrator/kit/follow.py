@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from initorch.kit.source import SourceTree
+from initorch.records import record
 
 __all__ = ["CallLine", "MissingCall", "call_sites", "find_function", "module_file",
            "resolve_call", "resolve_target"]
@@ -34,7 +35,7 @@ class MissingCall(LookupError):
     """A hop of a chain is no longer in the source."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CallLine:
     """A call of the name at ``line`` of the function (or of the helper call leading to
     it, ``via`` naming the helpers); ``unconditional``: it runs whenever the function

@@ -14,10 +14,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from initorch.records import record
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["Idle", "build_report", "did_nothing", "now_iso", "rank_path", "write_outputs"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Idle:
     """How to tell an engine call that did nothing from one that did something.
 

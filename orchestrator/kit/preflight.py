@@ -21,12 +21,12 @@ import json
 import re
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from initorch.errors import EXIT_INVALID_INPUT, EXIT_OK, EXIT_STEP_FAILED, InitorchError
 from initorch.plugin import non_ascii_problem
+from initorch.records import record
 
 __all__ = ["EXIT_FOUND", "EXIT_REFUSED", "Check", "Preflight", "UsageError",
            "auto_map", "cpu_list_problem", "is_mla", "one_line", "run_checks", "show_preflight"]
@@ -45,7 +45,7 @@ class UsageError(InitorchError):
     """Bad arguments to an engine's ``initorch`` command (exit 2)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Preflight:
     """The plan for the launch (``None`` when it cannot be made), every refusal, and
     ``notes``: what pre-flight did not judge, one line each (a model that is not on this

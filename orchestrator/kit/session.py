@@ -39,6 +39,7 @@ from initorch.kit.cost import COST, process_age
 from initorch.kit.outputs import Idle, build_report, now_iso, rank_path, write_outputs
 from initorch.kit.progress import Progress
 from initorch.kit.vendor import call_site
+from initorch.records import record
 
 if TYPE_CHECKING:
     from initorch import Plan, RunReport
@@ -51,7 +52,7 @@ __all__ = ["Outputs", "RankSession", "active", "begin", "begin_hook", "end", "ob
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Outputs:
     """Where a rank's report and trace go (``{rank}`` filled in; ``None``: not written),
     the report's section for what only the integration knows, how to tell a call that

@@ -35,17 +35,17 @@ import threading
 import types
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from initorch.kit.imports import after_import
+from initorch.records import record
 
 __all__ = ["CallSite", "Observe", "VendorCall", "call_site", "install_vendor_hooks",
            "wrap_vendor_function"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class VendorCall:
     """A vendor method that needs the calling thread's device context: ``owner.method``
     of module ``module``.
@@ -76,7 +76,7 @@ Observe = Callable[[VendorCall], AbstractContextManager[Any]]
 """Opens the record of one vendor call; the block runs the call itself."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CallSite:
     """Where a vendor call came from: the innermost frame of the engine's package that
     led to it, and the function the calling thread started in (``None`` on the main

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from initorch.kit.follow import resolve_target
 from initorch.kit.source import SourceError, SourceTree
+from initorch.records import record
 
 if TYPE_CHECKING:
     from initorch.kit.callmap import CallMap
@@ -32,7 +32,7 @@ __all__ = ["Finding", "ReleaseAudit", "State", "audit_path", "exit_code", "rende
 State = Literal["hazard", "clear", "n/a"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Finding:
     """One hazard of one release: ``hazard`` (fails on the device), ``clear`` (the code
     is there and does not fail), or ``n/a`` (the code it is about is not in the release);
@@ -48,7 +48,7 @@ class Finding:
                 "where": list(self.where)}
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ReleaseAudit:
     """What the audit read in one release (``error``: it could not read it)."""
 

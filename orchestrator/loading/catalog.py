@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -27,6 +26,7 @@ from initorch.files import InputFileError, describe_os_error, read_input
 from initorch.loading.document import ProfileDocument, read_profile
 from initorch.location import SourceLocation, display_path
 from initorch.printable import printable, shown
+from initorch.records import record
 from initorch.suggest import closest
 
 PROFILE_SUFFIXES = (".yaml", ".yml")
@@ -35,7 +35,7 @@ AUTO_PROFILE = "auto"
 """Reserved: the device profile hardware detection chooses (:mod:`initorch.loading.detection`)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ProfileSource:
     """A named profile file, the plugin that contributed it (``None``: added in code)
     and, when it replaced another plugin's profile on purpose, that profile."""

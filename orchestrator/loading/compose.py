@@ -18,7 +18,7 @@ also fills in the declared defaults.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from initorch.errors import ConflictError, Problem, ProfileError
@@ -27,9 +27,10 @@ from initorch.loading.document import EnvEntry, ProfileDocument, Setting, StepEn
 from initorch.loading.yamlsource import parse_yaml
 from initorch.location import COMMAND_LINE, SourceLocation
 from initorch.model.settings import CORE_KEYS, SettingCatalog
+from initorch.records import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ComposedProfile:
     """The result of applying every document in order, plus ``--set`` overrides.
 
@@ -147,7 +148,7 @@ ENVIRONMENT = "environment"
 ENVIRONMENT_HINT = "fix the variable, or give the value with --set"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UnreadableVariable:
     """A setting's value that its ``from_environment`` reader refused to read.
 

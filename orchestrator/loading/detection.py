@@ -23,11 +23,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
 from initorch.errors import RunInterrupted
+from initorch.records import record
 
 Status = Literal["chosen", "rejected", "fits", "not probed"]
 
@@ -42,7 +43,7 @@ PROBE_GRACE_S = 2.0
 own imports (the built-ins stop a child process) answers first, with what it knows."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Machine:
     """Where probes look: device nodes and libraries under ``root`` (``/``, or a host
     mounted into a container, or a test's stand-in), this ``environ``, this OS; and how
@@ -59,7 +60,7 @@ class Machine:
         return self.root / str(absolute).lstrip("/")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Verdict:
     """A probe's answer: whether the device fits, and why (or why not), one reason each."""
 
@@ -80,7 +81,7 @@ class DeviceProbe(Protocol):
     def probe(self, machine: Machine, deep: bool) -> Verdict: ...
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Candidate:
     """One device as detection saw it."""
 
@@ -94,7 +95,7 @@ class Candidate:
                 "reasons": list(self.reasons)}
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Detection:
     """Every candidate in priority order; ``chosen`` is the device type that fits first."""
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from initorch.errors import ConditionError, Problem, ProfileError
@@ -33,6 +32,7 @@ from initorch.model.step import (
     EdgeKind,
 )
 from initorch.printable import shown
+from initorch.records import record
 from initorch.suggest import closest
 
 # "$schema" lets an editor's YAML language server find the JSON Schema.
@@ -64,7 +64,7 @@ EDGE_ITEM_FIELDS = ("step", "reason")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Setting:
     """A value with where it came from: a profile (``location`` is the value's
     ``file:line:col``, ``source`` the profile's name), the command line (source
@@ -87,7 +87,7 @@ class Setting:
         return str(self.location)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class EdgeChange:
     """A profile adding (``add``) or removing an edge ``step --kind--> target``.
 
@@ -105,7 +105,7 @@ class EdgeChange:
     reason: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class EnvEntry:
     """An environment variable a profile sets (``value`` None: drop an earlier one)."""
 
@@ -115,7 +115,7 @@ class EnvEntry:
     source: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class StepEntry:
     """A profile's mention of a step: it includes the step and may override it."""
 
@@ -126,7 +126,7 @@ class StepEntry:
     changes: tuple[EdgeChange, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ProfileDocument:
     """One parsed profile file.
 

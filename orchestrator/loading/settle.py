@@ -13,7 +13,7 @@ runs, so resolution decides.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from initorch.errors import Problem
@@ -27,9 +27,10 @@ from initorch.loading.document import Setting
 from initorch.model.names import non_ascii_problem
 from initorch.model.settings import SettingCatalog, SettingSpec
 from initorch.printable import shown
+from initorch.records import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SettledSettings:
     """Checked values by key (given or default), required ones nobody gave, keys whose
     given value was refused (``rejected``: they have no value), and the problems.

@@ -20,7 +20,7 @@ alias bounds hold: aliases never reach the plain reader.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import yaml
@@ -36,6 +36,7 @@ from yaml.events import (
 from initorch.errors import ProfileError
 from initorch.gc_pause import gc_paused
 from initorch.location import SourceLocation
+from initorch.records import record
 
 KeyPath = tuple[str | int, ...]
 # A 0-based (line, column), as the parser's marks give it; a SourceLocation (1-based,
@@ -45,7 +46,7 @@ Position = tuple[int, int]
 _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class YamlDocument:
     """A parsed YAML document: plain ``data`` plus positions by key path."""
 

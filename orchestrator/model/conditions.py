@@ -13,12 +13,12 @@ import ast
 import operator
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from initorch.errors import ConditionError
 from initorch.location import SourceLocation
 from initorch.model.names import non_ascii_problem
+from initorch.records import record
 from initorch.suggest import closest
 
 # YAML's spellings; Python's True/False/None already parse as constants.
@@ -45,7 +45,7 @@ def _dotted_name(node: ast.expr) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Condition:
     """A parsed ``when`` expression; ``names`` are the settings it reads."""
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from initorch.errors import DeviceError
+from initorch.records import record
 from initorch.suggest import closest
 
 MAX_INDEX_DIGITS = 9
@@ -35,7 +35,7 @@ class _TorchDeviceLike(Protocol):
     def index(self) -> int | None: ...
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DeviceRef:
     """A normalised device: canonical lower-case ``type`` and optional ``index``."""
 

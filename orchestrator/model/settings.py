@@ -21,12 +21,13 @@ import math
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
 
 from initorch.errors import StepDefinitionError
 from initorch.location import SourceLocation, caller_location
 from initorch.model.names import KEY_SEGMENT, SETTING_KEY, name_problem
+from initorch.records import record
 from initorch.suggest import closest
 
 SettingKind = Literal["bool", "int", "float", "str", "list[str]"]
@@ -101,7 +102,7 @@ variables): ``(value, variable)`` when the environment sets it, else ``None``; a
 ``ValueError`` says the variable's text cannot be read."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SettingSpec:
     """One declared setting.  Build it with :func:`setting`.
 
@@ -329,7 +330,7 @@ def setting(
                        pattern_help, from_environment, tuple(table.values()))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Declaration:
     """Who declared a setting (``step set_device``, ``initorch core``, ...) and where."""
 

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from initorch.location import SourceLocation, caller_location
 from initorch.model.settings import SettingSpec
+from initorch.records import record
 
 if TYPE_CHECKING:
     from initorch.model.contexts import PreviewContext, StepContext
@@ -82,7 +83,7 @@ def _role(kind: FieldKind, *uses: FieldUse) -> dict[str, Any]:
 _EVERYWHERE: tuple[FieldUse, ...] = ("keyword", "shown", "declared")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Step:
     """A validated, immutable step declaration.
 
@@ -198,7 +199,7 @@ def own_edge_records(step: Step) -> tuple[EdgeRecord, ...]:
     return records
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class StepField:
     """One row of the step's field table: a field of :class:`Step`, what it holds
     (``kind``) and where it appears (``uses``, see :data:`FieldUse`)."""

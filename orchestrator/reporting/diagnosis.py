@@ -28,10 +28,11 @@ from __future__ import annotations
 import builtins
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from initorch.errors import InitorchError, Problem
 from initorch.location import SourceLocation, caller_location
+from initorch.records import record
 
 __all__ = [
     "Diagnosis",
@@ -56,7 +57,7 @@ _MAX_NATIVE_LOG = 1 << 20
 _GROUP_TYPE: type[BaseException] | None = getattr(builtins, "BaseExceptionGroup", None)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Diagnosis:
     """One known failure: how to recognise it and what to tell the operator.
 
@@ -89,7 +90,7 @@ class Diagnosis:
             object.__setattr__(self, "defined_at", caller_location(3))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Finding:
     """A diagnosis that matched one failure, with what was extracted from it."""
 
@@ -133,7 +134,7 @@ class DiagnosisDefinitionError(InitorchError):
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _Entry:
     diagnosis: Diagnosis
     regex: re.Pattern[str]

@@ -16,14 +16,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass
 
 from initorch.location import SourceLocation, caller_location
+from initorch.records import record
 
 PROC_STAT = "/proc/{pid}/stat"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ProcessStart:
     """A process's start as the kernel recorded it: wall-clock seconds, and how
     precisely (one clock tick)."""
@@ -55,7 +55,7 @@ def process_start(pid: int | str = "self") -> ProcessStart | None:
     return ProcessStart(now_wall - age, 1.0 / ticks_per_second)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Moment:
     """A moment a process passed: when (wall-clock seconds) and the code that said so."""
 

@@ -31,11 +31,11 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from initorch.errors import InitorchError
 from initorch.files import write_atomically
+from initorch.records import record
 
 SCHEMA = "initorch-status/1"
 STATES = ("starting", "ready", "failed", "stopping", "stopped")
@@ -132,7 +132,7 @@ class StatusFile:
                 write_atomically(self.path, text)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Verdict:
     """What a probe concludes from a status file: one of :data:`PROBE_EXIT_CODES`'s
     keys, and a line for people."""

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from initorch.errors import InitorchError
+from initorch.records import record
 
 FORMAT = "initorch-timeline/1"
 NOT_MEASURED = "not measured"
@@ -40,7 +41,7 @@ imports, plugins, plan), a modelled ``step``, a ``teardown``, a phase of an engi
 that initorch only observes (``engine``), or time no one measured."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Phase:
     """One stretch of time on one thread of one process."""
 
@@ -75,7 +76,7 @@ class Phase:
         return data
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Process:
     """One process of the server: its id, what people call it, its command line
     (redacted when written), where known, when it became ready, and the seconds the

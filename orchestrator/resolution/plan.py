@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from initorch.errors import ResolveError
@@ -27,11 +27,12 @@ from initorch.model.devices import DeviceRef
 from initorch.model.settings import CORE_KEYS
 from initorch.model.step import Step
 from initorch.printable import shown
+from initorch.records import record
 from initorch.resolution.plangraph import Edge, PlanGraph
 from initorch.suggest import closest
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PlannedStep:
     """A step that will run: its effective declaration (``step``: the registered
     step with the profiles' overrides applied), its wave, why it is in the plan
@@ -72,7 +73,7 @@ def planned_step(step: Step, wave: int, reasons: Sequence[str], declared: Step
     return planned
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SkippedStep:
     """A step that was considered and will not run, with the reason: in full (with
     where each value came from) and, where that is long, a ``summary`` for tables."""
@@ -87,7 +88,7 @@ class SkippedStep:
         return self.summary or self.reason
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Plan:
     """The outcome of resolution.  Immutable; executors never change it.
 

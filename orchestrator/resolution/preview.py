@@ -19,17 +19,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from initorch.errors import InitorchError, Problem, ResolveError
 from initorch.loading.document import Setting
 from initorch.location import SourceLocation
 from initorch.model.devices import DeviceRef
+from initorch.records import record
 from initorch.resolution.plan import PlannedStep
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PlanPreviewContext:
     """What a step's preview sees: the resolved settings, the device and the
     environment the plan was made in (``WORLD_SIZE``, ``LOCAL_WORLD_SIZE`` under

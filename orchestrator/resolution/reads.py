@@ -11,13 +11,13 @@ is made turns that into one line at plan time, for both.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 
 from initorch.model.step import Step
+from initorch.records import record
 from initorch.resolution.plangraph import PlanGraph
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UnmetRead:
     """A step that reads the output of ``target``, which the plan does not deliver."""
 

@@ -64,6 +64,7 @@ from initorch.model.step import (
     declared_by,
     own_edge_records,
 )
+from initorch.records import record
 from initorch.resolution.fingerprint import fingerprint
 from initorch.resolution.graph import MAX_CYCLES_REPORTED, StepGraph
 from initorch.resolution.plan import Plan, PlannedStep, SkippedStep, planned_step
@@ -119,7 +120,7 @@ class _Candidate:
 
 REQUESTED = "requested by load_plan(steps=...)"
 
-@dataclass(frozen=True, slots=True)
+@record
 class _Input:
     """Stage 1: settled settings, selected candidates, and every problem found."""
 

@@ -13,8 +13,9 @@ says that it did; a device SGLang lists keeps SGLang's own choice.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+from initorch.kit import record
 
 __all__ = ["AllocatorChoice", "allocator_table", "install_host_allocator"]
 
@@ -39,7 +40,7 @@ def alloc_without_pinning(dims: tuple[int, ...], dtype: Any, device: str, pin_me
     return torch.empty(dims, dtype=dtype, device=device)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AllocatorChoice:
     """What the host pool of ``device_type`` uses, and whether initorch put it there."""
 

@@ -24,11 +24,10 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from initorch import StepFailedError
-from initorch.kit import COST, Action, active, engine_performed
+from initorch.kit import COST, Action, active, engine_performed, record
 from initorch_sglang.engine import SGLANG
 from initorch_sglang.options import Options, read_options
 from initorch_sglang.selection import DRIVE_OVERLAY, selection_for
@@ -49,7 +48,7 @@ class DriveError(RuntimeError):
     """Drive mode cannot run this launch (it says why, and what to use instead)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DriveContext:
     """What SGLang passed to ``init_parallel_runtime``, and what its preamble resolved."""
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from initorch.kit import (
     cpu_list_problem,
     is_mla,
     one_line,
+    record,
     run_checks,
 )
 from initorch.plugin import MAX_WORLD_SIZE, NumberError, non_ascii_problem, parse_count
@@ -43,7 +43,7 @@ OMP_BIND_ENV = "SGLANG_CPU_OMP_THREADS_BIND"
 MASTER_CONNECT_TIMEOUT_S = 2.0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Launch:
     """What a check reads: SGLang's resolved arguments, the environment, the options."""
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from initorch.kit import record
 from initorch_sglang.options import Options
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ engine and hands it to ``mooncake.pg.set_transfer_engine`` before the process gr
 (``device_communicators/mooncake_transfer_engine.py:315-363``, 0.5.23)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Selection:
     """The initorch selection for one SGLang launch."""
 

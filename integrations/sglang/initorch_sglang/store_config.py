@@ -29,9 +29,10 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from initorch.kit import record
 
 __all__ = ["CONFIG_PATH_ENV", "StoreSource", "store_source"]
 
@@ -41,7 +42,7 @@ _TRUE = ("true", "1", "yes", "y")  # SGLang's EnvBool (environ.py)
 _FALSE = ("false", "0", "no", "n")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class StoreSource:
     """What SGLang's store would connect to, and from where it read it.
 

@@ -22,9 +22,10 @@ import json
 import os
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
+from initorch.kit import record
 from initorch_sglang.engine import SGLANG
 
 __all__ = ["KNOWN_SGLANG", "UNVERIFIED_ENV", "SGLangVerdict", "UnknownSGLangError",
@@ -47,7 +48,7 @@ class UnknownSGLangError(RuntimeError):
     """The installed SGLang is not one whose start-up this integration has proven."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SGLangVerdict:
     """What the audit says of one installed release: ``accepted`` (proven), whether drive
     mode can replace its start-up (``drive``), and why not (``reason``, one line)."""

@@ -22,9 +22,7 @@ There are two call maps, one per worker class: the CPU worker (``v1/worker/cpu_w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from initorch.kit import Engine, EngineCall, Hop, Marker
+from initorch.kit import Engine, EngineCall, Hop, Marker, record
 
 __all__ = ["CONNECTOR_ACCELERATOR", "CPU_WORKER", "ENGINE", "GLOO_ACROSS_NODES", "GPU_WORKER",
            "HEAD_SIZES",
@@ -86,7 +84,7 @@ _SENDER_POOL = (*_CONNECTOR, Hop(_MOONCAKE, "MooncakeConnectorWorker.__init__",
                                  "ThreadPoolExecutor"))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class WorkerLayout:
     """The call map of one vLLM worker class (``initorch.kit.callmap.CallMap``)."""
 
@@ -213,7 +211,7 @@ def all_hook_targets() -> tuple[str, ...]:
             SESSION_START)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class KVConnector:
     """A KV connector of vLLM's factory (``distributed/kv_transfer/kv_connector/
     factory.py:225-233``): its name in ``--kv-transfer-config``, the Mooncake module it
@@ -236,7 +234,7 @@ KV_CONNECTORS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ConnectorAccelerator:
     """The Mooncake (peer-to-peer) connector's worker asks torch for the current
     accelerator before it builds its engine (``MooncakeConnectorWorker.__init__``,
@@ -254,7 +252,7 @@ class ConnectorAccelerator:
 CONNECTOR_ACCELERATOR = ConnectorAccelerator()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class StoreConfig:
     """How the store connector finds its master: vLLM's ``MooncakeStoreConfig``, read from
     the JSON file named by ``env`` (``distributed/mooncake_store.py:70-77``), whose
@@ -270,7 +268,7 @@ class StoreConfig:
 STORE_CONFIG = StoreConfig()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class NumaBind:
     """vLLM's CPU thread binding, decided by the executor before it starts the workers
     (``v1/executor/multiproc_executor.py:189``: ``OMPProcessManager(vllm_config)``)."""
@@ -286,7 +284,7 @@ class NumaBind:
 NUMA_BIND = NumaBind()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class HeadSizes:
     """The head sizes the CPU attention declares (``get_supported_head_sizes``); its
     kernel refuses any other only when a worker first runs it ("Unsupported CPU
@@ -299,7 +297,7 @@ class HeadSizes:
 HEAD_SIZES = HeadSizes()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class GlooAcrossNodes:
     """With ``--nnodes`` above 1, each worker joins ``tcp://master_addr:master_port``
     (``distributed/parallel_state.py:1852-1855``) with the CPU platform's backend, gloo

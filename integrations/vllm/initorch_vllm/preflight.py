@@ -18,10 +18,9 @@ import ipaddress
 import os
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from initorch.kit import Preflight, one_line, run_checks
+from initorch.kit import Preflight, one_line, record, run_checks
 from initorch_vllm.layout import (
     CONNECTOR_ACCELERATOR,
     ENGINE,
@@ -38,7 +37,7 @@ __all__ = ["CHECKS", "Launch", "preflight"]
 _MASTER_TIMEOUT_S = 2.0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Launch:
     """A launch as vLLM resolved it (its ``VllmConfig``), in this process's environment,
     which vLLM reads as the server would (``envs.py``)."""

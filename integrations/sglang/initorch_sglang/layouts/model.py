@@ -13,15 +13,13 @@ number cites the release named beside it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from initorch.kit import DEVICE_MODULE, EngineCall, Hop, Marker
+from initorch.kit import DEVICE_MODULE, EngineCall, Hop, Marker, record
 
 __all__ = ["DEVICE_MODULE", "AllocatorTable", "EngineCall", "EngineInit", "Hop", "Layout",
            "Marker"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AllocatorTable:
     """The HiCache host pool's allocator table: ``name`` bound at module level in the
     first of ``files`` that assigns it, a ``defaultdict`` keyed by device type whose
@@ -39,7 +37,7 @@ class AllocatorTable:
                      for file in self.files)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class EngineInit:
     """Where the shared Mooncake engine calls the vendor's ``TransferEngine.initialize``:
     ``function`` of ``file`` calls ``vendor_call`` (an attribute), directly or inside a
@@ -50,7 +48,7 @@ class EngineInit:
     vendor_call: str = "initialize"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Layout:
     """Every upstream name the integration touches in one code layout.
 
