@@ -2,7 +2,7 @@
 
 initorch's values are frozen dataclasses, about a hundred of them, and an engine's
 worker imports most of them while it starts: defining them was half of initorch's own
-time in a vLLM worker (2026-12-06: 29 ms of 57, CPython 3.11).  Defining a dataclass
+time in a vLLM worker (2026-12-05: 29 ms of 57, CPython 3.11).  Defining a dataclass
 compiles each method it generates from source, one ``exec`` each; ``__repr__``,
 ``__eq__`` and ``__hash__`` are three of the six of a frozen one.  A record takes
 those three from here instead: one function each, shared by every record, that reads
