@@ -131,19 +131,24 @@ class ManagedMaster:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
-    def stop(self) -> int | None:
-        """Close the watchdog's pipe (it stops the master: SIGTERM, then SIGKILL after
-        the grace period) and wait for it; returns its exit status.  Stopping twice is
-        harmless: the second call returns the first one's status (the launch step's
-        teardown comes after ``mooncake_master``'s, which stops an adopted master)."""
-        import subprocess
-
-        if self.stopped:
-            return self.status
+    def ask_to_stop(self) -> None:
+        """Close the watchdog's pipe: it stops the master (SIGTERM, then SIGKILL after the
+        grace period).  Returns at once; :meth:`stop` waits.  The master takes 0.4-1 s to
+        exit, which the rest of a teardown need not wait for: nothing after the store's
+        close talks to it."""
         self.stopping = True
         stdin: IO[bytes] | None = self.watchdog.stdin
         if stdin is not None and not stdin.closed:
             stdin.close()
+
+    def stop(self) -> int | None:
+        """:meth:`ask_to_stop`, then wait for the watchdog; returns its exit status.
+        Stopping twice is harmless: the second call returns the first one's status."""
+        import subprocess
+
+        if self.stopped:
+            return self.status
+        self.ask_to_stop()
         try:
             code = self.watchdog.wait(self.grace + 10)
         except subprocess.TimeoutExpired:
@@ -448,8 +453,10 @@ def launch_mooncake_master(ctx: StepContext) -> ManagedMaster | None:
 
 @launch_mooncake_master.teardown
 def stop_launched_master(ctx: StepContext, launched: ManagedMaster | None) -> None:
-    """Stop a launched master that ``mooncake_master`` did not take over and stop (the
-    run failed, or was interrupted, between the two steps)."""
+    """The step that launched the master reaps it, last of all teardowns: it waits for
+    the master that ``mooncake_master``'s teardown asked to stop, while the process group
+    and the transfer engine were released meanwhile; and stops one that ``mooncake_master``
+    never took over (the run failed, or was interrupted, between the two steps)."""
     if launched is not None and not launched.stopped:
         stop_master(ctx, launched)
 
@@ -509,12 +516,27 @@ def clients_still_open(ctx: StepContext, endpoint: MasterEndpoint) -> dict[int, 
 
 @mooncake_master.teardown
 def stop_mooncake_master(ctx: StepContext, endpoint: MasterEndpoint) -> None:
+    """Once every rank's store client closed: stop the managed master.  One that
+    ``launch_mooncake_master`` launched is only asked to stop here (a dead one fails this
+    teardown at once): the launch step's teardown, the last, waits for it, so that it
+    exits while the process group and the transfer engine are released."""
     still_open = clients_still_open(ctx, endpoint)
-    if endpoint.managed is not None:
-        if still_open:
-            ctx.log.warning("mooncake_master_stopping_early", ranks=sorted(still_open),
-                            why="; ".join(still_open[r] for r in sorted(still_open)))
-        stop_master(ctx, endpoint.managed)
+    managed = endpoint.managed
+    if managed is None:
+        return
+    if still_open:
+        ctx.log.warning("mooncake_master_stopping_early", ranks=sorted(still_open),
+                        why="; ".join(still_open[r] for r in sorted(still_open)))
+    if managed.died is None and _launched_here(ctx) is managed:
+        managed.ask_to_stop()
+        ctx.log.info("mooncake_master_stopping", pid=managed.pid)
+        return
+    stop_master(ctx, managed)
+
+
+def _launched_here(ctx: StepContext) -> ManagedMaster | None:
+    """The master ``launch_mooncake_master`` started in this run, if it did."""
+    return ctx.output(LAUNCH_STEP) if ctx.has_output(LAUNCH_STEP) else None
 
 
 STAND_IN_READY_S = 5.0  # how long a stand-in may take to serve before the store closes anyway

@@ -46,10 +46,13 @@ class Steps:
 
     def teardown(self) -> None:
         while self.done:
-            name = self.done.pop()
-            teardown = self.state.plan.step(name).step.teardown
-            if teardown is not None:
-                teardown(self.context(name), self.state.forget(name))
+            self.teardown_last()
+
+    def teardown_last(self) -> None:
+        name = self.done.pop()
+        teardown = self.state.plan.step(name).step.teardown
+        if teardown is not None:
+            teardown(self.context(name), self.state.forget(name))
 
 
 @pytest.fixture
@@ -86,7 +89,9 @@ def test_the_launched_master_is_adopted_and_stopped_once(steps: Steps) -> None:
     assert endpoint.managed is launched  # adopted, not a second master
     assert endpoint.address == f"127.0.0.1:{launched.ports['rpc']}"
     assert all(listening(port) for port in launched.ports.values())
-    steps.teardown()  # mooncake_master's teardown stops it; the launch step's has nothing left
+    steps.teardown_last()  # mooncake_master's: asks it to stop, does not wait
+    assert launched.stopping and not launched.stopped
+    steps.teardown_last()  # the launch step's, the last of a run's: waits for it
     assert_gone(launched)
     assert launched.stop() == launched.status  # idempotent
 
