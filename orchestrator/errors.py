@@ -10,7 +10,7 @@ raises, or a step raises for it, is importable from here.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
 from initorch.location import SourceLocation
@@ -219,7 +219,9 @@ class PeerError(StepError):
     """The ranks of a job disagree on the plan, or one of them stopped, failed or never
     joined: found by the run through the job's store, not by a step's own code.
 
-    ``ranks`` names the ranks it is about; ``details`` lists one line per difference
+    ``ranks`` names the ranks it is about: a tuple, or a ``range`` when it was given one
+    (a disagreement names every rank of the job, 0 to N-1, and each of the N ranks raises
+    it: none of them builds the list of all).  ``details`` lists one line per difference
     (``hicache.host_pool_mb: 64 on ranks 0,2,3; 128 on rank 1``).  The message is
     complete, so it needs no diagnosis.
     """
@@ -227,7 +229,7 @@ class PeerError(StepError):
     def __init__(self, message: str, *, ranks: Iterable[int] = (),
                  details: Iterable[str] = (), hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
-        self.ranks = tuple(ranks)
+        self.ranks: Sequence[int] = ranks if isinstance(ranks, range) else tuple(ranks)
         self.details = tuple(details)
 
     def text(self) -> str:

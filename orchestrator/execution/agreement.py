@@ -100,6 +100,8 @@ def verdict_error(published: Mapping[str, Any]) -> PeerError | None:
 
 def _runs(ranks: Iterable[int]) -> list[list[int]]:
     """``[[0, 5], [7, 7]]`` for ranks 0-5 and 7: a job's worth of ranks in a few pairs."""
+    if isinstance(ranks, range) and ranks.step == 1:
+        return [[ranks.start, ranks.stop - 1]] if ranks else []
     runs: list[list[int]] = []
     for rank in sorted(set(ranks)):
         if runs and runs[-1][1] == rank - 1:
@@ -109,7 +111,12 @@ def _runs(ranks: Iterable[int]) -> list[list[int]]:
     return runs
 
 
-def _ranks(runs: Iterable[list[int]]) -> list[int]:
+def _ranks(runs: Sequence[list[int]]) -> Sequence[int]:
+    """The ranks of ``runs``; one run (a job's every rank) stays a ``range``: each rank
+    reads the verdict, and none need build the list of every rank."""
+    if len(runs) == 1:
+        first, last = runs[0]
+        return range(first, last + 1)
     return [rank for first, last in runs for rank in range(first, last + 1)]
 
 
@@ -213,16 +220,9 @@ def _difference(label: str, values: Mapping[int, Any],
 
 
 def rank_list(ranks: Iterable[int]) -> str:
-    """``rank 1``, ``ranks 0,2,3``, ``ranks 0-5,7``."""
-    ordered = sorted(set(ranks))
-    runs: list[str] = []
-    start = previous = ordered[0]
-    for rank in [*ordered[1:], None]:
-        if rank is not None and rank == previous + 1:
-            previous = rank
-            continue
-        runs.append(str(start) if start == previous else
-                    f"{start},{previous}" if previous == start + 1 else f"{start}-{previous}")
-        if rank is not None:
-            start = previous = rank
-    return f"rank {ordered[0]}" if len(ordered) == 1 else f"ranks {','.join(runs)}"
+    """``rank 1``, ``ranks 0,2,3``, ``ranks 0-5,7`` (a ``range`` read in one step)."""
+    runs = _runs(ranks)
+    shown = [str(first) if first == last else f"{first},{last}" if last == first + 1
+             else f"{first}-{last}" for first, last in runs]
+    one = len(runs) == 1 and runs[0][0] == runs[0][1]
+    return f"rank {shown[0]}" if one else f"ranks {','.join(shown)}"

@@ -246,7 +246,7 @@ class JobPeers:
         published = json.loads(self._store.get(AGREEMENT_KEY))
         error = verdict_error(published) or self._outside_the_verdict(own, published)
         if error is not None:
-            self.log.error("plan_disagreement", ranks=list(error.ranks),
+            self.log.error("plan_disagreement", ranks=rank_list(error.ranks),
                            differences=list(error.details))
             self._linger_until_named(error)
             raise error

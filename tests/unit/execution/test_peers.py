@@ -28,6 +28,8 @@ from initorch.execution.agreement import (
     manifest,
     plan_key,
     rank_list,
+    verdict,
+    verdict_error,
 )
 from initorch.execution.liveness import silence_bound
 from initorch.execution.peers import JobPeers, KeyValueStore
@@ -199,7 +201,7 @@ def test_one_rank_with_a_different_setting_is_named_on_every_rank():
     for error in results.values():
         assert isinstance(error, PeerError)
         assert error.details == ("hicache.host_pool_mb: 64 on ranks 0,2,3; 128 on rank 1",)
-        assert error.ranks == (0, 1, 2, 3)
+        assert tuple(error.ranks) == (0, 1, 2, 3)
         assert str(error).startswith(
             f"the ranks' plans differ (fingerprints: {usual.fingerprint[:12]} on ranks 0,2,3; "
             f"{other.fingerprint[:12]} on rank 1)")
@@ -219,7 +221,7 @@ def test_a_mismatch_costs_the_watcher_one_manifest_per_plan_not_one_per_rank():
         assert isinstance(error, PeerError)
         assert error.details == (
             "hicache.host_pool_mb: 64 on ranks 0-2,4-8,10,11; 128 on ranks 3,9",)
-        assert error.ranks == tuple(range(12))
+        assert tuple(error.ranks) == tuple(range(12))
         assert str(error).startswith(
             f"the ranks' plans differ (fingerprints: {usual.fingerprint[:12]} on ranks "
             f"0-2,4-8,10,11; {other.fingerprint[:12]} on ranks 3,9)")
@@ -579,9 +581,28 @@ def test_job_store_is_a_protocol_the_memory_job_satisfies():
 
 @pytest.mark.parametrize(("ranks", "text"), [
     ([1], "rank 1"), ([0, 2, 3], "ranks 0,2,3"), ([0, 1, 2, 3, 4, 5, 7], "ranks 0-5,7"),
-    ([3, 1, 2], "ranks 1-3"), ([0, 1, 4, 5], "ranks 0,1,4,5")])
+    ([3, 1, 2], "ranks 1-3"), ([0, 1, 4, 5], "ranks 0,1,4,5"), (range(1024), "ranks 0-1023"),
+    (range(7, 8), "rank 7"), (range(4, 6), "ranks 4,5")])
 def test_rank_lists(ranks, text):
     assert rank_list(ranks) == text
+
+
+@given(st.sets(st.integers(0, 300), min_size=1))
+def test_a_rank_list_names_exactly_its_ranks(ranks):
+    named: set[int] = set()
+    for part in rank_list(ranks).split(" ", 1)[1].split(","):
+        first, _, last = part.partition("-")
+        named.update(range(int(first), int(last or first) + 1))
+    assert named == ranks
+    assert rank_list(range(min(ranks), max(ranks) + 1)) == \
+        rank_list(list(range(min(ranks), max(ranks) + 1)))
+
+
+def test_a_verdict_naming_every_rank_is_read_without_listing_them():
+    error = PeerError("the ranks' plans differ", ranks=range(4096), details=["a: 1 on rank 0"])
+    read = verdict_error(verdict(error, {}, []))
+    assert read is not None and read.ranks == range(4096)  # one run, not 4,096 numbers
+    assert (str(read), read.details, len(read.ranks)) == (str(error), error.details, 4096)
 
 
 def test_many_differences_are_cut_short():
