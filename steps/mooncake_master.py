@@ -399,9 +399,8 @@ def local_master(ctx: StepContext) -> MasterEndpoint:
     managed = None
     announcement: dict[str, Any] | None = None
     if ctx.rank.rank == MASTER_OWNER:
-        launched = ctx.output(LAUNCH_STEP) if ctx.has_output(LAUNCH_STEP) else None
         try:
-            managed = start_managed_master(ctx, launched)
+            managed = start_managed_master(ctx, _launched_here(ctx))
             announcement = {"host": managed.host, "rpc": managed.ports["rpc"],
                             "metadata": managed.ports["metadata"]}
         except StepError as exc:
