@@ -31,8 +31,8 @@ import re
 import sys
 from collections.abc import Callable, Collection, Iterable, Mapping
 from importlib import import_module
-from importlib.metadata import EntryPoint, distributions
 
+from initorch.entry_points import InstalledEntryPoint, installed_entry_points
 from initorch.errors import InitorchError, PluginError, RunInterrupted, describe_exception
 from initorch.gc_pause import gc_paused
 from initorch.loading.catalog import ProfileCatalog
@@ -144,7 +144,7 @@ class Registry:
                        allowed: set[str] | None,
                        on_error: Callable[[PluginError], None] | None) -> None:
         """The installed plugins (builtin first), then the ones named, less ``denied``."""
-        for entry in sorted(installed_entry_points(), key=_builtin_first):
+        for entry in sorted(installed_entry_points(ENTRY_POINT_GROUP), key=_builtin_first):
             if entry.name in denied or (allowed is not None and entry.name != BUILTIN
                                         and entry.name not in allowed):
                 continue
@@ -214,37 +214,11 @@ def _allow_list(allow: Collection[str] | None, environ: Mapping[str, str]
     return names
 
 
-def installed_entry_points(group: str = ENTRY_POINT_GROUP) -> list[EntryPoint]:
-    """The installed entry points of ``group``: what ``importlib.metadata.entry_points(
-    group=group)`` returns, in its order, without parsing every distribution's entry points.
-
-    That call parses the ``entry_points.txt`` of every installed distribution and sorts
-    all of them into groups; in an SGLang venv (about 200 distributions, 50 with entry
-    points) that is two thirds of its time.  Here each file is read as there, and only
-    those naming the group's section (``[group]``: the one way a line of that file opens
-    it) are parsed.  The distributions are the same (``distributions()``), and so is
-    which one counts when two have one name: the first on ``sys.path``, with entry points
-    of the group or not."""
-    section = f"[{group}]"
-    seen: set[str] = set()
-    found: list[EntryPoint] = []
-    for dist in distributions():
-        # The key entry_points() takes them unique by (Python 3.10-3.13; typeshed omits it).
-        name: str = dist._normalized_name  # type: ignore[attr-defined]
-        if name in seen:
-            continue
-        seen.add(name)
-        text = dist.read_text("entry_points.txt")
-        if text and section in text:
-            found.extend(dist.entry_points.select(group=group))
-    return found
-
-
-def _builtin_first(entry: EntryPoint) -> tuple[int, str]:
+def _builtin_first(entry: InstalledEntryPoint) -> tuple[int, str]:
     return (entry.name != BUILTIN, entry.name)
 
 
-def _entry_point_function(entry: EntryPoint) -> Callable[[], RegisterFunction]:
+def _entry_point_function(entry: InstalledEntryPoint) -> Callable[[], RegisterFunction]:
     def find() -> RegisterFunction:
         function: RegisterFunction = entry.load()
         return function

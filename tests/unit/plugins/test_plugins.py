@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from initorch import Registry
+from initorch.entry_points import installed_entry_points
 from initorch.errors import EXIT_INVALID_INPUT, PluginError, StepDefinitionError
 from initorch.plugin import setting
-from initorch.plugins import ENTRY_POINT_GROUP, PluginSelection, installed_entry_points
+from initorch.plugins import ENTRY_POINT_GROUP, PluginSelection
 from tests.support.profiles import BUILTIN_PROFILES, assert_single_error_line, run_initorch_in
 from tests.support.synthetic import define
 
@@ -395,10 +396,10 @@ def test_schema_also_leaves_out_a_plugin_whose_declarations_are_refused(run_cli,
     assert "profile 'npu' of plugin 'vendor' has the name of profile 'npu'" in err
 
 
-# --- discovery ------------------------------------------------------------------------------------
+# --- discovery (tests/unit/plugins/test_entry_points.py holds the reading to importlib's) ---
 
-def test_discovery_finds_what_importlib_metadata_finds(site: Path, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch):
+def test_a_shadowed_distributions_plugin_is_not_installed(site: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch):
     # Two distributions of one name: the first on sys.path counts, with its entry points or
     # without them (here without: the shadowed copy's plugin is not installed).
     shadowed = install_entry_point(site, "shadowed", "def register(registry):\n    pass\n")
@@ -408,8 +409,7 @@ def test_discovery_finds_what_importlib_metadata_finds(site: Path, tmp_path: Pat
         f"Metadata-Version: 2.1\nName: {shadowed}\nVersion: 2.0\n", encoding="utf-8")
     install_entry_point(site, "plain", "def register(registry):\n    pass\n")
     monkeypatch.syspath_prepend(str(first))
-    for group in (ENTRY_POINT_GROUP, "console_scripts"):
-        expected = list(entry_points(group=group))
-        assert installed_entry_points(group) == expected
-    names = [entry.name for entry in installed_entry_points()]
-    assert "plain" in names and "shadowed" not in names
+    assert [(entry.name, entry.value) for entry in installed_entry_points(ENTRY_POINT_GROUP)] \
+        == [(entry.name, entry.value) for entry in entry_points(group=ENTRY_POINT_GROUP)]
+    plugins = Registry.with_plugins().plugins
+    assert "plain" in plugins and "shadowed" not in plugins
