@@ -6,6 +6,13 @@ allocation burst makes the cyclic collector scan the young objects again, and
 every so often the whole heap: a third of the time of a large resolve went to
 scans that could free nothing.  Reference counting still frees everything
 temporary; only the cycle detector waits until the work is done.
+
+Even paused, the collector counts what was allocated, and the first allocation
+after the pause makes it scan every object the block built, once: 15 ms after
+registering 20,000 steps.  A process that keeps what it builds until it exits (the
+console script) says so with :func:`keep_what_pauses_build`: each pause then ends
+by freezing what is alive (:func:`gc.freeze`, a constant-time move to the
+generation the collector never scans) instead.
 """
 
 from __future__ import annotations
@@ -13,6 +20,20 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+
+class _Resume:
+    """How a pause ends in this process: by freezing what is alive, or not."""
+
+    freeze = False
+
+
+def keep_what_pauses_build() -> None:
+    """From now on, every pause ends by freezing the objects alive (this process keeps
+    what it builds until it exits).  Only for a process that owns its collector: the
+    frozen objects are never scanned again, so a reference cycle among them that
+    later becomes garbage stays in memory until the process ends."""
+    _Resume.freeze = True
 
 
 @contextmanager
@@ -28,4 +49,6 @@ def gc_paused() -> Iterator[None]:
     try:
         yield
     finally:
+        if _Resume.freeze:
+            gc.freeze()
         gc.enable()

@@ -31,6 +31,7 @@ from initorch.errors import (
     RunInterrupted,
 )
 from initorch.execution.signals import interrupt_on_signals
+from initorch.gc_pause import keep_what_pauses_build
 from initorch.plugins import Registry
 from initorch.reporting.process_marks import mark
 
@@ -101,6 +102,7 @@ def console_main() -> NoReturn:
     are not collected, whose finalizers Python never promises to run there."""
     console = install_console()
     gc.set_threshold(CLI_GC_THRESHOLD, *gc.get_threshold()[1:])
+    keep_what_pauses_build()
     code = main()
     warning = console.output_lost_warning()
     if warning is not None:

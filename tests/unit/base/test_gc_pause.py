@@ -35,3 +35,22 @@ def test_a_caller_that_disabled_the_collector_keeps_it_disabled(collector_enable
     with gc_paused():
         assert not gc.isenabled()
     assert not gc.isenabled()
+
+
+def test_a_process_that_keeps_what_it_builds_freezes_it_as_each_pause_ends(
+        collector_enabled, monkeypatch: pytest.MonkeyPatch):
+    from initorch import gc_pause
+
+    monkeypatch.setattr(gc_pause._Resume, "freeze", False)
+    gc_pause.keep_what_pauses_build()
+    before = gc.get_freeze_count()
+    try:
+        with gc_paused():
+            built = [{"step": index} for index in range(1000)]
+            assert gc.get_freeze_count() == before  # nothing frozen inside the block
+        assert gc.isenabled()
+        assert gc.get_freeze_count() >= before + len(built)  # the block's objects among them
+        with gc_paused(), gc_paused():  # the inner pause leaves it to the outer one
+            pass
+    finally:
+        gc.unfreeze()

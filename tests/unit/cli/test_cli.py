@@ -235,11 +235,13 @@ def test_python_dash_m_is_the_same_command():
 Finished = subprocess.CompletedProcess[str]
 
 
-def _console_and_embedded(folder, plugin: str, source: str) -> tuple[Finished, Finished]:
-    """``initorch --plugin PLUGIN profiles`` run by the console script, then by a process
-    that calls main() itself, with ``source`` as the plugin module in ``folder``."""
+def _console_and_embedded(folder, plugin: str, source: str, *arguments: str
+                          ) -> tuple[Finished, Finished]:
+    """``initorch --plugin PLUGIN ARGUMENTS`` (``profiles`` by default) run by the console
+    script, then by a process that calls main() itself, with ``source`` as the plugin
+    module in ``folder``."""
     (folder / f"{plugin}.py").write_text(source)
-    command = ["--plugin", plugin, "profiles"]
+    command = ["--plugin", plugin, *(arguments or ["profiles"])]
     console = subprocess.run([sys.executable, "-m", "initorch", *command], cwd=folder,
                              capture_output=True, text=True, timeout=60, check=True)
     embedded = subprocess.run(
@@ -268,6 +270,28 @@ def test_the_console_script_exits_with_what_is_alive_frozen_and_runs_atexit(tmp_
         "import atexit, gc, sys\n"
         "def register(registry):\n"
         "    atexit.register(lambda: sys.stderr.write(f'frozen {gc.get_freeze_count()}\\n'))\n"))
+    frozen = int(console.stderr.split("frozen ")[1].split()[0])
+    assert frozen > 1000
+    assert "frozen 0" in embedded.stderr
+
+
+def test_the_console_script_freezes_what_registering_built_and_an_embedding_does_not(tmp_path):
+    # A step's preview, which runs as the plan is resolved, says how many objects are
+    # frozen: the plugins' pause ended by freezing them (gc_pause.keep_what_pauses_build),
+    # so that the collector never scans the registry again; main() called by a host
+    # leaves its collector as it was.
+    console, embedded = _console_and_embedded(tmp_path, "freeze_plugin", (
+        "import gc, sys\n"
+        "from initorch.plugin import step\n"
+        "@step('freeze_probe', description='says what is frozen', wanted_by='set_device')\n"
+        "def probe(ctx):\n"
+        "    return None\n"
+        "@probe.preview\n"
+        "def said(ctx):\n"
+        "    sys.stderr.write(f'frozen {gc.get_freeze_count()}\\n')\n"
+        "    return []\n"
+        "def register(registry):\n"
+        "    registry.steps.add(probe)\n"), "plan", "--profile", "cpu")
     frozen = int(console.stderr.split("frozen ")[1].split()[0])
     assert frozen > 1000
     assert "frozen 0" in embedded.stderr
