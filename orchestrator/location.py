@@ -76,12 +76,19 @@ def caller_location(depth: int = 2) -> SourceLocation:
 
     A plugin declares thousands of steps from a few files: how a file is shown is
     worked out once per file and working directory (:func:`_code_path`), not once per
-    declaration (``os.path.relpath`` each time was most of registering 20,000 steps)."""
+    declaration (``os.path.relpath`` each time was most of registering 20,000 steps), and
+    a line that declares steps in a loop gives one location, made once."""
     try:
         frame = sys._getframe(depth)  # 0 is this function, 1 its caller
     except ValueError:  # fewer frames than that
         return SourceLocation("<unknown>")
-    return SourceLocation(_code_path(frame.f_code.co_filename, os.getcwd()), frame.f_lineno)
+    return _code_location(frame.f_code.co_filename, frame.f_lineno, os.getcwd())
+
+
+@functools.lru_cache(maxsize=4096)
+def _code_location(filename: str, line: int, cwd: str) -> SourceLocation:
+    """The (immutable, so shared) location of ``line`` of a code file."""
+    return SourceLocation(_code_path(filename, cwd), line)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -312,7 +312,9 @@ def step(
     def decorate(fn: StepAction) -> StepDefinition:
         taken = dict(given)  # the name and the keywords, to be taken as fields
         for key, take in _CONVERTED:
-            taken[key] = take(given[key])
+            value = given[key]
+            if value.__class__ is not tuple:  # a tuple is taken as it is, by every kind
+                taken[key] = take(value)
         taken["name"] = name or getattr(fn, "__name__", "")
         taken["description"] = description or _first_line(fn.__doc__)
         return StepDefinition(action=fn, fields=taken, defined_at=where)
