@@ -220,9 +220,9 @@ def build_parser(with_extensions: bool = True) -> argparse.ArgumentParser:
 def _add_extension_commands(add: AddCommand) -> None:
     """Declare the commands installed packages add; one that fails to load is left out
     with a warning, so that a broken extension never breaks the built-in commands."""
-    from importlib.metadata import entry_points
+    from initorch.entry_points import installed_entry_points
 
-    for entry in entry_points(group=COMMANDS_GROUP):
+    for entry in installed_entry_points(COMMANDS_GROUP):
         try:
             entry.load()(add)
         except Exception as exc:
