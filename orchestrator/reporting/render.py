@@ -9,6 +9,7 @@ is :mod:`initorch.reporting.graph_formats`.
 from __future__ import annotations
 
 from initorch.model.settings import CORE_KEYS
+from initorch.model.step import Step
 from initorch.reporting.report import RunReport
 from initorch.resolution.plan import Plan
 from initorch.resolution.plangraph import Edge
@@ -29,19 +30,13 @@ def plan_text(plan: Plan) -> str:
         f"  #  wave  {'step':<{width}}  why",
     ]
     for number, planned in enumerate(plan.steps, 1):
-        details = []
-        if planned.step.device_bound:
-            details.append("device-bound")
-        if planned.step.barrier:
-            details.append("barrier")
-        if planned.step.timeout:
-            details.append(f"timeout {planned.step.timeout:g}s")
-        if planned.step.retries:
-            details.append(f"retries {planned.step.retries}")
-        suffix = f"  [{', '.join(details)}]" if details else ""
-        lines.append(f"{number:>3}  {planned.wave:>4}  {planned.name:<{width}}  "
-                     f"{'; '.join(planned.reasons)}{suffix}")
-        lines += [f"{'':>11}  | {note}" for note in planned.notes]
+        step = planned.step
+        details = _details(step) if step.device_bound or step.barrier or step.timeout \
+            or step.retries else ""
+        lines.append(f"{number:>3}  {planned.wave:>4}  {step.name:<{width}}  "
+                     f"{'; '.join(planned.reasons)}{details}")
+        if planned.notes:
+            lines += [f"{'':>11}  | {note}" for note in planned.notes]
     if plan.skipped:
         lines += ["", "skipped:"]
         lines += [f"  {s.name:<{width}}  {s.brief}" for s in plan.skipped]
@@ -54,6 +49,20 @@ def plan_text(plan: Plan) -> str:
                   for name, entry in plan.env.items()]
     lines += ["", f"fingerprint: {plan.fingerprint}"]
     return "\n".join(lines)
+
+def _details(step: Step) -> str:
+    """What the dry run says after a step's reasons: ``  [device-bound, timeout 30s]``."""
+    details = []
+    if step.device_bound:
+        details.append("device-bound")
+    if step.barrier:
+        details.append("barrier")
+    if step.timeout:
+        details.append(f"timeout {step.timeout:g}s")
+    if step.retries:
+        details.append(f"retries {step.retries}")
+    return f"  [{', '.join(details)}]"
+
 
 def _hardware_line(plan: Plan) -> list[str]:
     """The ``device.*`` settings the plan reads (backend, collectives, allocator,
