@@ -30,11 +30,8 @@ def plan_text(plan: Plan) -> str:
         f"  #  wave  {'step':<{width}}  why",
     ]
     for number, planned in enumerate(plan.steps, 1):
-        step = planned.step
-        details = _details(step) if step.device_bound or step.barrier or step.timeout \
-            or step.retries else ""
-        lines.append(f"{number:>3}  {planned.wave:>4}  {step.name:<{width}}  "
-                     f"{'; '.join(planned.reasons)}{details}")
+        lines.append(f"{number:>3}  {planned.wave:>4}  {planned.name:<{width}}  "
+                     f"{'; '.join(planned.reasons)}{_details(planned.step)}")
         if planned.notes:
             lines += [f"{'':>11}  | {note}" for note in planned.notes]
     if plan.skipped:
@@ -50,8 +47,12 @@ def plan_text(plan: Plan) -> str:
     lines += ["", f"fingerprint: {plan.fingerprint}"]
     return "\n".join(lines)
 
+
 def _details(step: Step) -> str:
-    """What the dry run says after a step's reasons: ``  [device-bound, timeout 30s]``."""
+    """What the dry run says after a step's reasons: ``  [device-bound, timeout 30s]``,
+    or nothing (most steps: then no list is built)."""
+    if not (step.device_bound or step.barrier or step.timeout or step.retries):
+        return ""
     details = []
     if step.device_bound:
         details.append("device-bound")
