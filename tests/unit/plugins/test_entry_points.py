@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
+import sysconfig
 import tempfile
 import zipfile
 from collections.abc import Iterator
@@ -33,12 +34,28 @@ def ours(group: str) -> list[tuple[str, str, str]]:
     return [(entry.name, entry.value, entry.group) for entry in installed_entry_points(group)]
 
 
+class OnlyOnPath:
+    """sys.path as the standard library's folders (which hold no distribution, and which
+    importlib.metadata imports from lazily) and the folders a test adds: nothing
+    installed."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        paths = sysconfig.get_paths()
+        self._stdlib = [entry for entry in sys.path
+                        if entry in (paths["stdlib"], paths["platstdlib"])
+                        or entry.endswith("lib-dynload")]
+        monkeypatch.setattr(sys, "path", list(self._stdlib))
+
+    def append(self, folder: str) -> None:
+        sys.path.append(folder)
+
+    def reset(self) -> None:
+        sys.path[:] = self._stdlib
+
+
 @pytest.fixture
-def only_on_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """sys.path holds only the folders the test appends (nothing installed)."""
-    folders: list[str] = []
-    monkeypatch.setattr(sys, "path", folders)
-    yield folders
+def only_on_path(monkeypatch: pytest.MonkeyPatch) -> OnlyOnPath:
+    return OnlyOnPath(monkeypatch)
 
 
 def dist(folder: Path, stem: str, entry_points: str | None, *, suffix: str = ".dist-info"
@@ -82,10 +99,10 @@ _FOLDERS = st.lists(st.lists(_DIST, max_size=5), min_size=1, max_size=3)
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(folders=_FOLDERS, group=st.sampled_from([GROUP, "console_scripts", "missing"]))
 def test_generated_folders_read_as_importlib_metadata_reads_them(
-        only_on_path: list[str], folders: list[list[tuple[str, str, str, str | None]]],
+        only_on_path: OnlyOnPath, folders: list[list[tuple[str, str, str, str | None]]],
         group: str):
     with tempfile.TemporaryDirectory() as tmp:  # new folders: importlib caches by folder
-        only_on_path.clear()
+        only_on_path.reset()
         for index, dists in enumerate(folders):
             folder = Path(tmp, f"site{index}")
             folder.mkdir()
@@ -99,7 +116,7 @@ def test_generated_folders_read_as_importlib_metadata_reads_them(
         assert [(e.name, e.value, e.group) for e in found] == importlib_answer(group)
 
 
-def test_an_egg_info_file_and_a_missing_file_have_no_entry_points(only_on_path: list[str],
+def test_an_egg_info_file_and_a_missing_file_have_no_entry_points(only_on_path: OnlyOnPath,
                                                                   tmp_path: Path):
     (tmp_path / "old-1.0.egg-info").write_text("Name: old\n", encoding="utf-8")
     dist(tmp_path, "bare-1.0", None)
@@ -111,7 +128,7 @@ def test_an_egg_info_file_and_a_missing_file_have_no_entry_points(only_on_path: 
 
 # --- what only importlib.metadata reads as it does: asked, same answer ----------------------
 
-def test_a_zip_on_sys_path_is_read_by_importlib_metadata(only_on_path: list[str],
+def test_a_zip_on_sys_path_is_read_by_importlib_metadata(only_on_path: OnlyOnPath,
                                                          tmp_path: Path):
     archive = tmp_path / "plugins.zip"
     with zipfile.ZipFile(archive, "w") as zipped:
@@ -123,7 +140,7 @@ def test_a_zip_on_sys_path_is_read_by_importlib_metadata(only_on_path: list[str]
     assert ours(GROUP) == importlib_answer(GROUP) == [("zipped", "zipped:register", GROUP)]
 
 
-def test_a_suffix_not_in_lower_case_is_named_from_its_metadata(only_on_path: list[str],
+def test_a_suffix_not_in_lower_case_is_named_from_its_metadata(only_on_path: OnlyOnPath,
                                                                tmp_path: Path):
     dist(tmp_path, "Loud-1.0", f"[{GROUP}]\nloud = loud:register\n", suffix=".DIST-INFO")
     only_on_path.append(str(tmp_path))
@@ -131,7 +148,7 @@ def test_a_suffix_not_in_lower_case_is_named_from_its_metadata(only_on_path: lis
     assert ours(GROUP) == importlib_answer(GROUP)
 
 
-def test_a_finder_that_finds_distributions_itself_is_asked(only_on_path: list[str],
+def test_a_finder_that_finds_distributions_itself_is_asked(only_on_path: OnlyOnPath,
                                                            tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch):
     hidden = tmp_path / "hidden"
@@ -152,7 +169,7 @@ def test_a_finder_that_finds_distributions_itself_is_asked(only_on_path: list[st
     pytest.param(f"[{GROUP}]\nx = caf\xe9:register\n".encode("latin-1"), id="not UTF-8"),
 ])
 def test_a_file_importlib_metadata_refuses_is_refused_as_it_does(
-        only_on_path: list[str], tmp_path: Path, content: bytes):
+        only_on_path: OnlyOnPath, tmp_path: Path, content: bytes):
     info = dist(tmp_path, "odd-1.0", None)
     (info / "entry_points.txt").write_bytes(content)
     only_on_path.append(str(tmp_path))
