@@ -46,11 +46,16 @@ def test_a_process_that_keeps_what_it_builds_freezes_it_as_each_pause_ends(
     before = gc.get_freeze_count()
     try:
         with gc_paused():
-            built = [{"step": index} for index in range(1000)]
+            built = [[index] for index in range(1000)]  # lists: always tracked
             assert gc.get_freeze_count() == before  # nothing frozen inside the block
         assert gc.isenabled()
         assert gc.get_freeze_count() >= before + len(built)  # the block's objects among them
-        with gc_paused(), gc_paused():  # the inner pause leaves it to the outer one
-            pass
+        frozen = gc.get_freeze_count()
+        with gc_paused():
+            with gc_paused():
+                more = [[index] for index in range(1000)]
+            # The inner pause leaves both the collector and the freezing to the outer one.
+            assert not gc.isenabled() and gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() >= frozen + len(more)
     finally:
         gc.unfreeze()
