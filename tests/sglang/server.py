@@ -24,6 +24,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support.ports import unassigned_port
+
 REPO = Path(__file__).resolve().parents[2]
 SITE = Path(__file__).with_name("site")
 REGRESSION_SITE = Path(__file__).with_name("site-regression")
@@ -48,6 +50,7 @@ VENV_ENV = "INITORCH_SGLANG_VENV"
 PROMPT = "w1 w2 w3"
 MAX_NEW_TOKENS = 8
 READY_TIMEOUT_S = 420.0  # 30-60 s on a quiet 2-core machine; CI may share it
+HTTP_BIND_FAILED = "error while attempting to bind on address"  # uvicorn's, SGLang's and vLLM's
 
 
 def sglang_venv() -> Path:
@@ -60,9 +63,10 @@ def sglang_venv() -> Path:
 
 
 def free_port() -> int:
-    from initorch.steps.network import free_port as free_port_on
-
-    return free_port_on("127.0.0.1")
+    """A loopback port for a server these tests start: one the kernel never hands out
+    itself, so that no other test's connection takes it before the server binds it
+    (:mod:`tests.support.ports`)."""
+    return unassigned_port("127.0.0.1")
 
 
 @dataclass
@@ -203,6 +207,9 @@ class Server:
             if self.process.poll() is not None:
                 raise RuntimeError(f"SGLang exited with {self.process.returncode} before it "
                                    f"was ready:\n{self.tail()}")
+            if self.up_after is None and HTTP_BIND_FAILED in self.text():
+                # uvicorn's line: the server lives on without its HTTP port; say so now.
+                raise RuntimeError(f"the server could not bind port {self.port}:\n{self.tail()}")
             if self.up_after is None and self._answers("/model_info"):
                 self.up_after = time.monotonic() - self.started
             try:

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.sglang.server import REPO, Server, free_port
+from tests.sglang.server import HTTP_BIND_FAILED, REPO, Server, free_port
 
 __all__ = ["BIND", "WORKER_STEPS", "VllmServer", "assert_verified", "initorch_in_vllm",
            "running", "server_arguments", "verify_environment", "vllm_venv"]
@@ -88,9 +88,11 @@ class VllmServer(Server):
             if self.process.poll() is not None:
                 raise RuntimeError(f"vLLM exited with {self.process.returncode} before it "
                                    f"was ready:\n{self.tail()}")
-            if failed is not None and failed in self.text():
-                raise RuntimeError(f"vLLM logged {failed!r} before it was ready:\n"
-                                   f"{self.tail()}")
+            log = self.text()
+            for marker in (failed, HTTP_BIND_FAILED):  # the second: its port taken meanwhile
+                if marker is not None and marker in log:
+                    raise RuntimeError(f"vLLM logged {marker!r} before it was ready:\n"
+                                       f"{self.tail()}")
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health",
                                             timeout=10) as reply:
