@@ -16,6 +16,8 @@ import random
 import socket
 from pathlib import Path
 
+from initorch.steps.network import free_port
+
 LOWEST = 10_000  # above the ports system services commonly hold
 HEADROOM = 2_000  # below the ephemeral range: servers derive more ports from theirs (+1..)
 RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
@@ -33,10 +35,7 @@ def unassigned_port(host: str = "127.0.0.1") -> int:
             except OSError:
                 continue  # taken: another try
             return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        picked: int = probe.getsockname()[1]
-        return picked
+    return free_port(host)
 
 
 def _ephemeral_low() -> int:
