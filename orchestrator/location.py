@@ -10,12 +10,12 @@ import functools
 import os
 import sys
 import sysconfig
-from dataclasses import dataclass
 
 from initorch.printable import printable
+from initorch.records import record
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@record(order=True)
 class SourceLocation:
     """A 1-based line and column in a file; ``column`` 0 means "whole line"."""
 

@@ -1,19 +1,33 @@
-"""``record``: a frozen, slotted dataclass that costs 40% less to define.
+"""``record``: a slotted dataclass, frozen by default, that costs a third as much to define.
 
-initorch's values are frozen dataclasses, about a hundred of them, and an engine's
-worker imports most of them while it starts: defining them was half of initorch's own
-time in a vLLM worker (2026-12-05: 29 ms of 57, CPython 3.11).  Defining a dataclass
-compiles each method it generates from source, one ``exec`` each; ``__repr__``,
-``__eq__`` and ``__hash__`` are three of the six of a frozen one.  A record takes
-those three from here instead: one function each, shared by every record, that reads
-the class's fields through an ``operator.attrgetter`` made when the class is defined
-(no compilation).  What they return is what the dataclass's own would: the same
-``repr``, equality only with an instance of the very same class, over the fields with
-``compare`` (and ``hash``) set, and the same hash.  Comparing and hashing cost about
-what the generated methods cost (the getter is C); only ``repr`` is slower, and it is
-for people.  ``__init__``, the frozen ``__setattr__``/``__delattr__`` and the slots stay
-the dataclass's own, as do ``fields``, ``replace`` and ``asdict``; a method the class
-defines itself is kept, as the dataclass keeps it.
+initorch's values are slotted dataclasses, about a hundred and thirty of them, and an
+engine's worker imports most of them while it starts: defining them was a third of
+initorch's own time in an SGLang rank (2026-12-06: 39 ms of 120, CPython 3.11).  A
+dataclass compiles each method it generates from source (a frozen one six, one with
+``order`` ten; up to Python 3.12 one ``exec`` each).  A record compiles one, its
+``__init__``; the others are shared by every record:
+
+* ``__repr__``, ``__eq__``, ``__hash__`` and with ``order=True`` ``__lt__``, ``__le__``,
+  ``__gt__`` and ``__ge__`` read the class's fields through an ``operator.attrgetter``
+  made when the class is defined (C, no compilation).  They return what the
+  dataclass's own would: the same ``repr``, equality and order only against an
+  instance of the very same class, over the fields with ``compare`` (and ``hash``)
+  set, and the same hash; a mutable record (``frozen=False``) is unhashable, as the
+  dataclass makes it.  Comparing and hashing cost about what the generated methods
+  cost; only ``repr`` is slower, and it is for people.
+* A frozen record's ``__setattr__`` and ``__delattr__`` refuse a field as the frozen
+  dataclass's do (:class:`dataclasses.FrozenInstanceError`), reading the class and
+  its field names from the class.
+
+The ``__init__`` is the one the dataclass would compile: the same parameters,
+defaults, factories and keyword-only fields, each field set with
+``object.__setattr__``, then ``__post_init__``.  The dataclass itself is made with
+nothing to compile (``init``, ``repr``, ``eq`` and ``frozen`` off: it only collects the
+fields and adds the slots), then reports itself as the dataclass it is, so that
+``fields``, ``replace``, ``asdict`` and pickling work as on one.  A method the class
+defines itself is kept, as the dataclass keeps it.  A record that derives from a
+dataclass, has an ``InitVar`` or a field named like the compiled ``__init__``'s own names
+is made by the dataclass itself, with only the shared methods added.
 
     @record
     class Edge:
@@ -24,7 +38,9 @@ defines itself is kept, as the dataclass keeps it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import inspect
+import operator
+from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
@@ -47,36 +63,179 @@ def record(cls: _T, /) -> _T: ...
 
 
 @overload
-def record(*, kw_only: bool = False) -> Callable[[_T], _T]: ...
+def record(*, kw_only: bool = False, frozen: bool = True,
+           order: bool = False) -> Callable[[_T], _T]: ...
 
 
 @dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field,))
-def record(cls: _T | None = None, /, *, kw_only: bool = False) -> _T | Callable[[_T], _T]:
-    """``@dataclass(frozen=True, slots=True)`` (``kw_only`` as there), with the shared
-    ``__repr__``, ``__eq__`` and ``__hash__`` of this module."""
+def record(cls: _T | None = None, /, *, kw_only: bool = False, frozen: bool = True,
+           order: bool = False) -> _T | Callable[[_T], _T]:
+    """``@dataclass(frozen=True, slots=True)`` (``kw_only`` and ``order`` as there), with
+    the ``__init__`` compiled alone and the other methods shared (see the module).
+
+    ``frozen=False`` is ``@dataclass(slots=True)``: a mutable value, unhashable unless
+    the class defines ``__hash__``, as the dataclass makes it."""
 
     def make(cls: _T) -> _T:
         body = dict(vars(cls))
-        made = cast(_T, dataclasses.dataclass(cls, frozen=True, slots=True, kw_only=kw_only,
-                                              repr=False, eq=False))
+        if order:
+            for name in _ORDER:
+                if name in body:
+                    raise TypeError(f"Cannot overwrite attribute {name} in class "
+                                    f"{cls.__name__}. Consider using functools.total_ordering")
+        if not _compiles_alone(cls):
+            made = cast(_T, dataclasses.dataclass(
+                cls, frozen=frozen, order=order, eq=order, repr=False, slots=True,
+                kw_only=kw_only))
+        else:
+            made = cast(_T, dataclasses.dataclass(cls, init=False, repr=False, eq=False,
+                                                  slots=True, kw_only=kw_only))
+            _complete(made, body, frozen=frozen)
         fields = dataclasses.fields(made)
-        shared: dict[str, Any] = {}
+        compared = _getter([f.name for f in fields if f.compare])
+        shared: dict[str, Any] = {"__record_compared__": compared}
         if "__repr__" not in body:
             shared |= {"__repr__": _repr,
                        "__record_shown__": tuple(f.name for f in fields if f.repr)}
         if "__eq__" not in body:
-            shared |= {"__eq__": _eq, "__record_compared__":
-                       _getter([f.name for f in fields if f.compare])}
+            shared["__eq__"] = _eq
+        if order:
+            shared |= _ORDER
         # As the dataclass decides (its _hash_action): a __hash__ of the class's own is
-        # kept, unless it is the None that defining __eq__ alone leaves.
+        # kept, unless it is the None that defining __eq__ alone leaves; a frozen value
+        # hashes its fields, a mutable one is unhashable.
         if "__hash__" not in body or (body["__hash__"] is None and "__eq__" in body):
             shared |= {"__hash__": _hash, "__record_hashed__": _getter(
-                [f.name for f in fields if (f.compare if f.hash is None else f.hash)])}
+                [f.name for f in fields if (f.compare if f.hash is None else f.hash)])
+            } if frozen else {"__hash__": None}
         for name, value in shared.items():
             setattr(made, name, value)
         return made
 
     return make if cls is None else make(cls)
+
+
+# Names the compiled __init__ gives itself: a field may not take one (nor may an InitVar,
+# which the dataclass's __init__ takes and a record's does not).
+_OWN_NAMES = ("self", "_set", "_FACTORY")
+_OWN_PREFIXES = ("_factory_", "_default_", "_type_")
+
+
+def _compiles_alone(cls: type) -> bool:
+    """Whether a record's own ``__init__`` fits ``cls``: no dataclass among its bases
+    (whose fields and frozenness the dataclass checks against its own), no field named
+    like the compiled ``__init__``'s own names, and no ``InitVar``."""
+    if any(dataclasses.is_dataclass(base) for base in cls.__mro__[1:]):
+        return False
+    annotations = inspect.get_annotations(cls)  # its own (dataclasses imports inspect)
+    return not any(name in _OWN_NAMES or name.startswith(_OWN_PREFIXES)
+                   or "InitVar" in str(annotation) for name, annotation in annotations.items())
+
+
+def _complete(cls: type, body: dict[str, Any], *, frozen: bool) -> None:
+    """Give ``cls`` (a dataclass made with nothing compiled) what the dataclass
+    compiles or adds: its ``__init__``, the docstring made from the signature, and the
+    parameters; a frozen one also the refusals to change a field and the pickling of a
+    frozen slotted class."""
+    fields = dataclasses.fields(cls)
+    cls.__init__ = _compiled_init(cls, fields)  # type: ignore[misc]
+    if frozen:
+        cls.__record_class__ = cls  # type: ignore[attr-defined]
+        cls.__record_fields__ = frozenset(f.name for f in fields)  # type: ignore[attr-defined]
+        for name, method in (("__setattr__", _setattr), ("__delattr__", _delattr),
+                             ("__getstate__", _getstate), ("__setstate__", _setstate)):
+            if name not in body:
+                setattr(cls, name, method)
+    if not body.get("__doc__"):  # as the dataclass writes it
+        try:
+            signature = str(inspect.signature(cls)).replace(" -> None", "")
+        except (TypeError, ValueError):
+            signature = ""
+        cls.__doc__ = cls.__name__ + signature
+    params = cls.__dataclass_params__  # type: ignore[attr-defined]
+    params.init, params.frozen = True, frozen
+
+
+class _Factory:
+    """The default of a parameter whose field has a ``default_factory``."""
+
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+_FACTORY = _Factory()
+
+
+def _compiled_init(cls: type, fields: Iterable[dataclasses.Field[Any]]) -> Callable[..., None]:
+    """The ``__init__`` the dataclass would compile for ``fields``, compiled once (each
+    field set with ``object.__setattr__``, which a frozen record's own refusal does not
+    see, and a mutable one's plain assignment would cost the same)."""
+    given: dict[str, Any] = {"_set": object.__setattr__, "_FACTORY": _FACTORY}
+    positional: list[str] = []
+    keyword: list[str] = []
+    lines: list[str] = []
+    defaulted = False
+    for f in fields:
+        value = f.name
+        if f.default_factory is not dataclasses.MISSING:
+            given[f"_factory_{f.name}"] = f.default_factory
+            default = "=_FACTORY"
+            value = (f"_factory_{f.name}() if {f.name} is _FACTORY else {f.name}" if f.init
+                     else f"_factory_{f.name}()")
+        elif f.default is not dataclasses.MISSING:
+            given[f"_default_{f.name}"] = f.default
+            default = f"=_default_{f.name}"
+            if not f.init:
+                value = f"_default_{f.name}"
+        else:
+            default = ""
+            if not f.init:
+                continue  # left unset, as the dataclass leaves it
+        if f.init:
+            given[f"_type_{f.name}"] = f.type
+            if not f.kw_only:
+                if defaulted and not default:
+                    raise TypeError(f"non-default argument {f.name!r} follows default argument")
+                defaulted = defaulted or bool(default)
+            (keyword if f.kw_only else positional).append(f"{f.name}:_type_{f.name}{default}")
+        lines.append(f"  _set(self,{f.name!r},{value})")
+    if hasattr(cls, "__post_init__"):
+        lines.append("  self.__post_init__()")
+    parameters = ", ".join(["self", *positional, *(["*", *keyword] if keyword else [])])
+    source = (f"def __create__({', '.join(given)}):\n"
+              f" def __init__({parameters}) -> None:\n" + "\n".join(lines or ["  pass"])
+              + "\n return __init__\n")
+    namespace: dict[str, Any] = {}
+    # dont_inherit: without this module's ``from __future__ import annotations``, so that
+    # the annotations are the fields' types, as the dataclass's are.
+    code = compile(source, f"<record {cls.__qualname__}>", "exec", dont_inherit=True)
+    exec(code, {"__builtins__": __builtins__}, namespace)
+    init: Callable[..., None] = namespace["__create__"](**given)
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    return init
+
+
+def _setattr(self: Any, name: str, value: Any) -> None:
+    cls = type(self).__record_class__
+    if type(self) is cls or name in cls.__record_fields__:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+    super(cls, self).__setattr__(name, value)
+
+
+def _delattr(self: Any, name: str) -> None:
+    cls = type(self).__record_class__
+    if type(self) is cls or name in cls.__record_fields__:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+    super(cls, self).__delattr__(name)
+
+
+def _getstate(self: Any) -> list[Any]:
+    return [getattr(self, f.name) for f in dataclasses.fields(self)]
+
+
+def _setstate(self: Any, state: list[Any]) -> None:
+    for f, value in zip(dataclasses.fields(self), state, strict=False):
+        object.__setattr__(self, f.name, value)
 
 
 def _getter(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
@@ -105,3 +264,21 @@ def _eq(self: Any, other: Any) -> object:
 
 def _hash(self: Any) -> int:
     return hash(type(self).__record_hashed__(self))
+
+
+def _ordering(name: str) -> Callable[[Any, Any], object]:
+    """The order method ``__<name>__``, as the dataclass's: the compared fields as
+    tuples, only against an instance of the very same class."""
+    compare = getattr(operator, name)
+
+    def method(self: Any, other: Any) -> object:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        compared = type(self).__record_compared__
+        return compare(compared(self), compared(other))
+
+    method.__name__ = method.__qualname__ = f"__{name}__"
+    return method
+
+
+_ORDER = {f"__{name}__": _ordering(name) for name in ("lt", "le", "gt", "ge")}

@@ -35,10 +35,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from initorch.plugin import StepContext, StepError, capture_native_stderr, setting, step
+from initorch.plugin import StepContext, StepError, capture_native_stderr, record, setting, step
 from initorch.steps.kv_layout import DEPRECATED_LAYOUTS, IO_BACKENDS, LAYOUTS, resolve_layout
 from initorch.steps.shared_settings import HICACHE_ENABLED, MOONCAKE_ENABLED, STORAGE_BACKEND
 from initorch.steps.store import StoreClient
@@ -53,7 +52,7 @@ class DevicePool(Protocol):
     def device_pool_bytes(self) -> int: ...
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class HostPool:
     """A host buffer for the KV cache; ``buffer`` keeps the memory alive."""
 
@@ -278,7 +277,7 @@ def free_host_mem_pool(ctx: StepContext, pool: HostPool) -> None:
     pool.buffer = None
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class Registration:
     """A pool registered with the store; teardown unregisters it."""
 

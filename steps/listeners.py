@@ -21,9 +21,8 @@ import os
 import socket
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 
-from initorch.plugin import StepContext
+from initorch.plugin import StepContext, record
 
 LISTEN_STATE = "0A"  # TCP_LISTEN in /proc/net/tcp
 # sock_diag (linux/sock_diag.h, linux/inet_diag.h): one dump request per address family
@@ -44,7 +43,7 @@ RESTRICT_HINT = (
     "or container without outside interfaces")
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@record(order=True)
 class Listener:
     """A listening TCP socket: its local address and port."""
 

@@ -38,11 +38,11 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from initorch.plugin import MAX_TIMEOUT_S, StepContext, StepError, setting, step
+from initorch.plugin import MAX_TIMEOUT_S, StepContext, StepError, record, setting, step
 from initorch.steps.engine_hostname import local_host, rendezvous_host
 from initorch.steps.listeners import warn_if_exposed
 from initorch.steps.mooncake_build import WHEEL_CHOICE
@@ -106,7 +106,7 @@ class MasterPortTaken(StepError):
     """The managed master lost a race for a port it was given (tried again, new ports)."""
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class ManagedMaster:
     """A ``mooncake_master`` this rank started, behind its watchdog."""
 
@@ -161,7 +161,7 @@ class ManagedMaster:
         return code
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class MasterEndpoint:
     """Where the master is; ``managed`` when this rank started it."""
 

@@ -25,11 +25,10 @@ that start slowly, and every rank builds at the same time.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from initorch.plugin import StepContext, StepError, setting, step
+from initorch.plugin import StepContext, StepError, record, setting, step
 from initorch.steps.distributed import ELASTIC_EP
 from initorch.steps.transfer_engine import SharedTransferEngine
 
@@ -42,7 +41,7 @@ PG_BACKEND = setting(
                 "builds), mooncake-cpu (cpu) or none (npu, rocm, xpu)")
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class MooncakeProcessGroupBackend:
     """The backend name, the module that registered it, and the engine it was given."""
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import ModuleType
 from typing import Any
 
-from initorch.plugin import StepContext, StepError, setting, step
+from initorch.plugin import StepContext, StepError, record, setting, step
 
 # Devices without per-rank device selection: binding is a no-op.
 HOST_DEVICE_TYPES = frozenset({"cpu"})
@@ -33,7 +33,7 @@ CONTEXT_PER_THREAD = setting(
                 "engine integrations that check where vendor calls are made")
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class ThreadDeviceBinding:
     """Callable that sets ``index`` as the current device on the calling thread."""
 

@@ -26,7 +26,6 @@ import os
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from initorch.plugin import (
@@ -34,6 +33,7 @@ from initorch.plugin import (
     StepContext,
     StepError,
     capture_native_stderr,
+    record,
     setting,
     step,
 )
@@ -110,7 +110,7 @@ REUSE_ENGINE = setting(
                 "(rdma, P2PHANDSHAKE, same device names)")
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class StoreClient:
     """A set-up store client, and whether it rides on the shared engine."""
 

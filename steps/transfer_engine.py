@@ -16,7 +16,7 @@ import gc
 import os
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from initorch.plugin import (
     StepError,
     capture_native_stderr,
     non_ascii_problem,
+    record,
     setting,
     step,
 )
@@ -104,7 +105,7 @@ def no_free_rpc_port(native_log: str, environ: Mapping[str, str]) -> StepError |
              "with an 'Invalid port range' warning)")
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class SharedTransferEngine:
     """The rank's transfer engine plus how peers reach it."""
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
 
 from initorch.loading.document import EnvEntry
@@ -47,7 +47,7 @@ class EnvOutcome:
                 "profile_value": self.profile_value}
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class AppliedEnvironment:
     """The variables one run set; :meth:`restore` unsets exactly those."""
 

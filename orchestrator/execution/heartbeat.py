@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
+
+from initorch.records import record
 
 DEFAULT_INTERVAL_S = 5.0
 """A 6 s step logs one beat; the CLI's ``--heartbeat`` and ``Run(heartbeat=...)``."""
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class _Watched:
     """A running step: when it started and when its next beat is due (monotonic)."""
 

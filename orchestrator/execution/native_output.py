@@ -27,14 +27,15 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from initorch.records import record
 
 if TYPE_CHECKING:
     from initorch.execution.watchdog import Watchdog
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class NativeLog:
     """Text native code wrote to stderr during the capture (filled on exit)."""
 

@@ -9,7 +9,7 @@ never by comparing clocks across hosts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from initorch.errors import PeerError
@@ -46,7 +46,7 @@ class PeerState:
                    bool(data.get("failed")))
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class Seen:
     """What this rank last saw of a peer's heartbeat, and since when (this rank's
     monotonic clock): the beat counter ``beat`` has not moved since ``since``."""

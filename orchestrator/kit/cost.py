@@ -16,13 +16,15 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from initorch.records import record
 
 __all__ = ["COST", "Cost", "process_age"]
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class Cost:
     """Seconds of initorch's own work in this process, by phase."""
 

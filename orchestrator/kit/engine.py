@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import types
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -72,3 +73,11 @@ class Engine:
     def owns(self, module: str) -> bool:
         """Whether dotted ``module`` is one of the engine's own modules."""
         return module == self.package or module.startswith(f"{self.package}.")
+
+    def loaded_modules(self) -> list[types.ModuleType]:
+        """The engine's own modules imported so far: what :meth:`owns` selects from
+        ``sys.modules``, tested in one C call per module (a rank has some 7,000 modules
+        loaded, and a call of ``owns`` per module was 4.5 ms of each hook walk)."""
+        package, prefix = self.package, f"{self.package}."
+        return [module for name, module in list(sys.modules.items())
+                if name.startswith(prefix) or name == package]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from initorch.kit.source import SourceTree
 from initorch.records import record
@@ -94,7 +93,7 @@ def call_sites(tree: SourceTree, file: str, function: str, name: str) -> list[Ca
     return _Finder(tree, name).sites(file, owner, node, _DEPTH, frozenset())
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class _Finder:
     tree: SourceTree
     name: str

@@ -115,7 +115,7 @@ def _repoint(stale: dict[int, tuple[Any, Callable[..., Any]]], engine: Engine) -
     (``from X import f`` before the hook) is bound to its wrapper.  Only the engine's
     modules: a binding matters where the engine's own code calls through it."""
     originals = stale.keys()
-    for module in [module for name, module in list(sys.modules.items()) if engine.owns(name)]:
+    for module in engine.loaded_modules():
         try:
             namespace = vars(module)
         except TypeError:

@@ -28,10 +28,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from initorch import InitorchError
+from initorch.records import record
 
 if TYPE_CHECKING:
     from initorch import Edge, Plan
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["Call", "OrderViolation", "Recorder", "VendorRecord"]
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class Call:
     """One call of an engine function that performs ``step``; times in seconds since
     the recorder started."""
@@ -68,7 +69,7 @@ class Call:
         return data
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class VendorRecord:
     """One vendor call (a :class:`~initorch.kit.vendor.VendorCall`): on which thread,
     with which device bound there (``None``: ``set_device`` never ran on it), from where."""
@@ -119,7 +120,7 @@ class OrderViolation(InitorchError):
         super().__init__(message, hint=hint)
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class Recorder:
     """The calls of one rank's start-up of ``engine``, checked against ``plan``.
 

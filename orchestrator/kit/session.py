@@ -32,7 +32,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from initorch.kit.cost import COST, process_age
@@ -77,7 +77,7 @@ class Outputs:
     progress_s: float | None = None
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class RankSession:
     """The plan, the recorder and what the report will say, for one rank.
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 import ast
 import re
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import field
 from importlib.util import decode_source
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from initorch.records import record
 
 if TYPE_CHECKING:
     from initorch.kit.engine import Engine
@@ -30,7 +32,7 @@ class SourceError(ValueError):
     """The path is not a readable source tree or wheel of the engine (one line, naming it)."""
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class SourceTree:
     """The engine package's files, from a directory or a wheel, read on demand; paths
     are inside the package (``srt/utils/common.py``)."""

@@ -9,17 +9,18 @@ overlap in the parallel executor is visible.
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
 
 from initorch.errors import exception_message
+from initorch.records import record
 from initorch.reporting.diagnosis import Finding, failure_text, vendor_code_of
 from initorch.resolution.plan import Plan
 
 Status = Literal["pending", "succeeded", "failed", "skipped", "would_run", "interrupted"]
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class StepOutcome:
     """One step's fate; times are seconds since the run started."""
 
@@ -80,7 +81,7 @@ class StepOutcome:
         return data
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class TeardownOutcome:
     """One teardown: how it ended, when (seconds since the run started) and where."""
 
@@ -109,7 +110,7 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class RunReport:
     """The outcome of a run, in plan order."""
 

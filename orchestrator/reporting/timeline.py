@@ -23,7 +23,7 @@ its ``format`` is :data:`FORMAT`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 from initorch.errors import InitorchError
@@ -98,7 +98,7 @@ class Process:
         return data
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class Timeline:
     """Processes and their phases; ``ready`` is the moment the whole was ready (the
     last process's, if none was given)."""

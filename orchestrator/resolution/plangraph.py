@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from operator import itemgetter
 
 from initorch.location import SourceLocation
 from initorch.model.step import EdgeRecord
+from initorch.records import record
 
 _EDGE_PHRASES = {
     "requires": "{target} requires {source}",
@@ -33,7 +34,7 @@ EDGE_KINDS_IN_GRAPH = tuple(_EDGE_PHRASES)
 """Every kind an edge may have: the four declared kinds plus the implicit ``device``."""
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@record(order=True)
 class Edge:
     """``source`` runs before ``target`` because of one declaration of ``kind``.
 

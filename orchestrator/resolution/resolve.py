@@ -36,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from operator import attrgetter
 from typing import NamedTuple, NoReturn
 
@@ -82,7 +81,7 @@ class _EdgeSource(NamedTuple):
     reason: str | None = None
 
 
-@dataclass(slots=True)
+@record(frozen=False)
 class _Candidate:
     """A selected step while it is being resolved."""
 
