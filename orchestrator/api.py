@@ -169,11 +169,12 @@ def unplanned_steps(plan: Plan, registry: Registry) -> list[Step]:
     requires or wants them, they declare no ``wanted_by``, and no catalogued profile
     lists them (profiles are read only when such a step exists)."""
     considered = set(plan.order) | {skipped.name for skipped in plan.skipped}
-    pulled = {target for declared in registry.steps
-              for target in (*declared.requires, *declared.wants)}
     suspects = [declared for declared in registry.steps
-                if declared.name not in considered and declared.name not in pulled
-                and not declared.wanted_by]
+                if declared.name not in considered and not declared.wanted_by]
+    if suspects:  # what every registered step pulls in, only when it can matter
+        pulled = {target for declared in registry.steps
+                  for target in (*declared.requires, *declared.wants)}
+        suspects = [declared for declared in suspects if declared.name not in pulled]
     if suspects:
         listed = _steps_named_by_profiles(registry)
         suspects = [declared for declared in suspects if declared.name not in listed]

@@ -364,6 +364,8 @@ def _parse_steps(out: _Collector, value: Any, source: str) -> tuple[StepEntry, .
 
 def _parse_step_entry(out: _Collector, name: str, body: dict[str, Any],
                       where: SourceLocation, source: str) -> StepEntry:
+    if not body:  # listed as declared: most entries of a large profile
+        return StepEntry(name, where, source, (), ())
     overrides: list[Setting] = []
     changes: list[EdgeChange] = []
     for key, item in body.items():

@@ -169,6 +169,11 @@ def _read_plain(loader: Any, document: YamlDocument) -> Any:
     get_event = loader.get_event
     values, keys_at = document.value_marks, document.key_marks
     plain: dict[str, Any] = {}
+    # The implicit resolvers by the first character they read: a plain scalar that
+    # starts with no such character is a string (most keys, step names among them),
+    # unless a resolver reads every scalar or a path resolver is installed.
+    resolvers = loader.yaml_implicit_resolvers
+    firsts_decide = None not in resolvers and not loader.yaml_path_resolvers
 
     def scalar(event: Any) -> Any:
         text = event.value
@@ -177,6 +182,8 @@ def _read_plain(loader: Any, document: YamlDocument) -> Any:
         if not event.implicit[0]:  # quoted
             if loader.resolve(yaml.ScalarNode, text, event.implicit) != _STR_TAG:
                 raise _Irregular
+            return text
+        if firsts_decide and text[:1] not in resolvers:
             return text
         value = plain.get(text, _MISSING)
         if value is _MISSING:

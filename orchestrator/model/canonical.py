@@ -171,7 +171,10 @@ def _getter(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
 
 
 def _picker(positions: list[int]) -> Callable[[list[str]], tuple[str, ...]]:
-    """``itemgetter`` of ``positions`` that returns a tuple for one position too."""
+    """``itemgetter`` of ``positions`` that returns a tuple for one position, or none,
+    too."""
+    if not positions:
+        return lambda _texts: ()
     pick = itemgetter(*positions)
     return pick if len(positions) > 1 else lambda texts: (pick(texts),)
 
@@ -251,6 +254,55 @@ _ENCODED = _layout({**_ALIKE, **{name: len(_DECLARED_ROWS.names) + index
                    len(_DECLARED_ROWS.names) + len(_OWN_ROWS.names))
 _EFFECTIVE = _layout({name: index for index, name in enumerate(_SHOWN_ROWS.names)},
                      len(_SHOWN_ROWS.names))
+# The fields encode_step reads: the declaration's, then the effective fields' own.
+_ENCODED_ROWS = _Rows.of([*_sorted(_DECLARED), *(row for row in _sorted(_SHOWN)
+                                                   if row.name not in _ALIKE)],
+                         (*_DECLARED_ROWS.writers, *_OWN_ROWS.writers))
+
+
+class _Template(NamedTuple):
+    """How encode_step writes every step whose fields that differ from their defaults
+    are the same ones (``given``, indexes of :data:`_ENCODED_ROWS`): three formats
+    with the defaults' texts written in, and a ``%s`` for each given field's text
+    (in the declaration and in the planned step), the name's and the declaration's;
+    each ``*_args`` picks those texts, in the format's order, from the given
+    fields' texts followed by the name's and the declaration's."""
+
+    given: tuple[int, ...]
+    declaration: str
+    head: str
+    tail: str
+    declaration_args: Callable[[list[str]], tuple[str, ...]]
+    head_args: Callable[[list[str]], tuple[str, ...]]
+    tail_args: Callable[[list[str]], tuple[str, ...]]
+
+
+_TEMPLATES: dict[tuple[int, ...], _Template] = {}
+_SLOT = "\x00%d\x00"  # where a text goes while a template is made (JSON escapes NUL)
+
+
+def _template(given: tuple[int, ...]) -> _Template:
+    """The template of steps with ``given`` fields (kept: a plugin's steps are few
+    shapes).  Made by writing the step with the defaults' texts (``%`` escaped) and a
+    numbered slot for every other text, then turning the slots into ``%s``."""
+    texts = [None if text is None else text.replace("%", "%%")
+             for text in _ENCODED_ROWS.default_texts]
+    for slot, index in enumerate(given):
+        texts[index] = _SLOT % slot
+    declaration = _DECLARED_FORMAT % tuple(texts[:len(_DECLARED_ROWS.names)])
+    head, tail = _planned_parts(_SLOT % len(given), _SLOT % (len(given) + 1), texts, _ENCODED)
+    (declared, declared_order), (before, before_order), (after, after_order) = (
+        _slots_to_format(text) for text in (declaration, head, tail))
+    template = _Template(given, declared, before, after, _picker(declared_order),
+                         _picker(before_order), _picker(after_order))
+    _TEMPLATES[given] = template
+    return template
+
+
+def _slots_to_format(text: str) -> tuple[str, list[int]]:
+    """``text`` with each numbered slot a ``%s``, and the slots' numbers in order."""
+    parts = text.split("\x00")
+    return "%s".join(parts[0::2]), [int(number) for number in parts[1::2]]
 
 
 def encode_step(declared: Step) -> tuple[bytes, bytes, int, int]:
@@ -258,14 +310,22 @@ def encode_step(declared: Step) -> tuple[bytes, bytes, int, int]:
     makes unchanged, up to the wave and after it, and where its declaration lies in
     the first part (what a changed step writes too).
 
-    The registry calls it as it registers the step, so that a first plan costs what a
-    later one does; the resolver calls it for a step that reached it otherwise."""
-    texts = _DECLARED_ROWS.texts(declared)
-    declaration = _DECLARED_FORMAT % tuple(texts)
-    texts += _OWN_ROWS.texts(declared)
-    head, tail = _planned_parts(declared, declaration, texts, _ENCODED)
+    Only the fields that differ from their defaults are written per step, into the
+    template of steps like it (:func:`_template`).  The registry calls it as it
+    registers the step, so that a first plan costs what a later one does; the
+    resolver calls it for a step that reached it otherwise."""
+    values = _ENCODED_ROWS.values(declared)
+    given = tuple(compress(_ENCODED_ROWS.indexes, map(is_not, values, _ENCODED_ROWS.defaults)))
+    template = _TEMPLATES.get(given) or _template(given)
+    writers = _ENCODED_ROWS.writers
+    texts = [writers[index](values[index]) for index in given]
+    declaration = template.declaration % template.declaration_args(texts)
+    texts.append(json_value(declared.name))
+    texts.append(declaration)
+    head = template.head % template.head_args(texts)
     start = head.index(_DECLARED_KEY) + len(_DECLARED_KEY)
-    encoded = (head.encode(), tail.encode(), start, start + len(declaration))
+    encoded = (head.encode(), (template.tail % template.tail_args(texts)).encode(),
+               start, start + len(declaration))
     object.__setattr__(declared, "_canonical", encoded)
     return encoded
 
@@ -276,14 +336,16 @@ _DECLARED_KEY = '"declared":'
 def effective_parts(step: Step, declaration: str) -> tuple[str, str]:
     """A planned step's encoding (its effective fields, name and ``declaration``), cut
     at its wave: the text before the wave's value and the text after it."""
-    return _planned_parts(step, declaration, _SHOWN_ROWS.texts(step), _EFFECTIVE)
+    return _planned_parts(json_value(step.name), declaration, _SHOWN_ROWS.texts(step),
+                          _EFFECTIVE)
 
 
-def _planned_parts(step: Step, declaration: str, texts: list[str],
+def _planned_parts(name: str, declaration: str, texts: list[Any],
                    layout: tuple[Callable[[list[str]], tuple[str, ...]], ...]
                    ) -> tuple[str, str]:
-    """The two parts of a planned step, from ``texts`` (its fields' as ``layout`` says)."""
-    texts.append(json_value(step.name))
+    """The two parts of a planned step, from ``texts`` (its fields' as ``layout`` says)
+    and the texts of its ``name`` and ``declaration``."""
+    texts.append(name)
     texts.append(declaration)
     before, after = layout
     return _BEFORE_WAVE_FORMAT % before(texts), _AFTER_WAVE_FORMAT % after(texts)

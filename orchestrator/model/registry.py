@@ -22,6 +22,7 @@ from initorch.model.step import (
     STEP_FIELDS,
     Step,
     StepDefinition,
+    freeze,
     own_edge_records,
 )
 from initorch.suggest import closest
@@ -49,7 +50,7 @@ class StepCatalog:
     def add(self, definition: StepDefinition | Step) -> Step:
         """Validate ``definition`` and register it with its settings; return the
         frozen :class:`Step`.  Nothing is registered when anything is invalid."""
-        record = definition if isinstance(definition, Step) else _freeze(definition)
+        record = definition if isinstance(definition, Step) else freeze(definition)
         _validate(record)
         existing = self._steps.get(record.name)
         if existing is not None:
@@ -112,16 +113,6 @@ class StepCatalog:
 
     def __len__(self) -> int:
         return len(self._steps)
-
-
-def _freeze(definition: StepDefinition) -> Step:
-    return Step(
-        action=definition.action,
-        teardown=definition.teardown_fn,
-        preview=definition.preview_fn,
-        defined_at=definition.defined_at,
-        **definition.fields,
-    )
 
 
 def _fail(step: Step, message: str, hint: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import textwrap
 
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from initorch.errors import ProfileError
+from initorch.loading import yamlsource
 from initorch.loading.yamlsource import MAX_ALIAS_EXPANSION, alias_budget, parse_yaml
 from initorch.location import SourceLocation
 
@@ -287,3 +289,16 @@ def test_a_tag_on_a_list_or_mapping_is_refused_by_name(text, said):
 def test_the_default_tags_of_lists_and_mappings_are_plain():
     assert parse_yaml("a: !!seq [1]\nb: !!map {c: 2}\n", "p.yaml").data == {"a": [1],
                                                                          "b": {"c": 2}}
+
+
+def test_a_plain_scalar_is_read_by_the_resolvers_the_loader_has(monkeypatch):
+    # Most plain scalars start with a character no implicit resolver reads, and are taken
+    # as text at once; a resolver added for that character is still asked.
+    class Loader(yamlsource._Loader):  # type: ignore[misc,name-defined]
+        pass
+
+    Loader.add_implicit_resolver("tag:yaml.org,2002:null", re.compile(r"^skip$"), ["s"])
+    assert parse_yaml("a: skip\nb: step_a\n", "f.yaml").data == {"a": "skip", "b": "step_a"}
+    monkeypatch.setattr(yamlsource, "_Loader", Loader)
+    assert parse_yaml("a: skip\nb: step_a\n", "f.yaml").data == {"a": None, "b": "step_a"}
+    assert yaml.load("a: skip\n", Loader=Loader) == {"a": None}
