@@ -2,7 +2,7 @@
 in each of its processes.
 
 One launch line for every start (``python -m vllm.entrypoints.openai.api_server`` on the
-tiny model of tests/vllm: bf16, eager, a 256-token context; tp=1 unless ``--tp`` says
+tiny model of tests/vllm: float32, eager, a 256-token context; tp=1 unless ``--tp`` says
 otherwise), the variants started round-robin so that the noise of a shared machine hits
 both alike.  *Ready* is when ``/health`` answers 200.  Stock vLLM has the plugin installed
 and not asked for (no ``INITORCH_VLLM``), as an operator who installed initorch runs it.

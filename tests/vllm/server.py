@@ -52,8 +52,12 @@ def vllm_venv() -> Path | None:
 
 def server_arguments(model: Path, *, tp: int = 1, port: int | None = None,
                      more: Sequence[str] = ()) -> list[str]:
-    """The launch line of every test (bf16, eager, a 256-token context), then ``more``."""
-    arguments = ["--model", str(model), "--dtype", "bfloat16", "--enforce-eager",
+    """The launch line of every test (float32, eager, a 256-token context), then ``more``.
+
+    float32, not bf16: on a CPU with AMX, vLLM 0.32.0's bf16 attention takes its AMX
+    kernel without asking Linux for the tile state, and the tiny model's worker dies with
+    SIGILL at its first request (``test_preflight.py``, ``layout.AMX_ATTENTION``)."""
+    arguments = ["--model", str(model), "--dtype", "float32", "--enforce-eager",
                  "--max-model-len", "256", "--tensor-parallel-size", str(tp), *more]
     if port is not None:
         arguments += ["--host", "127.0.0.1", "--port", str(port)]

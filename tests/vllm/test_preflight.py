@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 import socket
 import subprocess
 from pathlib import Path
@@ -28,7 +29,7 @@ for name, arguments, env in json.loads(sys.argv[1]):
     for key in [key for key, value in env.items() if value is None]:
         os.environ.pop(key, None)
     result = preflight(arguments)
-    found[name] = list(result.refusals)
+    found[name] = {"refusals": list(result.refusals), "notes": list(result.notes)}
     for key, value in saved.items():
         if value is None:
             os.environ.pop(key, None)
@@ -61,9 +62,10 @@ def test_a_bad_argument_is_vllms_own_usage_error(vllm_python: Path, tiny_model: 
 
 
 @pytest.fixture(scope="module")
-def refusals(vllm_python: Path, tiny_model: Path,
-             tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
-    """The refusals of each launch below, from one process of the vLLM venv."""
+def preflights(vllm_python: Path, tiny_model: Path,
+               tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, list[str]]]:
+    """The refusals and the notes of each launch below, from one process of the vLLM
+    venv."""
     folder = tmp_path_factory.mktemp("preflight")
     head16 = make_head16_model(folder / "head16")
     no_master = folder / "no-master.json"
@@ -82,6 +84,7 @@ def refusals(vllm_python: Path, tiny_model: Path,
     unbound = {"VLLM_CPU_OMP_THREADS_BIND": None}
     cases = [
         ("tp1", base, unbound),
+        ("tp1 bf16", [*base, "--dtype", "bfloat16"], unbound),
         ("tp2 bound", server_arguments(tiny_model, tp=2), {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}),
         ("tp2 one list", server_arguments(tiny_model, tp=2),
          {"VLLM_CPU_OMP_THREADS_BIND": "0"}),
@@ -102,8 +105,13 @@ def refusals(vllm_python: Path, tiny_model: Path,
     line = next((line for line in result.stdout.splitlines() if line.startswith("CASES ")),
                 None)
     assert line is not None, result.stderr[-4000:]
-    found: dict[str, list[str]] = json.loads(line.removeprefix("CASES "))
+    found: dict[str, dict[str, list[str]]] = json.loads(line.removeprefix("CASES "))
     return found
+
+
+@pytest.fixture(scope="module")
+def refusals(preflights: dict[str, dict[str, list[str]]]) -> dict[str, list[str]]:
+    return {name: found["refusals"] for name, found in preflights.items()}
 
 
 NODE_0 = "10.231.7.1"  # test_two_nodes.py's first host; pre-flight connects to nothing
@@ -137,9 +145,50 @@ def test_two_nodes_need_gloos_interface_where_the_host_name_is_loopback(
                             f"on every node (`ip route get {NODE_0}` names it)")
 
 
-def test_accepted_launches(refusals: dict[str, list[str]]) -> None:
-    assert refusals["tp1"] == []
-    assert refusals["tp2 bound"] == []
+def test_accepted_launches(preflights: dict[str, dict[str, list[str]]]) -> None:
+    for name in ("tp1", "tp2 bound", "tp1 bf16"):
+        assert preflights[name]["refusals"] == [], name
+    assert preflights["tp1"]["notes"] == preflights["tp2 bound"]["notes"] == []
+
+
+AMX = "amx_tile" in next((line for line in Path("/proc/cpuinfo").read_text().splitlines()
+                          if line.startswith("flags")), "").split()
+"""Whether this CPU has AMX tiles (CPUID, as torch's cpuinfo reads it)."""
+
+
+def test_bf16_on_a_cpu_with_amx_is_a_note(preflights: dict[str, dict[str, list[str]]]) -> None:
+    """Accepted, with a note exactly where vLLM would take its AMX kernel."""
+    notes = preflights["tp1 bf16"]["notes"]
+    if not AMX:
+        assert notes == []
+        return
+    assert notes == [
+        "whether each worker may run AMX: torch.bfloat16 attention on this CPU takes vLLM's "
+        "AMX kernel (v1/attention/backends/cpu_attn.py:544-545), and vLLM's own code never "
+        "asks Linux for the AMX tile state; a worker where its oneDNN does not ask first (a "
+        "model whose linear layers all take vLLM's small-GEMM kernel, model_executor/layers/"
+        "utils.py:560, :587) dies with SIGILL at its first request; --dtype float32 takes "
+        "the AVX-512 kernel"]
+
+
+@pytest.mark.skipif(not AMX, reason="this CPU has no AMX tiles: vLLM takes no AMX kernel")
+def test_bf16_on_a_cpu_with_amx_dies_as_the_note_says(vllm_python: Path, tiny_model: Path,
+                                                      tmp_path: Path) -> None:
+    """The note's launch started: vLLM says it is ready; the first request kills the
+    worker with SIGILL in the CPU attention (Python's fault handler names the call; vLLM
+    logs the exit code as -4, or as None when it looks before the worker is reaped), and
+    the engine answers 500."""
+    with running(tiny_model, {"PYTHONFAULTHANDLER": "1"}, tmp_path / "vllm.log",
+                 more=("--dtype", "bfloat16")) as server:
+        server.wait_ready()
+        with pytest.raises(OSError):  # urllib's HTTPError (a 500) or a closed connection
+            server.generate()
+    log = server.text()
+    assert "Fatal Python error: Illegal instruction" in log
+    assert "in cpu_attention_with_kv_cache" in log
+    assert re.search(r"Worker proc VllmWorker-0 died unexpectedly \(exit code: (-4|None)\)",
+                     log), log[-3000:]
+    assert server.leftovers == []
 
 
 def test_one_cpu_list_for_two_workers(refusals: dict[str, list[str]]) -> None:

@@ -62,7 +62,7 @@ def cmd_check(args: argparse.Namespace, registry: Registry) -> int:
     launch = args.launch[1:] if args.launch[:1] == ["--"] else args.launch
     if not launch:
         raise UsageError("initorch vllm check: no server arguments",
-                         hint="initorch vllm check -- --model DIR --dtype bfloat16 ...")
+                         hint="initorch vllm check -- --model DIR --dtype float32 ...")
     try:
         result = preflight(launch)
     except SystemExit as exit_:  # vLLM's argparse already printed its message

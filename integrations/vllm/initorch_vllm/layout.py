@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from initorch.kit import Engine, EngineCall, Hop, Marker, record
 
-__all__ = ["CONNECTOR_ACCELERATOR", "CPU_WORKER", "ENGINE", "GLOO_ACROSS_NODES", "GPU_WORKER",
-           "HEAD_SIZES",
+__all__ = ["AMX_ATTENTION", "CONNECTOR_ACCELERATOR", "CPU_WORKER", "ENGINE",
+           "GLOO_ACROSS_NODES", "GPU_WORKER", "HEAD_SIZES",
            "KV_CONNECTORS", "LAYOUTS", "LOGGER", "NUMA_BIND", "PLUGIN_GROUP", "RELEASE",
            "SESSION_END", "SESSION_START", "STORE_CONFIG",
            "KVConnector", "WorkerLayout", "all_hook_targets", "layout_for"]
@@ -295,6 +295,28 @@ class HeadSizes:
 
 
 HEAD_SIZES = HeadSizes()
+
+
+@record
+class AmxAttention:
+    """The CPU attention's kernel is chosen by ``_get_attn_isa``: AMX for bf16 where the
+    CPU has AMX tiles and the block size is a multiple of 32 (``v1/attention/backends/
+    cpu_attn.py:544-545``).  Linux traps a process's first AMX instruction (SIGILL)
+    unless the process asked for the tile state, ``arch_prctl(ARCH_REQ_XCOMP_PERM)``
+    (the kernel's ``Documentation/arch/x86/xstate.rst``), and asking is per process: a
+    worker is a new one.  vLLM's own code never asks.  The oneDNN linked into
+    ``vllm/_C.abi3.so`` does, when it first looks for AMX (``dnnl::impl::cpu::x64::amx::
+    is_available``), which a worker reaches only if a linear layer goes to oneDNN
+    (``model_executor/layers/utils.py:587``) rather than vLLM's small-GEMM kernel
+    (:560): the tests' tiny model never does, and its worker dies at its first request
+    (``tests/vllm/test_preflight.py``)."""
+
+    chooser: str = "vllm.v1.attention.backends.cpu_attn._get_attn_isa"
+    where: str = "v1/attention/backends/cpu_attn.py:544-545"
+    gemms: str = "model_executor/layers/utils.py:560, :587"
+
+
+AMX_ATTENTION = AmxAttention()
 
 
 @record

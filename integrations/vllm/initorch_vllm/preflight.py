@@ -8,7 +8,9 @@ Hugging Face hub offline: pre-flight never runs a model's code and never downloa
 each check asks what, on this machine, failed only after the workers started, and
 refuses it in one line citing the vLLM ``file:line`` that would fail (vLLM 0.32.0; see
 :mod:`initorch_vllm.layout`).  What vLLM itself refuses at once (a bad argument, a
-config it cannot build) is refused with its own message.
+config it cannot build) is refused with its own message.  What may fail on something
+pre-flight cannot see (whether a worker's AMX kernel finds the tile state granted) is a
+"not checked" note, not a refusal.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 from initorch.kit import Preflight, one_line, record, run_checks
 from initorch_vllm.layout import (
+    AMX_ATTENTION,
     CONNECTOR_ACCELERATOR,
     ENGINE,
     GLOO_ACROSS_NODES,
@@ -32,7 +35,7 @@ from initorch_vllm.layout import (
     STORE_CONFIG,
 )
 
-__all__ = ["CHECKS", "Launch", "preflight"]
+__all__ = ["CHECKS", "NOTES", "Launch", "preflight"]
 
 _MASTER_TIMEOUT_S = 2.0
 
@@ -88,6 +91,28 @@ def head_size(launch: Launch) -> str | None:
             f"({', '.join(map(str, supported))}; {HEAD_SIZES.where}): each worker would fail "
             f"in its first forward pass (\"Unsupported CPU attention configuration: "
             f"head_dim={size}\")")
+
+
+def amx_attention(launch: Launch) -> str | None:
+    """Whether a worker's first request can run the CPU attention's AMX kernel depends on
+    whether anything in that worker asked Linux for the AMX tile state first, which
+    only oneDNN does, and only for some models' layers: not a refusal, a note."""
+    model, cache = launch.config.model_config, launch.config.cache_config
+    if not launch.on_cpu or model.use_mla:
+        return None
+    from importlib import import_module
+
+    module, _, name = AMX_ATTENTION.chooser.rpartition(".")
+    isa = getattr(import_module(module), name)(model.dtype, cache.block_size,
+                                               model.get_head_size(), cache.cache_dtype)
+    if isa != "amx":
+        return None
+    return (f"whether each worker may run AMX: {model.dtype} attention on this CPU takes "
+            f"vLLM's AMX kernel ({AMX_ATTENTION.where}), and vLLM's own code never asks "
+            f"Linux for the AMX tile state; a worker where its oneDNN does not ask first "
+            f"(a model whose linear layers all take vLLM's small-GEMM kernel, "
+            f"{AMX_ATTENTION.gemms}) dies with SIGILL at its first request; "
+            f"--dtype float32 takes the AVX-512 kernel")
 
 
 def gloo_across_nodes(launch: Launch) -> str | None:
@@ -202,6 +227,10 @@ def _connector(launch: Launch) -> Any:
 CHECKS: tuple[Callable[[Launch], str | None], ...] = (numa_binding, head_size,
                                                       gloo_across_nodes, kv_connector_module,
                                                       connector_accelerator, store_master)
+"""What would fail: each returns its refusal."""
+
+NOTES: tuple[Callable[[Launch], str | None], ...] = (amx_attention,)
+"""What may fail, on something pre-flight cannot see: each returns its note."""
 
 
 def preflight(arguments: list[str]) -> Preflight:
@@ -217,11 +246,11 @@ def preflight(arguments: list[str]) -> Preflight:
     try:
         validate_parsed_serve_args(args)
         engine_args = AsyncEngineArgs.from_cli_args(args)
-        notes: tuple[str, ...] = ()
+        notes: list[str] = []
         if engine_args.trust_remote_code:
             engine_args.trust_remote_code = False
-            notes = ("--trust-remote-code: pre-flight resolves the launch without the "
-                     "model's remote code",)
+            notes.append("--trust-remote-code: pre-flight resolves the launch without the "
+                         "model's remote code")
         config = engine_args.create_engine_config()
     except Exception as error:  # vLLM's own refusal, whatever its type
         return Preflight(" ".join(arguments), None, (f"{ENGINE.name} refuses the launch: "
@@ -235,5 +264,7 @@ def preflight(arguments: list[str]) -> Preflight:
                  f"order; installed: {ENGINE.label()})")
     # The plan each worker is checked against in verify mode; an error making it is
     # initorch's, not the launch's: it propagates.
-    return Preflight(selection, plan_for(config), tuple(run_checks(CHECKS, Launch(config))),
-                     notes)
+    launch = Launch(config)
+    notes += run_checks(NOTES, launch)
+    return Preflight(selection, plan_for(config), tuple(run_checks(CHECKS, launch)),
+                     tuple(notes))
