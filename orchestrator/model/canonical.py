@@ -199,11 +199,16 @@ class _Rows(NamedTuple):
                                    for default, write in zip(defaults, writers, strict=True)),
                    range(len(rows)))
 
+    def changed(self, values: tuple[Any, ...]) -> tuple[int, ...]:
+        """The indexes of ``values`` (a step's, from :attr:`values`) that are not their
+        rows' defaults: the texts to write."""
+        return tuple(compress(self.indexes, map(is_not, values, self.defaults)))
+
     def texts(self, step: Step) -> list[str]:
         """The texts of ``step``'s values of these rows, in their order."""
         values = self.values(step)
         texts: list[Any] = list(self.default_texts)
-        for index in compress(self.indexes, map(is_not, values, self.defaults)):
+        for index in self.changed(values):
             texts[index] = self.writers[index](values[index])
         return texts
 
@@ -315,7 +320,7 @@ def encode_step(declared: Step) -> tuple[bytes, bytes, int, int]:
     registers the step, so that a first plan costs what a later one does; the
     resolver calls it for a step that reached it otherwise."""
     values = _ENCODED_ROWS.values(declared)
-    given = tuple(compress(_ENCODED_ROWS.indexes, map(is_not, values, _ENCODED_ROWS.defaults)))
+    given = _ENCODED_ROWS.changed(values)
     template = _TEMPLATES.get(given) or _template(given)
     writers = _ENCODED_ROWS.writers
     texts = [writers[index](values[index]) for index in given]
