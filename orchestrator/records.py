@@ -21,13 +21,19 @@ dataclass compiles each method it generates from source (a frozen one six, one w
 
 The ``__init__`` is the one the dataclass would compile: the same parameters,
 defaults, factories and keyword-only fields, each field set with
-``object.__setattr__``, then ``__post_init__``.  The dataclass itself is made with
-nothing to compile (``init``, ``repr``, ``eq`` and ``frozen`` off: it only collects the
-fields and adds the slots), then reports itself as the dataclass it is, so that
-``fields``, ``replace``, ``asdict`` and pickling work as on one.  A method the class
-defines itself is kept, as the dataclass keeps it.  A record that derives from a
-dataclass, has an ``InitVar`` or a field named like the compiled ``__init__``'s own names
-is made by the dataclass itself, with only the shared methods added.
+``object.__setattr__``, then ``__post_init__``.  It is compiled when the first instance
+is made, not when the class is defined: a process defines far more records than it
+instantiates (an SGLang drive rank defines 68 before its run and has built 24).  Until
+then the class shows the signature the compiled one will have, and a parameter without
+a default after one with is refused at definition, as the dataclass refuses it.
+
+The dataclass itself is made with nothing to compile (``init``, ``repr``, ``eq`` and
+``frozen`` off: it only collects the fields and adds the slots), then reports itself as
+the dataclass it is, so that ``fields``, ``replace``, ``asdict`` and pickling work as on
+one.  A method the class defines itself is kept, as the dataclass keeps it.  A record
+that derives from a dataclass, has an ``InitVar`` or a field named like the compiled
+``__init__``'s own names is made by the dataclass itself, with only the shared methods
+added.
 
     @record
     class Edge:
@@ -40,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import operator
+import sys
 from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
@@ -138,7 +145,8 @@ def _complete(cls: type, body: dict[str, Any], *, frozen: bool) -> None:
     parameters; a frozen one also the refusals to change a field and the pickling of a
     frozen slotted class."""
     fields = dataclasses.fields(cls)
-    cls.__init__ = _compiled_init(cls, fields)  # type: ignore[misc]
+    parameters = _parameters(fields)
+    cls.__init__ = _init_on_first_call(cls, parameters)  # type: ignore[misc]
     if frozen:
         cls.__record_class__ = cls  # type: ignore[attr-defined]
         cls.__record_fields__ = frozenset(f.name for f in fields)  # type: ignore[attr-defined]
@@ -147,11 +155,8 @@ def _complete(cls: type, body: dict[str, Any], *, frozen: bool) -> None:
             if name not in body:
                 setattr(cls, name, method)
     if not body.get("__doc__"):  # as the dataclass writes it
-        try:
-            signature = str(inspect.signature(cls)).replace(" -> None", "")
-        except (TypeError, ValueError):
-            signature = ""
-        cls.__doc__ = cls.__name__ + signature
+        signature = inspect.Signature(parameters, return_annotation=None)
+        cls.__doc__ = cls.__name__ + str(signature).replace(" -> None", "")
     params = cls.__dataclass_params__  # type: ignore[attr-defined]
     params.init, params.frozen = True, frozen
 
@@ -166,15 +171,62 @@ class _Factory:
 _FACTORY = _Factory()
 
 
+def _parameters(fields: Iterable[dataclasses.Field[Any]]) -> list[inspect.Parameter]:
+    """The ``__init__``'s parameters as the dataclass orders them (positional, then
+    keyword-only), refusing, as it does, a positional one without a default after one
+    with."""
+    positional: list[inspect.Parameter] = []
+    keyword: list[inspect.Parameter] = []
+    for f in fields:
+        if not f.init:
+            continue
+        if f.default_factory is not dataclasses.MISSING:
+            default: Any = _FACTORY
+        elif f.default is not dataclasses.MISSING:
+            default = f.default
+        else:
+            default = inspect.Parameter.empty
+            last = positional[-1] if positional else None
+            if last is not None and last.default is not inspect.Parameter.empty \
+                    and not f.kw_only:
+                # The dataclass's words; from Python 3.13 on they name the defaulted one.
+                raise TypeError(f"non-default argument {f.name!r} follows default argument"
+                                + (f" {last.name!r}" if sys.version_info >= (3, 13) else ""))
+        kind = inspect.Parameter.KEYWORD_ONLY if f.kw_only else \
+            inspect.Parameter.POSITIONAL_OR_KEYWORD
+        (keyword if f.kw_only else positional).append(
+            inspect.Parameter(f.name, kind, default=default, annotation=f.type))
+    return [*positional, *keyword]
+
+
+_SELF = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def _init_on_first_call(cls: type, parameters: list[inspect.Parameter]) -> Callable[..., None]:
+    """``cls.__init__`` until the first instance: it compiles the real one
+    (:func:`_compiled_init`), puts it on the class and runs it; its signature is the
+    compiled one's.  Two threads making the first instances at once each compile one,
+    and either is the class's."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init = _compiled_init(cls, dataclasses.fields(cls))
+        cls.__init__ = init  # type: ignore[misc]
+        init(self, *args, **kwargs)
+
+    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    __init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [_SELF, *parameters], return_annotation=None)
+    return __init__
+
+
 def _compiled_init(cls: type, fields: Iterable[dataclasses.Field[Any]]) -> Callable[..., None]:
-    """The ``__init__`` the dataclass would compile for ``fields``, compiled once (each
-    field set with ``object.__setattr__``, which a frozen record's own refusal does not
-    see, and a mutable one's plain assignment would cost the same)."""
+    """The ``__init__`` the dataclass would compile for ``fields`` (each field set with
+    ``object.__setattr__``, which a frozen record's own refusal does not see, and a
+    mutable one's plain assignment would cost the same)."""
     given: dict[str, Any] = {"_set": object.__setattr__, "_FACTORY": _FACTORY}
     positional: list[str] = []
     keyword: list[str] = []
     lines: list[str] = []
-    defaulted = False
     for f in fields:
         value = f.name
         if f.default_factory is not dataclasses.MISSING:
@@ -193,10 +245,6 @@ def _compiled_init(cls: type, fields: Iterable[dataclasses.Field[Any]]) -> Calla
                 continue  # left unset, as the dataclass leaves it
         if f.init:
             given[f"_type_{f.name}"] = f.type
-            if not f.kw_only:
-                if defaulted and not default:
-                    raise TypeError(f"non-default argument {f.name!r} follows default argument")
-                defaulted = defaulted or bool(default)
             (keyword if f.kw_only else positional).append(f"{f.name}:_type_{f.name}{default}")
         lines.append(f"  _set(self,{f.name!r},{value})")
     if hasattr(cls, "__post_init__"):
