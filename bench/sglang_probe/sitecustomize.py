@@ -129,9 +129,9 @@ def _after_plugin_load() -> None:
     if verify is not None:
         begin = verify.begin
 
-        def begin_measured(server_args: Any, options: Any, rank: int) -> Any:
+        def begin_measured(server_args: Any, options: Any, rank: int, *args: Any) -> Any:
             _RANK.append(rank)
-            return _measured("session begin", begin, server_args, options, rank)
+            return _measured("session begin", begin, server_args, options, rank, *args)
 
         verify.begin = begin_measured
     drive = sys.modules.get("initorch_sglang.drive")

@@ -41,14 +41,29 @@ RANK_LOAD = LOAD + (
     "    return getattr(pkgutil.resolve_name(target), '__initorch_hook__', False)\n"
     "store = 'sglang.srt.mem_cache.storage.mooncake_store.mooncake_store'\n"
     "pending = store not in sys.modules\n"
-    "now = [hooked(t) for t in ('sglang.srt.managers.scheduler.Scheduler.__init__',\n"
+    "TARGETS = ('sglang.srt.managers.scheduler.Scheduler.__init__',\n"
     "    'sglang.srt.distributed.bootstrap.init_parallel_runtime',\n"
+    "    'sglang.srt.utils.common.run_with_deadline',\n"
     "    'sglang.srt.distributed.parallel_state.init_distributed_environment',\n"
-    "    store + '.MooncakeStore.register_mem_pool_host')]  # imported by SGLang now\n"
-    "print(json.dumps({'imported': imported, 'now': now, 'pending': pending}))\n")
+    "    'torch.cpu.set_device',\n"
+    "    store + '.MooncakeStore.register_mem_pool_host')  # imported by SGLang now\n"
+    "loaded = [hooked(t) for t in TARGETS]\n"
+    "begun = None\n"
+    "if os.environ.get('INITORCH_SGLANG') == 'drive':  # the session begins, as in\n"
+    "    from initorch_sglang.calls import installed_layout  # Scheduler.__init__\n"
+    "    from initorch_sglang.options import read_options\n"
+    "    from initorch_sglang.plugin import session_hooks\n"
+    "    from initorch_sglang.verify import begin\n"
+    "    args = types.SimpleNamespace(tp_size=1, pp_size=1, nnodes=1, device='cpu',\n"
+    "        enable_hierarchical_cache=False, disaggregation_mode='null')\n"
+    "    begin(args, read_options(), 0, session_hooks(read_options(), installed_layout()))\n"
+    "    begun = [hooked(t) for t in TARGETS]\n"
+    "print(json.dumps({'imported': imported, 'loaded': loaded, 'begun': begun,\n"
+    "                  'pending': pending}))\n")
 
 
-def test_a_rank_hooks_every_call_and_checks_that_they_took() -> None:
+def test_a_rank_hooks_every_call_when_its_session_begins_and_checks_that_they_took(
+        ) -> None:
     outcomes = {}
     for mode in ("off", "drive"):
         result = run_in_sglang(RANK_LOAD, INITORCH_SGLANG=mode)
@@ -60,8 +75,13 @@ def test_a_rank_hooks_every_call_and_checks_that_they_took() -> None:
     assert set(outcomes["drive"]["imported"]) - set(outcomes["off"]["imported"]) <= {
         name for name in outcomes["drive"]["imported"] if name.startswith("initorch")}
     assert outcomes["drive"]["pending"] is True
-    assert outcomes["drive"]["now"] == [True, True, True, True]
-    assert outcomes["off"]["now"] == [False, False, False, False]
+    # At plugin load only the constructor that frames the start-up: SGLang makes the
+    # other calls inside it, and a process without one (the detokenizer) walks nothing.
+    assert outcomes["drive"]["loaded"] == [True, False, False, False, False, False]
+    # When the session begins, every call of the layout, drive's replacement and
+    # deadline helper, and set_device on the profile's module, in one pass.
+    assert outcomes["drive"]["begun"] == [True, True, True, True, True, True]
+    assert outcomes["off"]["loaded"] == [False] * 6 and outcomes["off"]["begun"] is None
 
 
 def test_a_missing_hook_target_stops_start_up_naming_it() -> None:

@@ -10,9 +10,12 @@ SGLang starts exactly as without initorch.  With it:
 - in the launcher, drive mode picks where the ranks will meet (they inherit it);
 - in a process the launcher spawned, it first ties the process to the launcher, as SGLang
   does only after the plugins (:func:`_follow_the_launcher`);
-- in a rank, it hooks SGLang's start-up calls (verify and drive), the
-  ``Scheduler.__init__`` that frames them, and in drive mode ``init_parallel_runtime``
-  and the deadline helper its engine init runs in, and checks that every hook took;
+- in a rank, it hooks the ``Scheduler.__init__`` that frames SGLang's start-up; when the
+  session begins there, it hooks SGLang's start-up calls (verify and drive), and in drive
+  mode ``init_parallel_runtime`` and the deadline helper its engine init runs in, all in
+  one pass over SGLang's modules, and checks that every hook took (SGLang makes those
+  calls only inside the constructor, and a process without one, the detokenizer, pays
+  for no pass at all);
 - in a rank, it wraps the vendor calls that need the device context when their modules
   load (:func:`initorch.kit.install_vendor_hooks`), so that they are recorded where they
   are made;
@@ -44,9 +47,10 @@ from initorch_sglang.options import (
 
 if TYPE_CHECKING:
     from initorch.kit import Hook
+    from initorch_sglang.layouts import Layout
     from initorch_sglang.timeline import LaunchRecording
 
-__all__ = ["load"]
+__all__ = ["load", "session_hooks"]
 
 
 def load() -> None:
@@ -100,24 +104,34 @@ def _load(options: Options, started: float, recording: LaunchRecording | None) -
     _follow_the_launcher()
     from initorch.kit import COST, MOONCAKE_CALLS, install_vendor_hooks, observe_vendor
     from initorch_sglang.calls import installed_layout
-    from initorch_sglang.verify import observer_hooks, scheduler_hook
+    from initorch_sglang.verify import scheduler_hook
 
     layout = installed_layout()  # every upstream name below is the layout's
     install_vendor_hooks(observe_vendor, MOONCAKE_CALLS)
+    framing = scheduler_hook(options, session_hooks(options, layout))
+    hooks: dict[str, Hook] = {}
+    if recording is not None:  # its phases, and the constructor framed as one
+        hooks |= recording.hooks()
+        framing = recording.frame_scheduler(framing)
+    hooks[layout.scheduler_init] = (framing, "around")
+    COST.add("plugin load", time.perf_counter() - started)  # "hooks" has the rest
+    _apply(hooks)
+
+
+def session_hooks(options: Options, layout: Layout) -> dict[str, Hook]:
+    """The hooks a rank's session applies when it begins: the observers of SGLang's
+    start-up calls and, in drive mode, the replacement of ``init_parallel_runtime`` and
+    the device binding of the deadline helper's thread (every name the ``layout``'s)."""
+    from initorch_sglang.verify import observer_hooks
+
     hooks = observer_hooks()
-    hooks[layout.scheduler_init] = (scheduler_hook(options), "around")
     if options.mode == "drive" and layout.parallel_runtime is not None:
         from initorch_sglang.drive import bind_deadline_thread, drive_parallel_runtime
 
         hooks[layout.parallel_runtime] = (drive_parallel_runtime, "replace")
         if layout.deadline_helper is not None:  # SGLang's engine init thread (0.5.20 on)
             hooks[layout.deadline_helper] = (bind_deadline_thread, "around")
-    if recording is not None:  # its phases, and the constructor framed as one
-        hooks |= recording.hooks()
-        hooks[layout.scheduler_init] = (recording.frame_scheduler(scheduler_hook(options)),
-                                        "around")
-    COST.add("plugin load", time.perf_counter() - started)  # "hooks" has the rest
-    _apply(hooks)
+    return hooks
 
 
 def _apply(hooks: dict[str, Hook]) -> None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from initorch.kit import (
     COST,
     Hook,
+    HookError,
     Outputs,
     RankSession,
     Recorder,
@@ -50,17 +51,25 @@ __all__ = ["begin", "installed_registry", "new_recorder", "observer_hooks", "pla
 logger = logging.getLogger("initorch_sglang")
 
 
-def begin(server_args: Any, options: Options, rank: int) -> RankSession | None:
-    """The session for SGLang's ``server_args``; ``None`` (verify mode) when no plan can
-    be made for the launch: verify only observes, so a plan problem is reported in one
-    line and SGLang starts as it would without initorch.  Drive mode needs the plan to
-    run, so there the problem stops the launch."""
+def begin(server_args: Any, options: Options, rank: int,
+          hooks: dict[str, Hook] | None = None) -> RankSession | None:
+    """The session for SGLang's ``server_args``, with ``hooks`` (the session's: they
+    record or drive calls SGLang makes inside its constructor) and ``set_device``'s on
+    the profile's device module applied in one pass; ``None`` (verify mode) when no plan
+    can be made for the launch: verify only observes, so a plan problem is reported in
+    one line and SGLang starts as it would without initorch, unhooked.  Drive mode
+    needs the plan to run, so there the problem stops the launch, as a hook target that
+    is missing does in both."""
     with COST.timed("plan"):
         session = _begin(server_args, options, rank)
     if session is not None:  # "hooks" times itself
         module = str(session.plan.config()["device.torch_module"])
-        apply_hooks({call.hook_target(module): (set_device_observer(module), "around")
-                     for call in CALLS if call.step == "set_device"}, SGLANG)
+        try:
+            apply_hooks({**(hooks or {}), **{
+                call.hook_target(module): (set_device_observer(module), "around")
+                for call in CALLS if call.step == "set_device"}}, SGLANG)
+        except HookError as error:
+            raise SystemExit(str(error)) from None
     return session
 
 
@@ -143,13 +152,15 @@ def observer_hooks() -> dict[str, Hook]:
             if call.step != "set_device"}
 
 
-def scheduler_hook(options: Options) -> Callable[..., Any]:
-    """The ``around`` hook on ``Scheduler.__init__`` that runs the session."""
+def scheduler_hook(options: Options,
+                   hooks: dict[str, Hook] | None = None) -> Callable[..., Any]:
+    """The ``around`` hook on ``Scheduler.__init__`` that runs the session, whose
+    ``hooks`` it applies when it begins (:func:`begin`)."""
 
     def run_session(original: Callable[..., Any], scheduler: Any, server_args: Any,
                     *args: Any, **kwargs: Any) -> Any:
         rank = world_rank(original, scheduler, server_args, *args, **kwargs)
-        return run_framed(lambda: begin(server_args, options, rank),
+        return run_framed(lambda: begin(server_args, options, rank, hooks),
                           lambda: original(scheduler, server_args, *args, **kwargs))
 
     return run_session
