@@ -50,7 +50,7 @@ def register(registry: Registry) -> None:
         verify_transfer,
     )
     from initorch.steps.detect import BUILTIN_PROBES
-    from initorch.steps.diagnoses import BUILTIN_DIAGNOSES
+    from initorch.steps.diagnoses import register_diagnoses
 
     for module in (import_backend, cpu_binding, set_device, rendezvous, distributed,
                    transfer_engine, mooncake_pg, mooncake_master, store, model_parallel,
@@ -58,5 +58,5 @@ def register(registry: Registry) -> None:
         for definition in module.STEPS:
             registry.steps.add(definition)
     registry.profiles.add_directory(files("initorch.profiles"), plugin="builtin")
-    registry.diagnoses.extend(BUILTIN_DIAGNOSES)
+    register_diagnoses(registry.diagnoses)
     registry.probes.extend(BUILTIN_PROBES)

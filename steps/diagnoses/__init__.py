@@ -68,5 +68,7 @@ BUILTIN_DIAGNOSES: tuple[Diagnosis, ...] = (
 
 
 def register_diagnoses(catalog: DiagnosisCatalog) -> None:
-    """Add the built-in entries to ``catalog``, after anything a caller placed first."""
-    catalog.extend(BUILTIN_DIAGNOSES)
+    """Add the built-in entries to ``catalog``, after anything a caller placed first;
+    their patterns are compiled at their first match (``checked``: initorch's tests
+    validate every one, ``tests/unit/reporting/test_diagnosis.py``)."""
+    catalog.extend(BUILTIN_DIAGNOSES, checked=True)

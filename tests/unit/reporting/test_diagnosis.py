@@ -581,6 +581,36 @@ def test_register_diagnoses_adds_every_builtin_in_order():
     assert list(target) == list(BUILTIN_DIAGNOSES)
 
 
+def test_checked_entries_compile_their_pattern_at_their_first_match(monkeypatch):
+    compiled: list[str] = []
+    real = re.compile
+
+    def counting(pattern, flags=0):
+        compiled.append(pattern)
+        return real(pattern, flags)
+
+    failure = StepError("engine init failed",
+                        native_log="E1130 x.cpp:1] Call aclrtGetDevice failed, ret: 107002")
+    expected = book().match(failure)  # every built-in validated and compiled at once
+    monkeypatch.setattr(re, "compile", counting)
+    target = DiagnosisCatalog()
+    register_diagnoses(target)  # checked: validated, nothing compiled
+    assert compiled == []
+    assert target.match(failure) == expected and expected is not None
+    tried = [d.pattern for d in BUILTIN_DIAGNOSES][:len(compiled)]
+    assert compiled == tried  # the patterns tried up to the match, once each
+    target.match(failure)
+    assert compiled == tried
+
+
+def test_a_checked_entry_is_validated_as_any_other_but_for_its_pattern():
+    target = DiagnosisCatalog()
+    with pytest.raises(DiagnosisDefinitionError, match="invalid id"):
+        target.extend([entry(id="Not An Id")], checked=True)
+    target.extend([entry(pattern="(unbalanced")], checked=True)  # the caller's promise
+    assert len(target) == 1
+
+
 def test_importing_the_knowledge_base_imports_no_vendor_package():
     code = (
         "import sys, steps.diagnoses, initorch.reporting.diagnosis; "
