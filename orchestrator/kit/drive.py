@@ -35,11 +35,11 @@ def engine_performed(actions: Mapping[str, Action], *, engine: str,
 
     installed = Registry.with_plugins() if installed is None else installed
     registry = Registry()
-    for step in installed.steps:
-        registry.steps.provider = installed.steps.plugin_of(step.name)
-        action = actions.get(step.name)
-        registry.steps.add(step if action is None else _performed(step, action, engine))
-    registry.steps.provider = None
+    registry.steps = installed.steps.copy()  # the steps as registered, then the engine's
+    registry.settings = registry.steps.settings
+    for name, action in actions.items():
+        if name in registry.steps:
+            registry.steps.substitute(_performed(registry.steps.get(name), action, engine))
     registry.profiles, registry.diagnoses, registry.probes = (
         installed.profiles, installed.diagnoses, installed.probes)
     registry.plugins = [*installed.plugins]

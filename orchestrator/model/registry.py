@@ -75,6 +75,30 @@ class StepCatalog:
             self._wanted_by.setdefault(target, []).append(record)
         return record
 
+    def substitute(self, step: Step) -> Step:
+        """Put ``step`` in place of the registered step of its name, keeping its place
+        and its plugin: a drive registry gives an engine's function to a step whose
+        contract stays as it is (:func:`initorch.kit.engine_performed`).  ``step`` is
+        validated as :meth:`add` validates; its edges and settings must be those of the
+        step it replaces (they were checked against the registry when that one was
+        added), else :class:`StepDefinitionError`."""
+        existing = self.get(step.name, step.defined_at)
+        _validate(step)
+        if step.settings != existing.settings or any(
+                getattr(step, kind) != getattr(existing, kind) for kind in _NAME_LISTS):
+            raise StepDefinitionError(
+                f"step '{step.name}': a substitute must keep the edges and settings of the "
+                "step it replaces", location=step.defined_at,
+                hint="change only the action, teardown, preview or description")
+        if step._canonical is None:
+            encode_step(step)
+        own_edge_records(step)
+        self._steps[step.name] = step
+        for target in step.wanted_by:
+            self._wanted_by[target] = [step if other is existing else other
+                                       for other in self._wanted_by[target]]
+        return step
+
     def wanting(self, name: str) -> Sequence[Step]:
         """The registered steps that list ``name`` under ``wanted_by``, in registration
         order."""

@@ -259,3 +259,28 @@ def test_a_plugin_adds_steps_with_the_same_mechanism(registry):
     registry.load_plugin("extra", lambda reg: reg.steps.add(define("warm_cache")))
     assert registry.plugins == ["builtin", "extra"]
     assert "warm_cache" in registry.steps
+
+
+def test_a_substitute_keeps_the_place_plugin_and_wanted_by_of_the_step_it_replaces():
+    catalog = StepCatalog()
+    catalog.provider = "toy"
+    catalog.add(define("first"))
+    replaced = catalog.add(define("second", requires=["first"], wanted_by=["third"]))
+    catalog.add(define("third"))
+    catalog.provider = None
+    substitute = catalog.substitute(dataclasses.replace(replaced, description="the engine's"))
+    assert [s.name for s in catalog] == ["first", "second", "third"]
+    assert catalog.get("second") is substitute and catalog.plugin_of("second") == "toy"
+    assert list(catalog.wanting("third")) == [substitute]
+    assert substitute._canonical is not None and substitute._edge_records is not None
+
+
+def test_a_substitute_that_changes_an_edge_or_is_unknown_is_refused():
+    catalog = StepCatalog()
+    catalog.add(define("first"))
+    replaced = catalog.add(define("second", requires=["first"]))
+    with pytest.raises(StepDefinitionError, match="must keep the edges and settings"):
+        catalog.substitute(dataclasses.replace(replaced, requires=()))
+    with pytest.raises(UnknownStepError):
+        catalog.substitute(dataclasses.replace(replaced, name="third"))
+    assert catalog.get("second") is replaced
