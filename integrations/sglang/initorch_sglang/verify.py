@@ -41,7 +41,6 @@ from initorch_sglang.calls import CALLS
 from initorch_sglang.engine import IDLE, MODE_FIX, SGLANG
 from initorch_sglang.options import Options
 from initorch_sglang.selection import Selection, selection_for
-from initorch_sglang.version import installed_label
 
 if TYPE_CHECKING:
     from initorch import Plan, Registry
@@ -93,7 +92,7 @@ def _begin(server_args: Any, options: Options, rank: int) -> RankSession | None:
     if plan is None:
         return None
     session = RankSession(plan, new_recorder(plan, stop_on_violation=options.stop_on_violation,
-                                             label=installed_label()),
+                                             label=SGLANG.label()),
                           rank, options.mode,
                           Outputs("sglang", options.report, options.trace, IDLE,
                                   status=options.status, progress_s=options.progress_s))

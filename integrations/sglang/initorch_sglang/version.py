@@ -29,8 +29,8 @@ from initorch.kit import record
 from initorch_sglang.engine import SGLANG
 
 __all__ = ["KNOWN_SGLANG", "UNVERIFIED_ENV", "SGLangVerdict", "UnknownSGLangError",
-           "accept_installed_sglang", "check_sglang_version", "installed_label",
-           "installed_sglang", "installed_tree_path", "installed_verdict", "prove",
+           "accept_installed_sglang", "check_sglang_version", "installed_sglang",
+           "installed_tree_path", "installed_verdict", "prove",
            "refusal", "sglang_verdict"]
 
 KNOWN_SGLANG = ("0.5.23",)
@@ -165,14 +165,6 @@ def installed_verdict() -> SGLangVerdict:
     """:func:`sglang_verdict` once per process: the plugin's gate and the call map both
     need it, and the cache key hashes this integration's files (3-5 ms a time)."""
     return sglang_verdict()
-
-
-def installed_label() -> str:
-    """``SGLang <release>``, as messages name the installed one: the release the gate's
-    verdict read (once per process; each read of the distribution's metadata costs a
-    rank 1-2 ms)."""
-    found = installed_verdict().version
-    return SGLANG.label() if found is None else f"{SGLANG.name} {found}"
 
 
 def check_sglang_version(found: str | None = None) -> str:
