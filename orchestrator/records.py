@@ -209,7 +209,7 @@ def _init_on_first_call(cls: type, parameters: list[inspect.Parameter]) -> Calla
     and either is the class's."""
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        init = _compiled_init(cls, dataclasses.fields(cls))
+        init = _compiled_init(cls, dataclasses.fields(cls), parameters)
         cls.__init__ = init  # type: ignore[misc]
         init(self, *args, **kwargs)
 
@@ -219,39 +219,41 @@ def _init_on_first_call(cls: type, parameters: list[inspect.Parameter]) -> Calla
     return __init__
 
 
-def _compiled_init(cls: type, fields: Iterable[dataclasses.Field[Any]]) -> Callable[..., None]:
-    """The ``__init__`` the dataclass would compile for ``fields`` (each field set with
-    ``object.__setattr__``, which a frozen record's own refusal does not see, and a
-    mutable one's plain assignment would cost the same)."""
+def _compiled_init(cls: type, fields: Iterable[dataclasses.Field[Any]],
+                   parameters: list[inspect.Parameter]) -> Callable[..., None]:
+    """The ``__init__`` the dataclass would compile for ``fields``, taking ``parameters``
+    (:func:`_parameters`; each field set with ``object.__setattr__``, which a frozen
+    record's own refusal does not see, and a mutable one's plain assignment would cost
+    the same)."""
     given: dict[str, Any] = {"_set": object.__setattr__, "_FACTORY": _FACTORY}
-    positional: list[str] = []
-    keyword: list[str] = []
+    header = ["self"]
+    for parameter in parameters:
+        name = parameter.name
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY and "*" not in header:
+            header.append("*")
+        given[f"_type_{name}"] = parameter.annotation
+        if parameter.default is inspect.Parameter.empty:
+            header.append(f"{name}:_type_{name}")
+        else:  # a factory's parameter defaults to _FACTORY
+            given[f"_default_{name}"] = parameter.default
+            header.append(f"{name}:_type_{name}=_default_{name}")
     lines: list[str] = []
     for f in fields:
         value = f.name
         if f.default_factory is not dataclasses.MISSING:
             given[f"_factory_{f.name}"] = f.default_factory
-            default = "=_FACTORY"
             value = (f"_factory_{f.name}() if {f.name} is _FACTORY else {f.name}" if f.init
                      else f"_factory_{f.name}()")
-        elif f.default is not dataclasses.MISSING:
-            given[f"_default_{f.name}"] = f.default
-            default = f"=_default_{f.name}"
-            if not f.init:
-                value = f"_default_{f.name}"
-        else:
-            default = ""
-            if not f.init:
+        elif not f.init:
+            if f.default is dataclasses.MISSING:
                 continue  # left unset, as the dataclass leaves it
-        if f.init:
-            given[f"_type_{f.name}"] = f.type
-            (keyword if f.kw_only else positional).append(f"{f.name}:_type_{f.name}{default}")
+            given[f"_default_{f.name}"] = f.default
+            value = f"_default_{f.name}"
         lines.append(f"  _set(self,{f.name!r},{value})")
     if hasattr(cls, "__post_init__"):
         lines.append("  self.__post_init__()")
-    parameters = ", ".join(["self", *positional, *(["*", *keyword] if keyword else [])])
     source = (f"def __create__({', '.join(given)}):\n"
-              f" def __init__({parameters}) -> None:\n" + "\n".join(lines or ["  pass"])
+              f" def __init__({', '.join(header)}) -> None:\n" + "\n".join(lines or ["  pass"])
               + "\n return __init__\n")
     namespace: dict[str, Any] = {}
     # dont_inherit: without this module's ``from __future__ import annotations``, so that
